@@ -1,0 +1,126 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/tmmu/tmmu/failure"
+)
+
+// runCLI runs tmmu in-process and returns the exit status and streams.
+func runCLI(t *testing.T, stdin string, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code := run(&env{stdin: strings.NewReader(stdin), stdout: &out, stderr: &errOut}, args)
+	return code, out.String(), errOut.String()
+}
+
+// TestBadInputs runs every committed bad input through the CLI with -o json
+// and checks the failure code and that the message names the culprit. Every
+// failure code is reached by at least one file.
+func TestBadInputs(t *testing.T) {
+	bad := func(f string) string { return filepath.Join("testdata", "bad", f) }
+	cases := []struct {
+		args    []string
+		code    failure.Code
+		mention string
+	}{
+		{[]string{"plan", bad("syntax-error.json")}, failure.InvalidEncoding, "json"},
+		{[]string{"plan", bad("unknown-field.json")}, failure.InvalidEncoding, `"tensor"`},
+		{[]string{"plan", bad("zero-dim.json")}, failure.InvalidIRShapes, `"x"`},
+		{[]string{"plan", bad("unknown-dtype.json")}, failure.InvalidIRShapes, "fp12"},
+		{[]string{"plan", bad("envelope-rank.json")}, failure.InvalidIRShapes, "shape_envelope"},
+		{[]string{"plan", bad("view-out-of-base.json")}, failure.InvalidIRShapes, `"v"`},
+		{[]string{"plan", bad("duplicate-tensor.json")}, failure.InvalidIRGraph, `"x"`},
+		{[]string{"plan", bad("unknown-input.json")}, failure.InvalidIRGraph, `"y"`},
+		{[]string{"plan", bad("two-producers.json")}, failure.InvalidIRGraph, `"a"`},
+		{[]string{"plan", bad("parameter-defined.json")}, failure.InvalidIRGraph, `"w"`},
+		{[]string{"plan", bad("constant-written.json")}, failure.InvalidIRGraph, "read-only"},
+		{[]string{"plan", bad("output-never-written.json")}, failure.InvalidIRGraph, `"y"`},
+		{[]string{"plan", bad("cycle.json")}, failure.LivenessCycle, "n0 -> n1 -> n2 -> n0"},
+		{[]string{"plan", bad("read-before-write.json")}, failure.ReadBeforeWrite, `activation "a" is read by node "n1"`},
+		{[]string{"plan", bad("gradient-without-producer.json")}, failure.ReadBeforeWrite, `gradient "g"`},
+		{[]string{"plan", bad("in-place-unmarked.json")}, failure.InvalidAlias, "in_place_write"},
+		{[]string{"plan", bad("in-place-saved.json")}, failure.InvalidAlias, "saved_for_backward"},
+		{[]string{"plan", bad("alias-mixes-arenas.json")}, failure.InvalidAlias, "mixes arenas"},
+		{[]string{"plan", bad("must-not-alias-shared.json")}, failure.InvalidAlias, "share storage"},
+		{[]string{"plan", bad("order-unknown-node.json")}, failure.InvalidExecutionOrder, `"n9"`},
+		{[]string{"plan", bad("order-missing-node.json")}, failure.InvalidExecutionOrder, `"n1"`},
+		{[]string{"plan", bad("in-place-needs-order.json")}, failure.InvalidExecutionOrder, "execution_order is required"},
+		{[]string{"plan", bad("size-overflow.json")}, failure.AllocationOverflow, "overflows uint64"},
+		{[]string{"plan", bad("offset-overflow.json")}, failure.AllocationOverflow, "overflow"},
+		{[]string{"plan", bad("alignment-not-pow2.json")}, failure.AlignmentViolation, "not a power of two"},
+		{[]string{"plan", bad("view-misaligned.json")}, failure.AlignmentViolation, `"v"`},
+		{[]string{"plan", bad("chain.json"), "--arena-config", bad("arena-align-100.arena.json")}, failure.AlignmentViolation, "alignment_bytes 100"},
+		{[]string{"plan", bad("chain.json"), "--arena-config", bad("arena-1kib.arena.json")}, failure.ArenaTooSmall, "capacity is 1024 bytes"},
+		{[]string{"plan", bad("chain.json"), "--arena-config", bad("arena-unknown.arena.json")}, failure.InvalidOptions, "scratchpad"},
+		{[]string{"plan", bad("chain.json"), "--arena-config", bad("arena-bad-field.arena.json")}, failure.InvalidEncoding, "capacity"},
+		{[]string{"plan", bad("chain.json"), "--mode", "training"}, failure.InvalidOptions, "training"},
+		{[]string{"plan", bad("chain.json"), "--mode", "backward"}, failure.InvalidOptions, "executes no node"},
+		{[]string{"plan", bad("chain.json"), "--strategy", "best"}, failure.InvalidOptions, "best"},
+		{[]string{"plan", bad("chain.json"), "--replay-token", "abc"}, failure.InvalidOptions, "replay-token"},
+		{[]string{"verify", bad("chain.json"), bad("collision.plan.json")}, failure.AddressCollision, `"b"`},
+		{[]string{"verify", bad("chain.json"), bad("hash-mismatch.plan.json")}, failure.PlanMismatch, "plan_hash"},
+		{[]string{"verify", bad("cycle.json"), bad("collision.plan.json")}, failure.LivenessCycle, "cycle"},
+	}
+	reached := map[failure.Code]bool{}
+	for _, c := range cases {
+		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
+			status, stdout, stderr := runCLI(t, "", append(c.args, "-o", "json")...)
+			if status != 1 {
+				t.Fatalf("exit %d, want 1; stderr %s", status, stderr)
+			}
+			var got struct {
+				FailureCode     failure.Code      `json:"failure_code"`
+				FailureOperator string            `json:"failure_operator"`
+				Message         string            `json:"message"`
+				Diagnostics     map[string]string `json:"diagnostics"`
+			}
+			if err := json.Unmarshal([]byte(stdout), &got); err != nil {
+				t.Fatalf("stdout is not a JSON failure: %v\n%s", err, stdout)
+			}
+			if got.FailureCode != c.code {
+				t.Fatalf("failure_code %s, want %s: %s", got.FailureCode, c.code, got.Message)
+			}
+			if got.FailureOperator == "" {
+				t.Errorf("no failure_operator: %+v", got)
+			}
+			if !strings.Contains(got.Message, c.mention) {
+				t.Errorf("message %q does not mention %q", got.Message, c.mention)
+			}
+			reached[got.FailureCode] = true
+		})
+	}
+	for _, code := range failure.Codes {
+		if !reached[code] {
+			t.Errorf("no committed bad input reaches %s", code)
+		}
+	}
+	// Every bad file is used.
+	files, _ := filepath.Glob(bad("*.json"))
+	for _, f := range files {
+		used := slices.ContainsFunc(cases, func(c struct {
+			args    []string
+			code    failure.Code
+			mention string
+		}) bool {
+			return slices.Contains(c.args, f)
+		})
+		if !used {
+			t.Errorf("%s is not used by any case", f)
+		}
+	}
+}
+
+// TestBadInputText: without -o json a failure is one line on stderr
+// starting with its code.
+func TestBadInputText(t *testing.T) {
+	status, stdout, stderr := runCLI(t, "", "plan", filepath.Join("testdata", "bad", "cycle.json"))
+	if status != 1 || stdout != "" || !strings.HasPrefix(stderr, "tmmu: LIVENESS_CYCLE: ") {
+		t.Fatalf("status %d stdout %q stderr %q", status, stdout, stderr)
+	}
+}

@@ -1,0 +1,179 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/tmmu/tmmu/failure"
+	"github.com/tmmu/tmmu/ir"
+	"github.com/tmmu/tmmu/planner"
+)
+
+var planCmd = &command{
+	name:    "plan",
+	summary: "Plan tensor memory for a graph: liveness, logical slots, arena offsets and the plan hash.",
+	usage:   "plan IR|- [--mode MODE] [--strategy S] [--arena-config FILE] [--replay-token HEX] [-o text|json|cbor] [--trace FILE] [--tensors]",
+	run:     runPlan,
+}
+
+func runPlan(c *command, e *env, args []string) error {
+	fs := newFlags(e, c)
+	mode := fs.String("mode", "", "inference, forward, backward or train_full (default: train_full if the graph has backward nodes, else inference)")
+	strategy := fs.String("strategy", string(planner.Slots), "placement strategy: "+strategyList())
+	arenaFile := fs.String("arena-config", "", "JSON file {arena: {capacity_bytes, alignment_bytes, page_size}}; sizes may be numbers or strings like \"80GiB\"")
+	token := fs.String("replay-token", "", "replay token, 64 hex digits (default all zeros)")
+	out := fs.String("o", "text", "output: text, json or cbor (the CBOR plan is the checkpoint form)")
+	traceFile := fs.String("trace", "", "write the allocation trace (JSON lines) to FILE")
+	listTensors := fs.Bool("tensors", false, "text output: list every tensor's placement")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := outputFormat(e, *out, "text", "json", "cbor"); err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return usagef("plan takes one IR file (or - for standard input), got %d arguments", len(pos))
+	}
+	g, err := loadGraph(e, pos[0])
+	if err != nil {
+		return err
+	}
+	opts := planner.DefaultOptions(g)
+	if *mode != "" {
+		opts.Mode = planner.Mode(*mode)
+	}
+	opts.Strategy = planner.Strategy(*strategy)
+	if *token != "" {
+		if opts.ReplayToken, err = ir.ParseHash(*token); err != nil {
+			return failure.New(failure.InvalidOptions, planner.OpPlan, "--replay-token: "+err.Error())
+		}
+	}
+	if *arenaFile != "" {
+		if opts.Arenas, err = loadArenaConfig(*arenaFile); err != nil {
+			return err
+		}
+	}
+	start := time.Now()
+	p, err := planner.PlanMemory(g, opts)
+	if err != nil {
+		return err
+	}
+	p.Metrics.AllocationTimeNs = time.Since(start).Nanoseconds()
+	if *traceFile != "" {
+		if err := writeFile(*traceFile, p.WriteTrace); err != nil {
+			return err
+		}
+	}
+	switch *out {
+	case "json":
+		return writeJSON(e.stdout, p)
+	case "cbor":
+		b, err := p.EncodeCBOR()
+		if err != nil {
+			return err
+		}
+		_, err = e.stdout.Write(b)
+		return err
+	}
+	printPlan(e.stdout, p, *listTensors)
+	return nil
+}
+
+func strategyList() string {
+	s := make([]string, len(planner.Strategies))
+	for i, x := range planner.Strategies {
+		s[i] = string(x)
+	}
+	return strings.Join(s, ", ")
+}
+
+// loadGraph reads, decodes and compiles an IR file.
+func loadGraph(e *env, name string) (*ir.Graph, error) {
+	data, err := readInput(e, name)
+	if err != nil {
+		return nil, err
+	}
+	m, err := ir.Decode(data)
+	if err != nil {
+		return nil, err
+	}
+	return ir.Compile(m)
+}
+
+func loadArenaConfig(name string) (planner.ArenaConfig, error) {
+	data, err := os.ReadFile(name)
+	if err != nil {
+		return nil, err
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	var c planner.ArenaConfig
+	if err := dec.Decode(&c); err != nil {
+		return nil, failure.New(failure.InvalidEncoding, planner.OpPlan,
+			fmt.Sprintf("arena config %s: %v", name, err), "file", name)
+	}
+	return c, nil
+}
+
+func writeFile(name string, write func(io.Writer) error) error {
+	f, err := os.Create(name)
+	if err != nil {
+		return err
+	}
+	if err := write(f); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func overLB(peak, lb uint64) string {
+	if lb == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%+.1f%%", 100*(float64(peak)/float64(lb)-1))
+}
+
+func printPlan(w io.Writer, p *planner.Plan, listTensors bool) {
+	name := p.Name
+	if name == "" {
+		name = "(unnamed)"
+	}
+	fmt.Fprintf(w, "plan %s  mode=%s  strategy=%s  tensors=%d  positions=%d\n", name, p.Mode, p.Strategy, len(p.Tensors), p.Positions)
+	fmt.Fprintf(w, "plan_hash %s\nir_hash   %s\n\n", p.PlanHash, p.IRHash)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "arena\trole\ttensors\tslots\tmax live\tpeak\tlower bound\tover LB\treserved\t")
+	for _, a := range p.Arenas {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t\n", a.Name, a.Role, a.Tensors, a.LogicalSlots, a.MaxLive,
+			planner.FormatBytes(a.PeakBytes), planner.FormatBytes(a.LowerBoundBytes), overLB(a.PeakBytes, a.LowerBoundBytes), planner.FormatBytes(a.ReservedBytes))
+	}
+	m := p.Metrics
+	fmt.Fprintf(tw, "total\t\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t\n", m.Tensors, m.PeakLogicalSlots, m.MaxLive,
+		planner.FormatBytes(m.PeakBytes), planner.FormatBytes(m.LowerBoundBytes), overLB(m.PeakBytes, m.LowerBoundBytes), planner.FormatBytes(m.ReservedBytes))
+	tw.Flush()
+	fmt.Fprintf(w, "\nreuse %.1f%%  fragmentation %.1f%%  activation retention %.1f%%  planned in %s\n",
+		100*m.MemoryReuseRatio, 100*m.InternalFragmentationRatio, 100*m.ActivationRetentionRatio, time.Duration(m.AllocationTimeNs))
+	if !listTensors {
+		return
+	}
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "TENSOR\tARENA\tSLOT\tOFFSET\tSIZE\tLIFETIME\tSTORAGE")
+	for _, t := range p.Tensors {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t[%d,%d]\t%s\n", t.ID, t.Arena, t.LogicalSlot, t.Offset, planner.FormatBytes(t.Size), t.Lifetime[0], t.Lifetime[1], t.Storage)
+	}
+	tw.Flush()
+}
