@@ -1,0 +1,110 @@
+package ir_test
+
+import (
+	"errors"
+	"slices"
+	"testing"
+
+	"github.com/tmmu/tmmu/failure"
+	"github.com/tmmu/tmmu/ir"
+)
+
+func mustCompile(t *testing.T, src string) *ir.Graph {
+	t.Helper()
+	m, err := ir.Decode([]byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := ir.Compile(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+// The same graph written with other key order, whitespace and listing
+// order has the same ir_hash; a changed shape does not.
+func TestIRHashIgnoresFormatting(t *testing.T) {
+	a := mustCompile(t, `{"name":"m","tensors":[{"id":"x","shape":[4],"dtype":"fp32","role":"input"},
+		{"id":"y","shape":[4],"dtype":"fp32","role":"output"}],
+		"nodes":[{"id":"n","op":"relu","inputs":["x"],"outputs":["y"]}]}`)
+	b := mustCompile(t, `{
+	  "nodes": [ { "outputs": ["y"], "op": "relu", "phase": "forward", "id": "n", "inputs": ["x"] } ],
+	  "tensors": [
+	    { "role": "output", "dtype": "fp32", "shape": [4], "id": "y" },
+	    { "shape": [4], "id": "x", "role": "input", "dtype": "fp32" }
+	  ],
+	  "name": "m"
+	}`)
+	if a.IRHash != b.IRHash {
+		t.Fatalf("ir_hash differs: %s vs %s", a.IRHash, b.IRHash)
+	}
+	c := mustCompile(t, `{"name":"m","tensors":[{"id":"x","shape":[8],"dtype":"fp32","role":"input"},
+		{"id":"y","shape":[4],"dtype":"fp32","role":"output"}],
+		"nodes":[{"id":"n","op":"relu","inputs":["x"],"outputs":["y"]}]}`)
+	if a.IRHash == c.IRHash {
+		t.Fatal("ir_hash ignores a shape change")
+	}
+	// CBOR and JSON of one model hash the same.
+	m, _ := ir.Decode([]byte(`{"tensors":[{"id":"x","shape":[4],"dtype":"fp32","role":"input"}],"nodes":[]}`))
+	cb, err := m.EncodeCBOR()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m2, err := ir.Decode(cb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h1, _ := m.IRHash()
+	h2, _ := m2.IRHash()
+	if h1 != h2 {
+		t.Fatal("CBOR and JSON forms hash differently")
+	}
+}
+
+// Without execution_order, Compile orders nodes topologically, ready nodes
+// by phase then id.
+func TestDerivedOrder(t *testing.T) {
+	g := mustCompile(t, `{"tensors":[
+		{"id":"x","shape":[1],"dtype":"fp32","role":"input"},
+		{"id":"a","shape":[1],"dtype":"fp32","role":"activation"},
+		{"id":"b","shape":[1],"dtype":"fp32","role":"activation"},
+		{"id":"c","shape":[1],"dtype":"fp32","role":"output"},
+		{"id":"g","shape":[1],"dtype":"fp32","role":"gradient"}],
+	  "nodes":[
+		{"id":"z_last","op":"f","inputs":["a","b"],"outputs":["c"]},
+		{"id":"bwd","op":"f","phase":"backward","inputs":["x"],"outputs":["g"]},
+		{"id":"y_b","op":"f","inputs":["x"],"outputs":["b"]},
+		{"id":"y_a","op":"f","inputs":["x"],"outputs":["a"]}]}`)
+	want := []string{"y_a", "y_b", "z_last", "bwd"}
+	if !g.OrderDerived || !slices.Equal(g.OrderIDs, want) {
+		t.Fatalf("order %v (derived %v), want %v", g.OrderIDs, g.OrderDerived, want)
+	}
+}
+
+// Strided views are checked against their byte_length.
+func TestViewExtent(t *testing.T) {
+	base := `{"id":"b","shape":[4,6],"dtype":"fp32","role":"input"}`
+	ok := `{"tensors":[` + base + `,{"id":"v","shape":[4,2],"dtype":"fp32","role":"input",
+		"view_descriptor":{"base_tensor":"b","byte_offset":8,"byte_length":80,"strides":[6,1]}}],"nodes":[]}`
+	g := mustCompile(t, ok)
+	if v, _ := g.TensorIndex("v"); g.RootOffset[v] != 8 || g.Bytes[v] != 80 {
+		t.Fatalf("view offset %d bytes %d", g.RootOffset[v], g.Bytes[v])
+	}
+	// (3*6 + 1*1 + 1) * 4 = 80 bytes touched; 76 is too short.
+	short := `{"tensors":[` + base + `,{"id":"v","shape":[4,2],"dtype":"fp32","role":"input",
+		"view_descriptor":{"base_tensor":"b","byte_offset":8,"byte_length":76,"strides":[6,1]}}],"nodes":[]}`
+	m, _ := ir.Decode([]byte(short))
+	if _, err := ir.Compile(m); !errors.Is(err, failure.InvalidIRShapes) {
+		t.Fatalf("short view: %v", err)
+	}
+}
+
+func TestNumel(t *testing.T) {
+	if n, ok := ir.Numel(nil); n != 1 || !ok {
+		t.Fatal("scalar")
+	}
+	if _, ok := ir.Numel([]uint64{1 << 32, 1 << 32}); ok {
+		t.Fatal("2^64 elements should overflow")
+	}
+}
