@@ -32,6 +32,7 @@ type Graph struct {
 	OrderDerived bool
 
 	// Per tensor.
+	Arena      []uint8  // index into Arenas of the tensor's arena
 	Bytes      []uint64 // planned bytes (envelope maxima; ByteLength for views)
 	Def        []int32  // defining node index, or -1
 	Root       []int32  // storage owner: itself, its view root, or its alias group's first member
@@ -111,10 +112,8 @@ func Compile(m *Model) (*Graph, error) {
 	if err := g.checkReadsAfterWrites(); err != nil {
 		return nil, err
 	}
+	g.IRHash = hashCanonical(c)
 	var err error
-	if g.IRHash, err = Sum(c); err != nil {
-		return nil, fmt.Errorf("ir: hashing: %w", err)
-	}
 	if g.OrderHash, err = ExecutionOrderHash(g.OrderIDs); err != nil {
 		return nil, fmt.Errorf("ir: hashing: %w", err)
 	}
@@ -125,6 +124,7 @@ func (g *Graph) indexTensors() error {
 	nt := len(g.Tensors)
 	g.tensorIndex = make(map[string]int32, nt)
 	g.Bytes = make([]uint64, nt)
+	g.Arena = make([]uint8, nt)
 	for i := range g.Tensors {
 		t := &g.Tensors[i]
 		if t.ID == "" {
@@ -144,6 +144,7 @@ func (g *Graph) indexTensors() error {
 				"tensor", t.ID)
 		}
 		g.Bytes[i] = n
+		g.Arena[i] = uint8(ArenaIndex(t.Role.Arena()))
 	}
 	return nil
 }

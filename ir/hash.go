@@ -64,7 +64,8 @@ func Sum(v any) (Hash, error) {
 func (m *Model) Canonical() *Model {
 	c := &Model{Name: m.Name}
 	c.Tensors = make([]Tensor, len(m.Tensors))
-	for i, t := range m.Tensors {
+	for i, j := range sortedBy(m.Tensors, func(t *Tensor) string { return t.ID }) {
+		t := m.Tensors[j]
 		if t.Shape == nil {
 			t.Shape = []uint64{} // a scalar encodes as [] whichever way it was written
 		}
@@ -81,9 +82,9 @@ func (m *Model) Canonical() *Model {
 		}
 		c.Tensors[i] = t
 	}
-	slices.SortFunc(c.Tensors, func(a, b Tensor) int { return strings.Compare(a.ID, b.ID) })
 	c.Nodes = make([]Node, len(m.Nodes))
-	for i, n := range m.Nodes {
+	for i, j := range sortedBy(m.Nodes, func(n *Node) string { return n.ID }) {
+		n := m.Nodes[j]
 		n.Phase = n.Phase.Norm()
 		n.Inputs = nilIfEmpty(n.Inputs)
 		n.Outputs = nilIfEmpty(n.Outputs)
@@ -92,8 +93,24 @@ func (m *Model) Canonical() *Model {
 		}
 		c.Nodes[i] = n
 	}
-	slices.SortFunc(c.Nodes, func(a, b Node) int { return strings.Compare(a.ID, b.ID) })
 	return c
+}
+
+// sortedBy returns the indices of xs ordered by key, stably; it moves
+// int32s, not the (large) elements.
+func sortedBy[T any](xs []T, key func(*T) string) []int32 {
+	idx := make([]int32, len(xs))
+	sorted := true
+	for i := range idx {
+		idx[i] = int32(i)
+		if i > 0 && key(&xs[i-1]) > key(&xs[i]) {
+			sorted = false
+		}
+	}
+	if !sorted {
+		slices.SortStableFunc(idx, func(a, b int32) int { return strings.Compare(key(&xs[a]), key(&xs[b])) })
+	}
+	return idx
 }
 
 func nilIfEmpty[T any](s []T) []T {
@@ -104,7 +121,7 @@ func nilIfEmpty[T any](s []T) []T {
 }
 
 // IRHash returns ir_hash: SHA-256 over the canonical CBOR of m.Canonical().
-func (m *Model) IRHash() (Hash, error) { return Sum(m.Canonical()) }
+func (m *Model) IRHash() Hash { return hashCanonical(m.Canonical()) }
 
 // ExecutionOrderHash returns SHA-256(CBOR_CANONICAL(order)) (spec II.K).
 func ExecutionOrderHash(order []string) (Hash, error) {

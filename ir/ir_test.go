@@ -5,8 +5,12 @@ import (
 	"slices"
 	"testing"
 
+	"pgregory.net/rapid"
+
 	"github.com/tmmu/tmmu/failure"
 	"github.com/tmmu/tmmu/ir"
+	"github.com/tmmu/tmmu/ir/irtest"
+	"github.com/tmmu/tmmu/models"
 )
 
 func mustCompile(t *testing.T, src string) *ir.Graph {
@@ -55,9 +59,7 @@ func TestIRHashIgnoresFormatting(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h1, _ := m.IRHash()
-	h2, _ := m2.IRHash()
-	if h1 != h2 {
+	if m.IRHash() != m2.IRHash() {
 		t.Fatal("CBOR and JSON forms hash differently")
 	}
 }
@@ -106,5 +108,53 @@ func TestNumel(t *testing.T) {
 	}
 	if _, ok := ir.Numel([]uint64{1 << 32, 1 << 32}); ok {
 		t.Fatal("2^64 elements should overflow")
+	}
+}
+
+// TestCanonicalHashMatchesLibrary: ir_hash, streamed field by field, equals
+// SHA-256 over fxamacker/cbor's core deterministic encoding of the
+// canonical model, for random models with every IR feature.
+func TestCanonicalHashMatchesLibrary(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		m := irtest.Model(t, irtest.Options{})
+		// Exercise the fields irtest leaves alone.
+		if len(m.Nodes) > 0 {
+			m.Nodes[0].Attrs = map[string]int64{"heads": 12, "a": -3, "transpose_b": 1, "zz": 1 << 40}
+		}
+		if len(m.Tensors) > 0 && rapid.Bool().Draw(t, "strided") {
+			m.Tensors[0].View = &ir.ViewDescriptor{BaseTensor: "b", ByteOffset: 7, ByteLength: 1 << 33, Strides: []uint64{3, 1}}
+		}
+		m.Name = rapid.SampledFrom([]string{"", "n", "a-much-longer-model-name-over-24"}).Draw(t, "name")
+		want, err := ir.Sum(m.Canonical())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := m.IRHash(); got != want {
+			t.Fatalf("streamed ir_hash %s, library %s", got, want)
+		}
+	})
+}
+
+// The generated models (GPT-2 has strided views) hash the same both ways.
+func TestCanonicalHashMatchesLibraryOnModels(t *testing.T) {
+	gc := models.DefaultGPT2Config()
+	gc.Layers, gc.Seq, gc.Train = 2, 64, true
+	lc := models.DefaultLlamaConfig()
+	lc.Layers, lc.Seq, lc.KVHeads, lc.Train = 2, 64, 8, true
+	for name, gen := range map[string]func() (*ir.Model, error){
+		"gpt2":  func() (*ir.Model, error) { return models.GPT2(gc) },
+		"llama": func() (*ir.Model, error) { return models.Llama(lc) },
+	} {
+		m, err := gen()
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := ir.Sum(m.Canonical())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := m.IRHash(); got != want {
+			t.Errorf("%s: streamed ir_hash %s, library %s", name, got, want)
+		}
 	}
 }

@@ -232,6 +232,16 @@ const (
 // Arenas lists the arena names in their canonical (sorted) order.
 var Arenas = []string{ArenaActivations, ArenaConstants, ArenaGradients, ArenaOptimizerState, ArenaParameters}
 
+// ArenaIndex returns the index of the named arena in Arenas, or -1.
+func ArenaIndex(name string) int {
+	for i, a := range Arenas {
+		if a == name {
+			return i
+		}
+	}
+	return -1
+}
+
 // Arena returns the arena that holds tensors of role r: parameters,
 // optimizer_state and constants get their own; gradients theirs; activations,
 // inputs and outputs share the activations arena.

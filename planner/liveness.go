@@ -61,7 +61,7 @@ func AnalyzeLiveness(g *ir.Graph, mode Mode) (*Liveness, error) {
 		return nil, failure.New(failure.InvalidOptions, OpLiveness, fmt.Sprintf("unknown mode %q", mode), "mode", mode)
 	}
 	nt := len(g.Tensors)
-	l := &Liveness{Mode: mode}
+	l := &Liveness{Mode: mode, Order: make([]int32, 0, len(g.Order))}
 	for _, n := range g.Order {
 		if mode.selects(g.Nodes[n].Phase) {
 			l.Order = append(l.Order, n)
@@ -72,16 +72,15 @@ func AnalyzeLiveness(g *ir.Graph, mode Mode) (*Liveness, error) {
 			fmt.Sprintf("mode %s executes no node: the graph has no %v nodes", mode, mode.Phases()), "mode", mode)
 	}
 	last := int32(len(l.Order) - 1)
-	birth := make([]int32, nt)
-	death := make([]int32, nt)
-	for i := range birth {
-		birth[i], death[i] = -1, -1
+	// One slab for the five per-tensor arrays, all starting at -1: birth,
+	// death, first reference, and the storage hull.
+	slab := make([]int32, 5*nt)
+	for i := range slab {
+		slab[i] = -1
 	}
-	// first/last reference; births of tensors defined by an executed node.
-	first := make([]int32, nt)
-	for i := range first {
-		first[i] = -1
-	}
+	birth, death, first := slab[:nt:nt], slab[nt:2*nt:2*nt], slab[2*nt:3*nt:3*nt]
+	l.StorageBirth, l.StorageDeath = slab[3*nt:4*nt:4*nt], slab[4*nt:]
+	l.Tensors = make([]int32, 0, nt)
 	touch := func(t, p int32) {
 		if first[t] < 0 {
 			first[t] = p
@@ -166,17 +165,12 @@ func AnalyzeLiveness(g *ir.Graph, mode Mode) (*Liveness, error) {
 		case Backward:
 			retained = definedInForward
 		}
-		if retained && tt.Role.Arena() == ir.ArenaActivations {
+		if retained && ir.Arenas[g.Arena[t]] == ir.ArenaActivations {
 			l.Retained++
 		}
 		l.Tensors = append(l.Tensors, int32(t))
 	}
 	l.Birth, l.Death = birth, death
-	l.StorageBirth = make([]int32, nt)
-	l.StorageDeath = make([]int32, nt)
-	for i := range l.StorageBirth {
-		l.StorageBirth[i], l.StorageDeath[i] = -1, -1
-	}
 	for _, t := range l.Tensors {
 		r := g.Root[t]
 		if l.StorageBirth[r] < 0 || birth[t] < l.StorageBirth[r] {

@@ -58,7 +58,15 @@ func (m Mode) Phases() []ir.Phase {
 	return nil
 }
 
-func (m Mode) selects(p ir.Phase) bool { return slices.Contains(m.Phases(), p.Norm()) }
+func (m Mode) selects(p ir.Phase) bool {
+	switch p.Norm() {
+	case ir.Forward:
+		return m == Inference || m == Forward || m == TrainFull
+	case ir.Backward, ir.Optimizer:
+		return m == Backward || m == TrainFull
+	}
+	return false
+}
 
 // DefaultMode returns train_full when g has backward or optimizer nodes and
 // inference otherwise.

@@ -3,10 +3,12 @@ package planner
 import (
 	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/tmmu/tmmu/failure"
+	"github.com/tmmu/tmmu/ir"
 )
 
 func TestParseByteSize(t *testing.T) {
@@ -71,4 +73,14 @@ func (c ArenaConfig) mustResolve(t *testing.T) ArenaConfig {
 		t.Fatal(err)
 	}
 	return r
+}
+
+func TestSelectsMatchesPhases(t *testing.T) {
+	for _, m := range Modes {
+		for _, p := range []ir.Phase{"", ir.Forward, ir.Backward, ir.Optimizer} {
+			if got, want := m.selects(p), slices.Contains(m.Phases(), p.Norm()); got != want {
+				t.Errorf("%s.selects(%q) = %v, Phases says %v", m, p, got, want)
+			}
+		}
+	}
 }

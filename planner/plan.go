@@ -169,19 +169,13 @@ func PlanMemory(g *ir.Graph, opts Options) (*Plan, error) {
 		ArenaConfig:        o.Arenas,
 	}
 	// Tensor map.
-	slotOffset := func(t int32) (int32, uint64) {
-		r := g.Root[t]
-		ai := arenaIndex(g.Tensors[r].Role.Arena())
-		s := asg.Slot[r]
-		return s, layouts[ai].SlotOffset[s]
-	}
 	p.Tensors = make(TensorMap, len(live.Tensors))
 	tensorsIn := make([]int, len(ir.Arenas))
 	for i, t := range live.Tensors {
 		tt := &g.Tensors[t]
-		slot, off := slotOffset(t)
-		r := g.Root[t]
-		ai := arenaIndex(tt.Role.Arena())
+		r, ai := g.Root[t], g.Arena[t]
+		slot := asg.Slot[r]
+		off := layouts[ai].SlotOffset[slot]
 		tensorsIn[ai]++
 		align := asg.Arenas[ai].SlotAlign[slot]
 		if r != t {
@@ -189,7 +183,7 @@ func PlanMemory(g *ir.Graph, opts Options) (*Plan, error) {
 		}
 		tp := TensorPlacement{
 			ID:          tt.ID,
-			Arena:       tt.Role.Arena(),
+			Arena:       ir.Arenas[ai],
 			LogicalSlot: slot,
 			Offset:      off + g.RootOffset[t], // within the storage, cannot overflow: checked against storage size
 			Size:        g.Bytes[t],
@@ -342,15 +336,6 @@ func (p *Plan) ComputeHash() ir.Hash {
 		w.Uint(t.Size)
 	}
 	return w.Sum()
-}
-
-func arenaIndex(name string) int {
-	for i, a := range ir.Arenas {
-		if a == name {
-			return i
-		}
-	}
-	panic("planner: unknown arena " + name)
 }
 
 // offsetAlignment returns the largest power of two dividing off (1<<63 for

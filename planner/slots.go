@@ -41,32 +41,46 @@ func AssignLogicalSlots(g *ir.Graph, l *Liveness, arenas ArenaConfig) *SlotAssig
 	for i := range a.Slot {
 		a.Slot[i] = -1
 	}
-	byArena := map[string]*ArenaSlots{}
 	a.Arenas = make([]ArenaSlots, len(ir.Arenas))
 	for i, name := range ir.Arenas {
 		a.Arenas[i].Name = name
-		byArena[name] = &a.Arenas[i]
 	}
 	// Storages: the roots of the tensors in scope (an alias group's owner
-	// may itself be out of scope).
-	seen := make([]bool, nt)
+	// may itself be out of scope). Count first, then fill slabs, so the
+	// per-arena slices need no growing.
+	isRoot := make([]bool, nt)
+	perArena := make([]int, len(ir.Arenas))
+	roots := 0
 	for _, t := range l.Tensors {
-		if r := g.Root[t]; !seen[r] {
-			seen[r] = true
-			as := byArena[g.Tensors[r].Role.Arena()]
-			as.Storages = append(as.Storages, r)
+		if r := g.Root[t]; !isRoot[r] {
+			isRoot[r] = true
+			perArena[g.Arena[r]]++
+			roots++
 		}
 	}
+	storages := make([]int32, 0, roots)
+	sizes := make([]uint64, roots)
+	aligns := make([]uint64, roots)
+	most := 0
 	for i := range a.Arenas {
-		slices.Sort(a.Arenas[i].Storages)
+		as := &a.Arenas[i]
+		n := perArena[i]
+		as.Storages = storages[len(storages) : len(storages) : len(storages)+n]
+		storages = storages[:len(storages)+n]
+		as.SlotSize, as.SlotAlign = sizes[:0:n], aligns[:0:n]
+		sizes, aligns = sizes[n:], aligns[n:]
+		most = max(most, n)
+	}
+	for r := range isRoot { // ascending, so each arena's list is sorted
+		if isRoot[r] {
+			as := &a.Arenas[g.Arena[r]]
+			as.Storages = append(as.Storages, int32(r))
+		}
 	}
 	forbid := notAliasRoots(g)
-	type item struct {
-		birth, death int32
-		size         uint64
-		root         int32
-	}
-	var items []item
+	items := make([]slotItem, 0, most)
+	sorted := make([]slotItem, most)
+	count := make([]int32, l.Positions()+1)
 	var active activeHeap
 	var free slotHeap
 	for ai := range a.Arenas {
@@ -74,20 +88,12 @@ func AssignLogicalSlots(g *ir.Graph, l *Liveness, arenas ArenaConfig) *SlotAssig
 		arenaAlign := uint64(arenas[as.Name].AlignmentBytes)
 		items = items[:0]
 		for _, r := range as.Storages {
-			items = append(items, item{l.StorageBirth[r], l.StorageDeath[r], g.StorageBytes[r], r})
+			items = append(items, slotItem{l.StorageBirth[r], l.StorageDeath[r], g.StorageBytes[r], r})
 		}
-		slices.SortFunc(items, func(x, y item) int {
-			if c := cmp.Compare(x.birth, y.birth); c != 0 {
-				return c
-			}
-			if c := cmp.Compare(y.size, x.size); c != 0 {
-				return c
-			}
-			return cmp.Compare(x.root, y.root) // index order is id order
-		})
+		sorted = sortForSlots(items, sorted, count)
 		active.reset()
 		free.reset()
-		for _, it := range items {
+		for _, it := range sorted {
 			for active.len() > 0 && active.top().death < it.birth {
 				free.push(active.pop().slot)
 			}
@@ -120,6 +126,57 @@ func AssignLogicalSlots(g *ir.Graph, l *Liveness, arenas ArenaConfig) *SlotAssig
 	return a
 }
 
+type slotItem struct {
+	birth, death int32
+	size         uint64
+	root         int32
+}
+
+// sortForSlots returns items in the spec's order — birth ascending, size
+// descending, id ascending — into dst. Births are positions, so a counting
+// sort by birth does the bulk of the work; items arrive in root (= id)
+// order, and a stable sort by size within each birth keeps ids ascending.
+// count must have room for every birth + 1 and is left zeroed.
+func sortForSlots(items, dst []slotItem, count []int32) []slotItem {
+	dst = slices.Grow(dst[:0], len(items))[:len(items)]
+	for _, it := range items {
+		count[it.birth+1]++
+	}
+	for i := 1; i < len(count); i++ {
+		count[i] += count[i-1]
+	}
+	for _, it := range items {
+		dst[count[it.birth]] = it
+		count[it.birth]++
+	}
+	clear(count)
+	// Roots are unique, so (size descending, root ascending) is a total
+	// order and an unstable sort gives the stable result.
+	bySize := func(x, y slotItem) int {
+		if c := cmp.Compare(y.size, x.size); c != 0 {
+			return c
+		}
+		return cmp.Compare(x.root, y.root)
+	}
+	for lo := 0; lo < len(dst); {
+		hi := lo + 1
+		for hi < len(dst) && dst[hi].birth == dst[lo].birth {
+			hi++
+		}
+		if group := dst[lo:hi]; len(group) <= 12 {
+			for i := 1; i < len(group); i++ { // stable insertion sort
+				for j := i; j > 0 && group[j].size > group[j-1].size; j-- {
+					group[j], group[j-1] = group[j-1], group[j]
+				}
+			}
+		} else {
+			slices.SortFunc(group, bySize)
+		}
+		lo = hi
+	}
+	return dst
+}
+
 // notAliasRoots returns, per storage root, the roots in the same arena it
 // must not share bytes with (arenas are separate address spaces); nil when
 // the graph has no must_not_alias constraint.
@@ -131,7 +188,7 @@ func notAliasRoots(g *ir.Graph) map[int32][]int32 {
 	for t, ps := range g.NotAlias {
 		r := g.Root[t]
 		for _, p := range ps {
-			if g.Tensors[r].Role.Arena() == g.Tensors[p].Role.Arena() {
+			if g.Arena[r] == g.Arena[p] {
 				m[r] = append(m[r], g.Root[p])
 			}
 		}

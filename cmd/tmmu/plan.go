@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/tmmu/tmmu/failure"
@@ -154,26 +153,26 @@ func printPlan(w io.Writer, p *planner.Plan, listTensors bool) {
 	}
 	fmt.Fprintf(w, "plan %s  mode=%s  strategy=%s  tensors=%d  positions=%d\n", name, p.Mode, p.Strategy, len(p.Tensors), p.Positions)
 	fmt.Fprintf(w, "plan_hash %s\nir_hash   %s\n\n", p.PlanHash, p.IRHash)
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "arena\trole\ttensors\tslots\tmax live\tpeak\tlower bound\tover LB\treserved\t")
+	at := &table{align: "llrrrrrrr"}
+	at.add("ARENA", "ROLE", "TENSORS", "SLOTS", "MAX LIVE", "PEAK", "LOWER BOUND", "OVER LB", "RESERVED")
 	for _, a := range p.Arenas {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t\n", a.Name, a.Role, a.Tensors, a.LogicalSlots, a.MaxLive,
-			planner.FormatBytes(a.PeakBytes), planner.FormatBytes(a.LowerBoundBytes), overLB(a.PeakBytes, a.LowerBoundBytes), planner.FormatBytes(a.ReservedBytes))
+		at.add(a.Name, a.Role, a.Tensors, a.LogicalSlots, a.MaxLive, planner.FormatBytes(a.PeakBytes),
+			planner.FormatBytes(a.LowerBoundBytes), overLB(a.PeakBytes, a.LowerBoundBytes), planner.FormatBytes(a.ReservedBytes))
 	}
 	m := p.Metrics
-	fmt.Fprintf(tw, "total\t\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t\n", m.Tensors, m.PeakLogicalSlots, m.MaxLive,
-		planner.FormatBytes(m.PeakBytes), planner.FormatBytes(m.LowerBoundBytes), overLB(m.PeakBytes, m.LowerBoundBytes), planner.FormatBytes(m.ReservedBytes))
-	tw.Flush()
+	at.add("total", "", m.Tensors, m.PeakLogicalSlots, m.MaxLive, planner.FormatBytes(m.PeakBytes),
+		planner.FormatBytes(m.LowerBoundBytes), overLB(m.PeakBytes, m.LowerBoundBytes), planner.FormatBytes(m.ReservedBytes))
+	at.write(w)
 	fmt.Fprintf(w, "\nreuse %.1f%%  fragmentation %.1f%%  activation retention %.1f%%  planned in %s\n",
 		100*m.MemoryReuseRatio, 100*m.InternalFragmentationRatio, 100*m.ActivationRetentionRatio, time.Duration(m.AllocationTimeNs))
 	if !listTensors {
 		return
 	}
 	fmt.Fprintln(w)
-	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "TENSOR\tARENA\tSLOT\tOFFSET\tSIZE\tLIFETIME\tSTORAGE")
+	tt := &table{align: "llrrrll"}
+	tt.add("TENSOR", "ARENA", "SLOT", "OFFSET", "SIZE", "LIFETIME", "STORAGE")
 	for _, t := range p.Tensors {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t[%d,%d]\t%s\n", t.ID, t.Arena, t.LogicalSlot, t.Offset, planner.FormatBytes(t.Size), t.Lifetime[0], t.Lifetime[1], t.Storage)
+		tt.add(t.ID, t.Arena, t.LogicalSlot, t.Offset, planner.FormatBytes(t.Size), fmt.Sprintf("[%d,%d]", t.Lifetime[0], t.Lifetime[1]), t.Storage)
 	}
-	tw.Flush()
+	tt.write(w)
 }

@@ -1,5 +1,5 @@
 // Package canon writes the few CBOR items tmmu hashes on hot paths (arrays,
-// unsigned integers, text and byte strings) directly into a hash, in the
+// maps, integers, booleans, text and byte strings) directly into a hash, in the
 // core deterministic encoding of RFC 8949 §4.2.1: shortest-form heads,
 // definite lengths. Its output is checked byte-for-byte against
 // fxamacker/cbor's CoreDetEncOptions in the tests, so a hash computed here
@@ -14,50 +14,92 @@ import (
 
 // CBOR major types.
 const (
-	majorUint  = 0 << 5
-	majorNeg   = 1 << 5
-	majorBytes = 2 << 5
-	majorText  = 3 << 5
-	majorArray = 4 << 5
+	majorUint   = 0 << 5
+	majorNeg    = 1 << 5
+	majorBytes  = 2 << 5
+	majorText   = 3 << 5
+	majorArray  = 4 << 5
+	majorMap    = 5 << 5
+	simpleFalse = 0xf4
+	simpleTrue  = 0xf5
 )
 
-// Writer accumulates CBOR into a buffer that it flushes into a hash.
+// bufSize is the buffer flushed into the hash: large enough to amortise
+// hash calls, small enough to live inside the Writer.
+const bufSize = 4 << 10
+
+// Writer encodes CBOR items into a buffer that it flushes into a hash.
 type Writer struct {
 	h   hash.Hash
-	buf []byte
+	n   int
+	buf [bufSize]byte
 }
 
 // NewSHA256 returns a Writer that hashes with SHA-256.
-func NewSHA256() *Writer {
-	return &Writer{h: sha256.New(), buf: make([]byte, 0, 64<<10)}
-}
+func NewSHA256() *Writer { return &Writer{h: sha256.New()} }
 
-func (w *Writer) head(major byte, n uint64) {
-	switch {
-	case n < 24:
-		w.buf = append(w.buf, major|byte(n))
-	case n <= 0xff:
-		w.buf = append(w.buf, major|24, byte(n))
-	case n <= 0xffff:
-		w.buf = append(w.buf, major|25, byte(n>>8), byte(n))
-	case n <= 0xffffffff:
-		w.buf = append(w.buf, major|26, byte(n>>24), byte(n>>16), byte(n>>8), byte(n))
-	default:
-		w.buf = append(w.buf, major|27, byte(n>>56), byte(n>>48), byte(n>>40), byte(n>>32),
-			byte(n>>24), byte(n>>16), byte(n>>8), byte(n))
-	}
-	if len(w.buf) >= 60<<10 {
+func (w *Writer) head(major byte, v uint64) {
+	if w.n > bufSize-9 {
 		w.flush()
+	}
+	b := w.buf[w.n:]
+	switch {
+	case v < 24:
+		b[0] = major | byte(v)
+		w.n++
+	case v <= 0xff:
+		b[0], b[1] = major|24, byte(v)
+		w.n += 2
+	case v <= 0xffff:
+		b[0], b[1], b[2] = major|25, byte(v>>8), byte(v)
+		w.n += 3
+	case v <= 0xffffffff:
+		b[0], b[1], b[2], b[3], b[4] = major|26, byte(v>>24), byte(v>>16), byte(v>>8), byte(v)
+		w.n += 5
+	default:
+		b[0] = major | 27
+		for i := 1; i <= 8; i++ {
+			b[i] = byte(v >> (64 - 8*i))
+		}
+		w.n += 9
 	}
 }
 
 func (w *Writer) flush() {
-	w.h.Write(w.buf)
-	w.buf = w.buf[:0]
+	w.h.Write(w.buf[:w.n])
+	w.n = 0
+}
+
+// raw appends payload bytes, flushing as needed.
+func (w *Writer) raw(p string) {
+	for len(p) > 0 {
+		if w.n == bufSize {
+			w.flush()
+		}
+		k := copy(w.buf[w.n:], p)
+		w.n += k
+		p = p[k:]
+	}
 }
 
 // Array writes the head of an array of n items; the items follow.
 func (w *Writer) Array(n int) { w.head(majorArray, uint64(n)) }
+
+// Map writes the head of a map of n pairs; keys and values follow, keys in
+// canonical order (shorter first, then bytewise), which the caller ensures.
+func (w *Writer) Map(n int) { w.head(majorMap, uint64(n)) }
+
+// Bool writes true or false.
+func (w *Writer) Bool(v bool) {
+	if w.n == bufSize {
+		w.flush()
+	}
+	w.buf[w.n] = simpleFalse
+	if v {
+		w.buf[w.n] = simpleTrue
+	}
+	w.n++
+}
 
 // Uint writes an unsigned integer.
 func (w *Writer) Uint(v uint64) { w.head(majorUint, v) }
@@ -74,13 +116,13 @@ func (w *Writer) Int(v int64) {
 // Text writes a UTF-8 text string.
 func (w *Writer) Text(s string) {
 	w.head(majorText, uint64(len(s)))
-	w.buf = append(w.buf, s...)
+	w.raw(s)
 }
 
 // Bytes writes a byte string.
 func (w *Writer) Bytes(b []byte) {
 	w.head(majorBytes, uint64(len(b)))
-	w.buf = append(w.buf, b...)
+	w.raw(string(b))
 }
 
 // Sum flushes and returns the digest.

@@ -25,7 +25,7 @@ func TestMatchesFxamacker(t *testing.T) {
 	ints := []int64{-1, -24, -25, -256, -257, -65537, -1 << 63, 5}
 	var want []any
 	w := NewSHA256()
-	w.Array(len(uints) + len(ints) + len(texts) + 2)
+	w.Array(len(uints) + len(ints) + len(texts) + 3)
 	for _, u := range uints {
 		want = append(want, u)
 		w.Uint(u)
@@ -50,6 +50,12 @@ func TestMatchesFxamacker(t *testing.T) {
 		w.Uint(uint64(i) * 977)
 	}
 	want = append(want, inner)
+	want = append(want, map[string]any{"a": true, "bb": false})
+	w.Map(2)
+	w.Text("a")
+	w.Bool(true)
+	w.Text("bb")
+	w.Bool(false)
 	b, err := em.Marshal(want)
 	if err != nil {
 		t.Fatal(err)
