@@ -43,6 +43,10 @@ type Graph struct {
 	// StorageAlign[r] is the largest alignment hint among root r's members
 	// (0 = none); 0 for tensors that are not roots.
 	StorageAlign []uint64
+	// CanonOrder lists tensor indices in canonical CBOR order of their ids
+	// (shorter first, then bytewise), the key order of maps keyed by tensor
+	// id in hashed structures.
+	CanonOrder []int32
 	// NotAlias[t] lists the tensors that must never share a byte with t
 	// (must_not_alias, made symmetric, sorted); nil for most tensors.
 	NotAlias [][]int32
@@ -146,7 +150,32 @@ func (g *Graph) indexTensors() error {
 		g.Bytes[i] = n
 		g.Arena[i] = uint8(ArenaIndex(t.Role.Arena()))
 	}
+	g.CanonOrder = canonOrder(g.Tensors)
 	return nil
+}
+
+// canonOrder returns the indices of tensors (sorted by id) in canonical
+// CBOR key order: a stable counting sort by id length keeps ids of equal
+// length in bytewise order.
+func canonOrder(tensors []Tensor) []int32 {
+	longest := 0
+	for i := range tensors {
+		longest = max(longest, len(tensors[i].ID))
+	}
+	start := make([]int32, longest+2)
+	for i := range tensors {
+		start[len(tensors[i].ID)+1]++
+	}
+	for l := 1; l < len(start); l++ {
+		start[l] += start[l-1]
+	}
+	order := make([]int32, len(tensors))
+	for i := range tensors {
+		l := len(tensors[i].ID)
+		order[start[l]] = int32(i)
+		start[l]++
+	}
+	return order
 }
 
 func checkTensor(t *Tensor) error {

@@ -158,3 +158,19 @@ func TestCanonicalHashMatchesLibraryOnModels(t *testing.T) {
 		}
 	}
 }
+
+func TestCanonOrder(t *testing.T) {
+	g := mustCompile(t, `{"tensors":[
+		{"id":"bb","shape":[1],"dtype":"fp32","role":"input"},
+		{"id":"a","shape":[1],"dtype":"fp32","role":"input"},
+		{"id":"ccc","shape":[1],"dtype":"fp32","role":"input"},
+		{"id":"ab","shape":[1],"dtype":"fp32","role":"input"},
+		{"id":"b","shape":[1],"dtype":"fp32","role":"input"}],"nodes":[]}`)
+	var got []string
+	for _, i := range g.CanonOrder {
+		got = append(got, g.Tensors[i].ID)
+	}
+	if want := []string{"a", "b", "ab", "bb", "ccc"}; !slices.Equal(got, want) {
+		t.Fatalf("canonical order %v, want %v", got, want)
+	}
+}

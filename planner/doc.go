@@ -67,8 +67,11 @@
 //
 // tmmu_plan_hash = SHA-256(CBOR(["tmmu_plan_v1", [ir_hash, mode,
 // arena_config_hash, execution_order_hash, rank, world_size,
-// shard_spec_hash, slot_assignment_table, logical_address_table]])), with
-// the replay token inside the slot assignment table (see Plan.ComputeHash).
+// shard_spec_hash, slot_assignment_table, logical_address_table]])), where
+// the tables are the spec operators' outputs as canonical CBOR maps,
+// tensor_id → [arena, slot] (beside the replay token) and [arena, slot] →
+// offset (see Plan.ComputeHash). The encoding is streamed into SHA-256 and
+// checked against fxamacker/cbor in the tests.
 // An unsharded plan has rank 0, world size 1 and NoShardSpecHash.
 //
 // # Verification

@@ -1,8 +1,11 @@
 package planner
 
 import (
+	"cmp"
 	"fmt"
 	"math/bits"
+	"slices"
+	"strings"
 
 	"github.com/tmmu/tmmu/failure"
 	"github.com/tmmu/tmmu/internal/canon"
@@ -196,12 +199,13 @@ func PlanMemory(g *ir.Graph, opts Options) (*Plan, error) {
 		p.Tensors[i] = tp
 	}
 	// Arena metrics.
+	sw := newSweeper(live.Positions())
 	for ai := range asg.Arenas {
 		as := &asg.Arenas[ai]
 		if tensorsIn[ai] == 0 {
 			continue
 		}
-		maxLive, lb, err := sweep(live, g, as.Storages, as.Name)
+		maxLive, lb, err := sw.sweep(live, g, as.Storages, as.Name)
 		if err != nil {
 			return nil, err
 		}
@@ -225,7 +229,19 @@ func PlanMemory(g *ir.Graph, opts Options) (*Plan, error) {
 	if err := p.summarize(live.Retained); err != nil {
 		return nil, err
 	}
-	p.PlanHash = p.ComputeHash()
+	// Plan indices in canonical key order: live.Tensors is ascending, so
+	// a tensor's plan index is its rank among the tensors in scope.
+	planIdx := make([]int32, len(g.Tensors))
+	for i, t := range live.Tensors {
+		planIdx[t] = int32(i)
+	}
+	order := make([]int32, 0, len(live.Tensors))
+	for _, t := range g.CanonOrder {
+		if live.Birth[t] >= 0 {
+			order = append(order, planIdx[t])
+		}
+	}
+	p.PlanHash = p.hash(order)
 	return p, nil
 }
 
@@ -258,37 +274,45 @@ func (p *Plan) summarize(retained int) error {
 	return nil
 }
 
-// sweep returns the most storages and the most storage bytes live at one
-// position among roots.
-func sweep(l *Liveness, g *ir.Graph, roots []int32, arena string) (maxLive int, lowerBound uint64, err error) {
+// sweeper finds, per arena, the most storages and the most storage bytes
+// live at one position, with difference arrays it reuses across arenas.
+type sweeper struct {
+	count    []int32
+	add, sub []uint64
+}
+
+func newSweeper(positions int) *sweeper {
+	return &sweeper{make([]int32, positions+1), make([]uint64, positions+1), make([]uint64, positions+1)}
+}
+
+func (s *sweeper) sweep(l *Liveness, g *ir.Graph, roots []int32, arena string) (maxLive int, lowerBound uint64, err error) {
+	clear(s.count)
+	clear(s.add)
+	clear(s.sub)
 	overflowed := func() error {
 		return failure.New(failure.AllocationOverflow, OpPlan,
 			fmt.Sprintf("arena %s: bytes live at one position overflow uint64", arena), "arena", arena)
 	}
-	n := l.Positions()
-	count := make([]int, n+1)
-	add := make([]uint64, n+1)
-	sub := make([]uint64, n+1)
 	for _, r := range roots {
 		b, d, size := l.StorageBirth[r], l.StorageDeath[r], g.StorageBytes[r]
-		count[b]++
-		count[d+1]--
+		s.count[b]++
+		s.count[d+1]--
 		var c1, c2 uint64
-		add[b], c1 = bits.Add64(add[b], size, 0)
-		sub[d+1], c2 = bits.Add64(sub[d+1], size, 0)
+		s.add[b], c1 = bits.Add64(s.add[b], size, 0)
+		s.sub[d+1], c2 = bits.Add64(s.sub[d+1], size, 0)
 		if c1|c2 != 0 {
 			return 0, 0, overflowed()
 		}
 	}
-	live, bytes := 0, uint64(0)
-	for p := 0; p < n; p++ {
-		live += count[p]
+	live, bytes := int32(0), uint64(0)
+	for p := range len(s.count) - 1 {
+		live += s.count[p]
 		var carry uint64
-		bytes, carry = bits.Add64(bytes-sub[p], add[p], 0) // sub[p] was added at earlier births
+		bytes, carry = bits.Add64(bytes-s.sub[p], s.add[p], 0) // sub[p] was added at earlier births
 		if carry != 0 {
 			return 0, 0, overflowed()
 		}
-		maxLive = max(maxLive, live)
+		maxLive = max(maxLive, int(live))
 		lowerBound = max(lowerBound, bytes)
 	}
 	return maxLive, lowerBound, nil
@@ -300,11 +324,27 @@ func sweep(l *Liveness, g *ir.Graph, roots []int32, arena string) (maxLive int, 
 //	    execution_order_hash, rank, world_size, shard_spec_hash,
 //	    slot_assignment_table, logical_address_table]]))
 //
-// where slot_assignment_table = [replay_token, [[tensor_id, arena,
-// logical_slot], ...]] and logical_address_table = [[tensor_id, arena,
-// offset, size], ...], both in tensor id order. Hashes are 32-byte byte
-// strings.
+// The tables are the outputs of the spec's operators, as canonical CBOR
+// maps (keys in core deterministic order):
+//
+//	slot_assignment_table = [replay_token, {tensor_id: [arena, logical_slot], ...}]
+//	logical_address_table = {[arena, logical_slot]: offset, ...}
+//
+// the first being AssignLogicalSlots' logical_slot_assignment with the
+// replay token beside it (spec II.K), the second MapToVirtualAddresses'
+// logical map. Together with the IR (sizes and view offsets) they fix every
+// tensor's address. Hashes are 32-byte byte strings.
 func (p *Plan) ComputeHash() ir.Hash {
+	order := make([]int32, len(p.Tensors))
+	for i := range order {
+		order[i] = int32(i)
+	}
+	slices.SortFunc(order, func(a, b int32) int { return canonicalCompare(p.Tensors[a].ID, p.Tensors[b].ID) })
+	return p.hash(order)
+}
+
+// hash is ComputeHash with the tensors' canonical key order given.
+func (p *Plan) hash(order []int32) ir.Hash {
 	w := canon.NewSHA256()
 	w.Array(2)
 	w.Text(Format)
@@ -318,25 +358,49 @@ func (p *Plan) ComputeHash() ir.Hash {
 	w.Bytes(p.ShardSpecHash[:])
 	w.Array(2)
 	w.Bytes(p.ReplayToken[:])
-	w.Array(len(p.Tensors))
-	for i := range p.Tensors {
+	w.Map(len(order))
+	for _, i := range order {
 		t := &p.Tensors[i]
-		w.Array(3)
 		w.Text(t.ID)
+		w.Array(2)
 		w.Text(t.Arena)
 		w.Int(int64(t.LogicalSlot))
 	}
-	w.Array(len(p.Tensors))
-	for i := range p.Tensors {
-		t := &p.Tensors[i]
-		w.Array(4)
-		w.Text(t.ID)
-		w.Text(t.Arena)
-		w.Uint(t.Offset)
-		w.Uint(t.Size)
+	slots := 0
+	for i := range p.Arenas {
+		slots += len(p.Arenas[i].Slots)
+	}
+	w.Map(slots)
+	for _, name := range arenasCanonical {
+		for i := range p.Arenas {
+			if a := &p.Arenas[i]; a.Name == name {
+				for _, s := range a.Slots {
+					w.Array(2)
+					w.Text(name)
+					w.Int(int64(s.Slot))
+					w.Uint(s.Offset)
+				}
+			}
+		}
 	}
 	return w.Sum()
 }
+
+// canonicalCompare orders text keys as canonical CBOR does: shorter first,
+// then bytewise.
+func canonicalCompare(a, b string) int {
+	if c := cmp.Compare(len(a), len(b)); c != 0 {
+		return c
+	}
+	return strings.Compare(a, b)
+}
+
+// arenasCanonical lists the arena names in canonical CBOR key order.
+var arenasCanonical = func() []string {
+	s := slices.Clone(ir.Arenas)
+	slices.SortFunc(s, canonicalCompare)
+	return s
+}()
 
 // offsetAlignment returns the largest power of two dividing off (1<<63 for
 // 0).

@@ -81,6 +81,7 @@ func AssignLogicalSlots(g *ir.Graph, l *Liveness, arenas ArenaConfig) *SlotAssig
 	items := make([]slotItem, 0, most)
 	sorted := make([]slotItem, most)
 	count := make([]int32, l.Positions()+1)
+	last := int32(l.Positions() - 1)
 	var active activeHeap
 	var free slotHeap
 	for ai := range a.Arenas {
@@ -120,7 +121,9 @@ func AssignLogicalSlots(g *ir.Graph, l *Liveness, arenas ArenaConfig) *SlotAssig
 			a.Slot[it.root] = slot
 			as.SlotSize[slot] = max(as.SlotSize[slot], it.size)
 			as.SlotAlign[slot] = max(as.SlotAlign[slot], g.StorageAlign[it.root])
-			active.push(activeSlot{it.death, slot})
+			if it.death < last { // a storage live to the end never frees its slot
+				active.push(activeSlot{it.death, slot})
+			}
 		}
 	}
 	return a

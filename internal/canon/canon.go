@@ -83,7 +83,14 @@ func (w *Writer) raw(p string) {
 }
 
 // Array writes the head of an array of n items; the items follow.
-func (w *Writer) Array(n int) { w.head(majorArray, uint64(n)) }
+func (w *Writer) Array(n int) {
+	if n < 24 && w.n < bufSize {
+		w.buf[w.n] = majorArray | byte(n)
+		w.n++
+		return
+	}
+	w.head(majorArray, uint64(n))
+}
 
 // Map writes the head of a map of n pairs; keys and values follow, keys in
 // canonical order (shorter first, then bytewise), which the caller ensures.
@@ -102,10 +109,22 @@ func (w *Writer) Bool(v bool) {
 }
 
 // Uint writes an unsigned integer.
-func (w *Writer) Uint(v uint64) { w.head(majorUint, v) }
+func (w *Writer) Uint(v uint64) {
+	if v < 24 && w.n < bufSize {
+		w.buf[w.n] = byte(v)
+		w.n++
+		return
+	}
+	w.head(majorUint, v)
+}
 
 // Int writes a signed integer (major type 1 for negatives).
 func (w *Writer) Int(v int64) {
+	if v >= 0 && v < 24 && w.n < bufSize {
+		w.buf[w.n] = byte(v)
+		w.n++
+		return
+	}
 	if v < 0 {
 		w.head(majorNeg, uint64(-1-v))
 		return
@@ -115,6 +134,18 @@ func (w *Writer) Int(v int64) {
 
 // Text writes a UTF-8 text string.
 func (w *Writer) Text(s string) {
+	// Fast path: a string under 256 bytes that fits the buffer.
+	if n := len(s); n < 256 && w.n+2+n <= bufSize {
+		b := w.buf[w.n:]
+		if n < 24 {
+			b[0] = majorText | byte(n)
+			w.n += 1 + copy(b[1:], s)
+		} else {
+			b[0], b[1] = majorText|24, byte(n)
+			w.n += 2 + copy(b[2:], s)
+		}
+		return
+	}
 	w.head(majorText, uint64(len(s)))
 	w.raw(s)
 }
