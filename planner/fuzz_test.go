@@ -1,6 +1,7 @@
 package planner
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"testing"
@@ -39,5 +40,43 @@ func FuzzPlan(f *testing.F) {
 				t.Fatalf("mode %s: plan does not verify: %v", mode, err)
 			}
 		}
+	})
+}
+
+// FuzzVerifyPlan: the verifier rejects or accepts any plan file, however
+// malformed, without panicking; only the planner's own plan is accepted
+// unchanged.
+func FuzzVerifyPlan(f *testing.F) {
+	data, err := os.ReadFile("testdata/cases/views.json")
+	if err != nil {
+		f.Fatal(err)
+	}
+	m, err := ir.Decode(data)
+	if err != nil {
+		f.Fatal(err)
+	}
+	g, err := ir.Compile(m)
+	if err != nil {
+		f.Fatal(err)
+	}
+	p, err := PlanMemory(g, DefaultOptions(g))
+	if err != nil {
+		f.Fatal(err)
+	}
+	js, _ := json.Marshal(p)
+	cb, _ := p.EncodeCBOR()
+	f.Add(js)
+	f.Add(cb)
+	for _, file := range []string{"../cmd/tmmu/testdata/bad/collision.plan.json", "../cmd/tmmu/testdata/bad/hash-mismatch.plan.json"} {
+		if b, err := os.ReadFile(file); err == nil {
+			f.Add(b)
+		}
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		q, err := DecodePlan(data)
+		if err != nil {
+			return
+		}
+		_ = Verify(g, q)
 	})
 }
