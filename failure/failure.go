@@ -43,6 +43,7 @@ const (
 	InvalidExecutionOrder Code = "INVALID_EXECUTION_ORDER" // execution_order is not a permutation of the nodes
 	InvalidOptions        Code = "INVALID_OPTIONS"         // mode, strategy, replay token or arena config is invalid
 	PlanMismatch          Code = "PLAN_MISMATCH"           // a plan does not match its IR, options or hashes (verifier)
+	IOError               Code = "IO_ERROR"                // a file or stream cannot be read or written
 )
 
 // Codes lists every code in a fixed order.
@@ -50,7 +51,7 @@ var Codes = []Code{
 	InvalidIRShapes, LivenessCycle, AddressCollision, AllocationOverflow,
 	ArenaTooSmall, AlignmentViolation, InvalidEncoding, InvalidIRGraph,
 	ReadBeforeWrite, InvalidAlias, InvalidExecutionOrder, InvalidOptions,
-	PlanMismatch,
+	PlanMismatch, IOError,
 }
 
 // Error implements error so that a Code can be the target of errors.Is.

@@ -91,6 +91,15 @@ func Decode(data []byte) (*Model, error) {
 	return DecodeCBOR(data)
 }
 
+// Load decodes data (JSON or CBOR, see Decode) and compiles it.
+func Load(data []byte) (*Graph, error) {
+	m, err := Decode(data)
+	if err != nil {
+		return nil, err
+	}
+	return Compile(m)
+}
+
 // IsJSON reports whether data looks like a JSON object.
 func IsJSON(data []byte) bool {
 	t := bytes.TrimLeft(data, " \t\r\n")

@@ -15,11 +15,7 @@ import (
 
 func mustCompile(t *testing.T, src string) *ir.Graph {
 	t.Helper()
-	m, err := ir.Decode([]byte(src))
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := ir.Compile(m)
+	g, err := ir.Load([]byte(src))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,8 +92,7 @@ func TestViewExtent(t *testing.T) {
 	// (3*6 + 1*1 + 1) * 4 = 80 bytes touched; 76 is too short.
 	short := `{"tensors":[` + base + `,{"id":"v","shape":[4,2],"dtype":"fp32","role":"input",
 		"view_descriptor":{"base_tensor":"b","byte_offset":8,"byte_length":76,"strides":[6,1]}}],"nodes":[]}`
-	m, _ := ir.Decode([]byte(short))
-	if _, err := ir.Compile(m); !errors.Is(err, failure.InvalidIRShapes) {
+	if _, err := ir.Load([]byte(short)); !errors.Is(err, failure.InvalidIRShapes) {
 		t.Fatalf("short view: %v", err)
 	}
 }

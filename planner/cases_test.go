@@ -113,11 +113,7 @@ func loadCase(t *testing.T, name string) *ir.Graph {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := ir.Decode(data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := ir.Compile(m)
+	g, err := ir.Load(data)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,11 +21,7 @@ func FuzzPlan(f *testing.F) {
 		f.Add(b)
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		m, err := ir.Decode(data)
-		if err != nil {
-			return
-		}
-		g, err := ir.Compile(m)
+		g, err := ir.Load(data)
 		if err != nil {
 			return
 		}
@@ -51,11 +47,7 @@ func FuzzVerifyPlan(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	m, err := ir.Decode(data)
-	if err != nil {
-		f.Fatal(err)
-	}
-	g, err := ir.Compile(m)
+	g, err := ir.Load(data)
 	if err != nil {
 		f.Fatal(err)
 	}

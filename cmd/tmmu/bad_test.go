@@ -66,6 +66,8 @@ func TestBadInputs(t *testing.T) {
 		{[]string{"verify", bad("chain.json"), bad("collision.plan.json")}, failure.AddressCollision, `"b"`},
 		{[]string{"verify", bad("chain.json"), bad("hash-mismatch.plan.json")}, failure.PlanMismatch, "plan_hash"},
 		{[]string{"verify", bad("cycle.json"), bad("collision.plan.json")}, failure.LivenessCycle, "cycle"},
+		{[]string{"plan", bad("no-such-file.json")}, failure.IOError, "no such file"},
+		{[]string{"plan", bad("chain.json"), "--arena-config", bad("no-such-arenas.json")}, failure.IOError, "no such file"},
 	}
 	reached := map[failure.Code]bool{}
 	for _, c := range cases {

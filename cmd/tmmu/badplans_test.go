@@ -24,11 +24,7 @@ func TestBadPlansUpToDate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := ir.Decode(data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := ir.Compile(m)
+	g, err := ir.Load(data)
 	if err != nil {
 		t.Fatal(err)
 	}

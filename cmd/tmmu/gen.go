@@ -148,7 +148,10 @@ func runGen(c *command, e *env, args []string) error {
 		return err
 	}
 	if *file != "" {
-		return os.WriteFile(*file, data, 0o644)
+		if err := os.WriteFile(*file, data, 0o644); err != nil {
+			return ioError(err, *file)
+		}
+		return nil
 	}
 	_, err = e.stdout.Write(data)
 	return err

@@ -161,12 +161,26 @@ func parse(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
+// opIO names the CLI as the operator of I/O failures.
+const opIO = "tmmu"
+
 // readInput reads a file, or standard input for "-".
 func readInput(e *env, name string) ([]byte, error) {
+	var data []byte
+	var err error
 	if name == "-" {
-		return io.ReadAll(e.stdin)
+		data, err = io.ReadAll(e.stdin)
+	} else {
+		data, err = os.ReadFile(name)
 	}
-	return os.ReadFile(name)
+	if err != nil {
+		return nil, ioError(err, name)
+	}
+	return data, nil
+}
+
+func ioError(err error, name string) error {
+	return failure.New(failure.IOError, opIO, err.Error(), "file", name).Wrap(err)
 }
 
 // outputFormat validates -o.

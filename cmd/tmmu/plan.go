@@ -55,7 +55,7 @@ func runPlan(c *command, e *env, args []string) error {
 		}
 	}
 	if *arenaFile != "" {
-		if opts.Arenas, err = loadArenaConfig(*arenaFile); err != nil {
+		if opts.Arenas, err = loadArenaConfig(e, *arenaFile); err != nil {
 			return err
 		}
 	}
@@ -99,15 +99,11 @@ func loadGraph(e *env, name string) (*ir.Graph, error) {
 	if err != nil {
 		return nil, err
 	}
-	m, err := ir.Decode(data)
-	if err != nil {
-		return nil, err
-	}
-	return ir.Compile(m)
+	return ir.Load(data)
 }
 
-func loadArenaConfig(name string) (planner.ArenaConfig, error) {
-	data, err := os.ReadFile(name)
+func loadArenaConfig(e *env, name string) (planner.ArenaConfig, error) {
+	data, err := readInput(e, name)
 	if err != nil {
 		return nil, err
 	}
@@ -124,13 +120,16 @@ func loadArenaConfig(name string) (planner.ArenaConfig, error) {
 func writeFile(name string, write func(io.Writer) error) error {
 	f, err := os.Create(name)
 	if err != nil {
-		return err
+		return ioError(err, name)
 	}
 	if err := write(f); err != nil {
 		f.Close()
-		return err
+		return ioError(err, name)
 	}
-	return f.Close()
+	if err := f.Close(); err != nil {
+		return ioError(err, name)
+	}
+	return nil
 }
 
 func writeJSON(w io.Writer, v any) error {
