@@ -79,12 +79,6 @@ func (g *Graph) NodeIndex(id string) (int32, bool) {
 	return i, ok
 }
 
-// Model returns the canonical model the graph was compiled from, with the
-// execution order that Compile used (given or derived).
-func (g *Graph) Model() *Model {
-	return &Model{Name: g.Name, Tensors: g.Tensors, Nodes: g.Nodes, ExecutionOrder: g.OrderIDs}
-}
-
 // Compile validates m and indexes it. It does not modify m. Problems are
 // reported as *failure.Error with a spec failure code; when a model has
 // several problems the first in this order is reported: tensors (ids, shapes,
