@@ -480,33 +480,48 @@ func (g *Graph) effDef(t int32) int32 {
 	return g.Def[t]
 }
 
-// checkCycles runs Kahn's algorithm over producer → consumer edges and
-// reports a cycle (LIVENESS_CYCLE) naming the nodes on it.
-func (g *Graph) checkCycles() error {
+// deps is the producer → consumer graph of the nodes in CSR form: node n's
+// consumers are succ[off[n]:off[n+1]]; indeg counts each node's producers
+// (with multiplicity, as the successor lists do).
+type deps struct {
+	off, succ, indeg []int32
+}
+
+func (g *Graph) dependencies() deps {
 	nn := int32(len(g.Nodes))
-	indeg := make([]int32, nn)
-	succOff := make([]int32, nn+1)
+	d := deps{off: make([]int32, nn+1), indeg: make([]int32, nn)}
 	for r := int32(0); r < nn; r++ {
 		for _, t := range g.Inputs(r) {
-			if d := g.effDef(t); d >= 0 && d != r {
-				indeg[r]++
-				succOff[d+1]++
+			if p := g.effDef(t); p >= 0 && p != r {
+				d.indeg[r]++
+				d.off[p+1]++
 			}
 		}
 	}
 	for i := int32(0); i < nn; i++ {
-		succOff[i+1] += succOff[i]
+		d.off[i+1] += d.off[i]
 	}
-	succ := make([]int32, succOff[nn])
-	fill := slices.Clone(succOff[:nn])
+	d.succ = make([]int32, d.off[nn])
+	fill := slices.Clone(d.off[:nn])
 	for r := int32(0); r < nn; r++ {
 		for _, t := range g.Inputs(r) {
-			if d := g.effDef(t); d >= 0 && d != r {
-				succ[fill[d]] = r
-				fill[d]++
+			if p := g.effDef(t); p >= 0 && p != r {
+				d.succ[fill[p]] = r
+				fill[p]++
 			}
 		}
 	}
+	return d
+}
+
+func (d deps) consumers(n int32) []int32 { return d.succ[d.off[n]:d.off[n+1]] }
+
+// checkCycles runs Kahn's algorithm over producer → consumer edges and
+// reports a cycle (LIVENESS_CYCLE) naming the nodes on it.
+func (g *Graph) checkCycles() error {
+	nn := int32(len(g.Nodes))
+	d := g.dependencies()
+	indeg := d.indeg
 	queue := make([]int32, 0, nn)
 	for i := int32(0); i < nn; i++ {
 		if indeg[i] == 0 {
@@ -514,7 +529,7 @@ func (g *Graph) checkCycles() error {
 		}
 	}
 	for k := 0; k < len(queue); k++ {
-		for _, s := range succ[succOff[queue[k]]:succOff[queue[k]+1]] {
+		for _, s := range d.consumers(queue[k]) {
 			if indeg[s]--; indeg[s] == 0 {
 				queue = append(queue, s)
 			}
@@ -628,16 +643,8 @@ func phaseRank(p Phase) int32 {
 
 func (g *Graph) deriveOrder() []int32 {
 	nn := int32(len(g.Nodes))
-	indeg := make([]int32, nn)
-	succ := make([][]int32, nn)
-	for r := int32(0); r < nn; r++ {
-		for _, t := range g.Inputs(r) {
-			if d := g.effDef(t); d >= 0 && d != r {
-				indeg[r]++
-				succ[d] = append(succ[d], r)
-			}
-		}
-	}
+	d := g.dependencies()
+	indeg := d.indeg
 	key := func(n int32) int64 { return int64(phaseRank(g.Nodes[n].Phase))<<32 | int64(n) }
 	h := &minHeap{key: key}
 	for i := int32(0); i < nn; i++ {
@@ -649,7 +656,7 @@ func (g *Graph) deriveOrder() []int32 {
 	for h.len() > 0 {
 		n := h.pop()
 		order = append(order, n)
-		for _, s := range succ[n] {
+		for _, s := range d.consumers(n) {
 			if indeg[s]--; indeg[s] == 0 {
 				h.push(s)
 			}

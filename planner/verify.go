@@ -58,6 +58,7 @@ type verifier struct {
 	stOffset map[string]uint64   // storage owner → offset (from the plan)
 	placed   map[string]*TensorPlacement
 	stPlaced map[string]*TensorPlacement // storage owner → its first placed member
+	rects    map[string][]rect           // arena → its storages as rectangles
 }
 
 func mismatch(format string, args ...any) error {
@@ -326,7 +327,12 @@ type rect struct {
 	birth, die int32  // positions [birth, die]
 }
 
+// arenaRects groups the storages by arena, as (bytes × positions)
+// rectangles sorted by storage id; computed once.
 func (v *verifier) arenaRects() map[string][]rect {
+	if v.rects != nil {
+		return v.rects
+	}
 	out := map[string][]rect{}
 	for st, life := range v.stLife {
 		arena := v.byID[st].Role.Arena()
@@ -336,6 +342,7 @@ func (v *verifier) arenaRects() map[string][]rect {
 	for _, rs := range out {
 		slices.SortFunc(rs, func(a, b rect) int { return cmp.Compare(a.id, b.id) })
 	}
+	v.rects = out
 	return out
 }
 
