@@ -95,6 +95,16 @@ var handCases = []handCase{
 		// c may not reuse a's slot 0, so it opens slot 2.
 		tensors: []string{"a activations 0 0 0 1", "b activations 1 1024 1 2", "c activations 2 2048 2 2", "x activations 1 1024 0 0"},
 		arena:   []string{"activations 3 3072 2 2048"}},
+	{file: "must-not-alias-by-mode", mode: Inference,
+		// d (backward) is not planned in inference, so its must_not_alias
+		// binds nothing: c reuses a's slot as in the plain chain.
+		tensors: []string{"a activations 0 0 0 1", "b activations 1 1024 1 2", "c activations 0 0 2 2", "x activations 1 1024 0 0"},
+		arena:   []string{"activations 2 2048 2 2048"}},
+	{file: "must-not-alias-by-mode", mode: TrainFull,
+		// d shares c's storage and must not alias a: the storage skips
+		// a's free slot 0 and opens slot 2.
+		tensors: []string{"a activations 0 0 0 1", "b activations 1 1024 1 2", "c activations 2 2048 2 3", "d activations 2 2048 3 3", "x activations 1 1024 0 0"},
+		arena:   []string{"activations 3 3072 2 2048"}},
 	{file: "dead-output", mode: Inference,
 		// z is never read: it dies where it is born and its slot is
 		// reused at once.

@@ -32,8 +32,9 @@ type SlotAssignment struct {
 // ascending, size descending, id ascending, each storage takes the lowest
 // slot whose tenants have all died before its birth. Interval graphs are
 // perfect, so the slot count equals the most storages live at one position
-// (the arena's max_live); a must_not_alias constraint can raise it, since a
-// storage skips slots that hold one of its must_not_alias partners.
+// (the arena's max_live); a must_not_alias constraint between two tensors
+// in scope can raise it, since a storage skips slots that hold one of its
+// must_not_alias partners.
 // arenas must be resolved.
 func AssignLogicalSlots(g *ir.Graph, l *Liveness, arenas ArenaConfig) *SlotAssignment {
 	nt := len(g.Tensors)
@@ -77,7 +78,7 @@ func AssignLogicalSlots(g *ir.Graph, l *Liveness, arenas ArenaConfig) *SlotAssig
 			as.Storages = append(as.Storages, int32(r))
 		}
 	}
-	forbid := notAliasRoots(g)
+	forbid := notAliasRoots(g, l)
 	items := make([]slotItem, 0, most)
 	sorted := make([]slotItem, most)
 	count := make([]int32, l.Positions()+1)
@@ -180,21 +181,29 @@ func sortForSlots(items, dst []slotItem, count []int32) []slotItem {
 	return dst
 }
 
-// notAliasRoots returns, per storage root, the roots in the same arena it
-// must not share bytes with (arenas are separate address spaces); nil when
-// the graph has no must_not_alias constraint.
-func notAliasRoots(g *ir.Graph) map[int32][]int32 {
+// notAliasRoots returns, per storage root, the roots it must not share
+// bytes with: must_not_alias pairs whose two tensors are both in scope (a
+// constraint on a tensor this mode does not place binds nothing here) and
+// in the same arena (arenas are separate address spaces). nil when there is
+// none.
+func notAliasRoots(g *ir.Graph, l *Liveness) map[int32][]int32 {
 	if g.NotAlias == nil {
 		return nil
 	}
 	m := map[int32][]int32{}
 	for t, ps := range g.NotAlias {
+		if l.Birth[t] < 0 {
+			continue
+		}
 		r := g.Root[t]
 		for _, p := range ps {
-			if g.Arena[r] == g.Arena[p] {
+			if l.Birth[p] >= 0 && g.Arena[r] == g.Arena[p] {
 				m[r] = append(m[r], g.Root[p])
 			}
 		}
+	}
+	if len(m) == 0 {
+		return nil
 	}
 	return m
 }

@@ -479,17 +479,7 @@ func (v *verifier) arenaMetrics() error {
 			return mismatch("arena %s metrics [tensors storages max_live lower_bound peak slots] = %v, recomputed %v", a.Name, got, want)
 		}
 		if v.p.Strategy == Slots {
-			constrained := false
-			for _, r := range rs {
-				if len(v.byID[r.id].MustNotAlias) > 0 {
-					constrained = true
-				}
-			}
-			for id, tp := range v.placed {
-				if tp.Arena == a.Name && len(v.byID[id].MustNotAlias) > 0 {
-					constrained = true
-				}
-			}
+			constrained := v.constrainedArenas()[a.Name]
 			if a.LogicalSlots < maxLive || (!constrained && a.LogicalSlots != maxLive) {
 				return mismatch("arena %s uses %d logical slots, but at most %d storages are live at once", a.Name, a.LogicalSlots, maxLive)
 			}
@@ -510,6 +500,20 @@ func (v *verifier) arenaMetrics() error {
 		return mismatch("metrics do not sum over arenas")
 	}
 	return nil
+}
+
+// constrainedArenas returns the arenas holding a must_not_alias pair whose
+// two tensors are both placed: only there may slots exceed max_live.
+func (v *verifier) constrainedArenas() map[string]bool {
+	out := map[string]bool{}
+	for id, tp := range v.placed {
+		for _, other := range v.byID[id].MustNotAlias {
+			if op, ok := v.placed[other]; ok && op.Arena == tp.Arena {
+				out[tp.Arena] = true
+			}
+		}
+	}
+	return out
 }
 
 // liveMaxima returns the most rectangles and the most bytes live at one
