@@ -1,7 +1,6 @@
 package ir
 
 import (
-	"cmp"
 	"slices"
 
 	"github.com/tmmu/tmmu/internal/canon"
@@ -123,12 +122,7 @@ func encodeNode(w *canon.Writer, n *Node) {
 		for k := range n.Attrs {
 			keys = append(keys, k)
 		}
-		slices.SortFunc(keys, func(a, b string) int {
-			if c := cmp.Compare(len(a), len(b)); c != 0 {
-				return c
-			}
-			return cmp.Compare(a, b)
-		})
+		slices.SortFunc(keys, canon.CompareKeys)
 		w.Map(len(keys))
 		for _, k := range keys {
 			w.Text(k)

@@ -1,11 +1,9 @@
 package planner
 
 import (
-	"cmp"
 	"fmt"
 	"math/bits"
 	"slices"
-	"strings"
 
 	"github.com/tmmu/tmmu/failure"
 	"github.com/tmmu/tmmu/internal/canon"
@@ -339,7 +337,7 @@ func (p *Plan) ComputeHash() ir.Hash {
 	for i := range order {
 		order[i] = int32(i)
 	}
-	slices.SortFunc(order, func(a, b int32) int { return canonicalCompare(p.Tensors[a].ID, p.Tensors[b].ID) })
+	slices.SortFunc(order, func(a, b int32) int { return canon.CompareKeys(p.Tensors[a].ID, p.Tensors[b].ID) })
 	return p.hash(order)
 }
 
@@ -386,19 +384,10 @@ func (p *Plan) hash(order []int32) ir.Hash {
 	return w.Sum()
 }
 
-// canonicalCompare orders text keys as canonical CBOR does: shorter first,
-// then bytewise.
-func canonicalCompare(a, b string) int {
-	if c := cmp.Compare(len(a), len(b)); c != 0 {
-		return c
-	}
-	return strings.Compare(a, b)
-}
-
 // arenasCanonical lists the arena names in canonical CBOR key order.
 var arenasCanonical = func() []string {
 	s := slices.Clone(ir.Arenas)
-	slices.SortFunc(s, canonicalCompare)
+	slices.SortFunc(s, canon.CompareKeys)
 	return s
 }()
 

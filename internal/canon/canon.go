@@ -8,8 +8,10 @@
 package canon
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"hash"
+	"strings"
 )
 
 // CBOR major types.
@@ -154,6 +156,15 @@ func (w *Writer) Text(s string) {
 func (w *Writer) Bytes(b []byte) {
 	w.head(majorBytes, uint64(len(b)))
 	w.raw(string(b))
+}
+
+// CompareKeys orders text map keys as canonical CBOR does: shorter first,
+// then bytewise. A map's keys must be written in this order.
+func CompareKeys(a, b string) int {
+	if c := cmp.Compare(len(a), len(b)); c != 0 {
+		return c
+	}
+	return strings.Compare(a, b)
 }
 
 // Sum flushes and returns the digest.

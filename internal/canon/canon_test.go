@@ -2,6 +2,7 @@ package canon
 
 import (
 	"crypto/sha256"
+	"slices"
 	"strings"
 	"testing"
 
@@ -62,5 +63,32 @@ func TestMatchesFxamacker(t *testing.T) {
 	}
 	if got, exp := w.Sum(), sha256.Sum256(b); got != exp {
 		t.Fatalf("digest mismatch: canon %x, fxamacker %x", got, exp)
+	}
+}
+
+// CompareKeys agrees with the key order fxamacker's canonical mode writes.
+func TestCompareKeysMatchesFxamacker(t *testing.T) {
+	em, err := cbor.CoreDetEncOptions().EncMode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := []string{"b", "a", "ab", "ba", "zzz", "", "aaaa", strings.Repeat("k", 30), strings.Repeat("j", 31)}
+	m := map[string]int{}
+	for i, k := range keys {
+		m[k] = i
+	}
+	want, err := em.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.SortFunc(keys, CompareKeys)
+	w := NewSHA256()
+	w.Map(len(keys))
+	for _, k := range keys {
+		w.Text(k)
+		w.Uint(uint64(m[k]))
+	}
+	if w.Sum() != sha256.Sum256(want) {
+		t.Fatalf("CompareKeys order %q differs from the library's", keys)
 	}
 }
