@@ -456,6 +456,7 @@ func (v *verifier) arenaMetrics() error {
 	if len(names) != len(v.p.Arenas) {
 		return mismatch("plan lists %d arenas, its tensors use %d", len(v.p.Arenas), len(names))
 	}
+	constrained := v.constrainedArenas()
 	var slotsTotal, liveTotal int
 	for i, a := range v.p.Arenas {
 		if a.Name != names[i] {
@@ -479,8 +480,7 @@ func (v *verifier) arenaMetrics() error {
 			return mismatch("arena %s metrics [tensors storages max_live lower_bound peak slots] = %v, recomputed %v", a.Name, got, want)
 		}
 		if v.p.Strategy == Slots {
-			constrained := v.constrainedArenas()[a.Name]
-			if a.LogicalSlots < maxLive || (!constrained && a.LogicalSlots != maxLive) {
+			if a.LogicalSlots < maxLive || (!constrained[a.Name] && a.LogicalSlots != maxLive) {
 				return mismatch("arena %s uses %d logical slots, but at most %d storages are live at once", a.Name, a.LogicalSlots, maxLive)
 			}
 		}
