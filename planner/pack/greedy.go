@@ -1,0 +1,343 @@
+package pack
+
+import (
+	"cmp"
+	"fmt"
+	"math/bits"
+	"slices"
+)
+
+// instance is a validated problem with the indexes the placers share.
+// Time is cut into sections at every distinct Start and End: section k runs
+// from the k-th to the k+1-th such time, and buffer i is live in sections
+// [start[i], end[i]). Two buffers meet in time exactly when they share a
+// section, and every section has a fixed set of live buffers.
+type instance struct {
+	p    *Problem
+	bufs []Buffer
+	// start and end are indexed by buffer: its sections.
+	start, end []int32
+	// positions is the number of sections.
+	positions int32
+	// partners lists, per buffer, its Conflicts partners (nil for most).
+	partners [][]int32
+	// liveBytes[t] is the sum of the sizes live at position t; lb its
+	// maximum.
+	liveBytes []uint64
+	lb        uint64
+}
+
+func newInstance(p *Problem) (*instance, error) {
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	in := &instance{p: p, bufs: p.Buffers}
+	times := make([]int64, 0, 2*len(p.Buffers))
+	for _, b := range p.Buffers {
+		times = append(times, b.Start, b.End)
+	}
+	slices.Sort(times)
+	times = slices.Compact(times)
+	in.positions = int32(max(len(times)-1, 0))
+	in.start = make([]int32, len(p.Buffers))
+	in.end = make([]int32, len(p.Buffers))
+	for i, b := range p.Buffers {
+		s, _ := slices.BinarySearch(times, b.Start)
+		e, _ := slices.BinarySearch(times, b.End)
+		in.start[i], in.end[i] = int32(s), int32(e)
+	}
+	if len(p.Conflicts) > 0 {
+		in.partners = make([][]int32, len(p.Buffers))
+		for _, c := range p.Conflicts {
+			in.partners[c[0]] = append(in.partners[c[0]], c[1])
+			in.partners[c[1]] = append(in.partners[c[1]], c[0])
+		}
+	}
+	diff := make([]uint64, in.positions+1)
+	sub := make([]uint64, in.positions+1)
+	for i, b := range p.Buffers {
+		diff[in.start[i]] += b.Size
+		sub[in.end[i]] += b.Size
+	}
+	in.liveBytes = make([]uint64, in.positions)
+	var live uint64
+	for t := range in.positions {
+		var c uint64
+		live, c = bits.Add64(live-sub[t], diff[t], 0)
+		if c != 0 {
+			return nil, fmt.Errorf("%w: bytes live at position %d", ErrOverflow, t)
+		}
+		in.liveBytes[t] = live
+		in.lb = max(in.lb, live)
+	}
+	return in, nil
+}
+
+// unionTree indexes the bytes placed buffers occupy by lifetime: a segment
+// tree over positions in which a buffer sits in the O(log T) nodes of its
+// lifetime's canonical decomposition. Each node keeps two merged sets of
+// byte ranges: held, the ranges of the buffers sitting in it (they cover
+// the node's whole range), and below, the ranges of every buffer sitting in
+// its subtree. A buffer's lifetime [s, e) meets a placed buffer exactly
+// when the placed one sits in the subtree of one of [s, e)'s canonical
+// nodes or in one of their ancestors, so the bytes it must avoid are the
+// union of O(log T) sets. In a well packed arena these sets are short,
+// because ranges placed over a long time merge, so a query costs about the
+// number of gaps rather than the number of buffers met.
+type unionTree struct {
+	size  int32 // leaves, a power of two
+	held  []rangeSet
+	below []rangeSet
+}
+
+func newUnionTree(positions int32) *unionTree {
+	size := int32(1)
+	for size < positions {
+		size *= 2
+	}
+	return &unionTree{size: size, held: make([]rangeSet, 2*size), below: make([]rangeSet, 2*size)}
+}
+
+func (t *unionTree) reset() {
+	for i := range t.held {
+		t.held[i] = t.held[i][:0]
+		t.below[i] = t.below[i][:0]
+	}
+}
+
+func (t *unionTree) insert(s, e int32, r span) { t.insertAt(1, 0, t.size, s, e, r) }
+
+func (t *unionTree) insertAt(node, lo, hi, s, e int32, r span) {
+	t.below[node] = t.below[node].add(r)
+	if s <= lo && hi <= e {
+		t.held[node] = t.held[node].add(r)
+		return
+	}
+	mid := (lo + hi) / 2
+	if s < mid {
+		t.insertAt(2*node, lo, mid, s, e, r)
+	}
+	if e > mid {
+		t.insertAt(2*node+1, mid, hi, s, e, r)
+	}
+}
+
+// gather appends to dst the sets whose union is the bytes taken by placed
+// buffers whose lifetimes meet [s, e). The sets alias the tree's; empty
+// ones are left out.
+func (t *unionTree) gather(dst []rangeSet, s, e int32) []rangeSet {
+	return t.gatherAt(dst, 1, 0, t.size, s, e)
+}
+
+func (t *unionTree) gatherAt(dst []rangeSet, node, lo, hi, s, e int32) []rangeSet {
+	if len(t.below[node]) == 0 {
+		return dst
+	}
+	if s <= lo && hi <= e {
+		return append(dst, t.below[node])
+	}
+	if len(t.held[node]) > 0 {
+		dst = append(dst, t.held[node])
+	}
+	mid := (lo + hi) / 2
+	if s < mid {
+		dst = t.gatherAt(dst, 2*node, lo, mid, s, e)
+	}
+	if e > mid {
+		dst = t.gatherAt(dst, 2*node+1, mid, hi, s, e)
+	}
+	return dst
+}
+
+// unionAll returns the union of sets, merging them pairwise (a merge sort
+// of sorted runs). It may return one of sets itself, or a slice of buf.
+func unionAll(sets []rangeSet, buf *[2][]span) rangeSet {
+	for k := 0; len(sets) > 1; k ^= 1 {
+		out := buf[k][:0]
+		next := sets[:0]
+		for i := 0; i < len(sets); i += 2 {
+			if i+1 == len(sets) {
+				next = append(next, sets[i])
+				continue
+			}
+			from := len(out)
+			out = mergeUnion(out, sets[i], sets[i+1])
+			next = append(next, out[from:len(out):len(out)])
+		}
+		buf[k] = out
+		sets = next
+	}
+	if len(sets) == 0 {
+		return nil
+	}
+	return sets[0]
+}
+
+// mergeUnion appends the union of the sets a and b to dst.
+func mergeUnion(dst []span, a, b rangeSet) []span {
+	start := len(dst)
+	push := func(r span) {
+		if n := len(dst); n > start && r.off <= dst[n-1].end {
+			dst[n-1].end = max(dst[n-1].end, r.end)
+			return
+		}
+		dst = append(dst, r)
+	}
+	i, j := 0, 0
+	for i < len(a) && j < len(b) {
+		if a[i].off <= b[j].off {
+			push(a[i])
+			i++
+		} else {
+			push(b[j])
+			j++
+		}
+	}
+	for ; i < len(a); i++ {
+		push(a[i])
+	}
+	for ; j < len(b); j++ {
+		push(b[j])
+	}
+	return dst
+}
+
+// rangeSet is a sorted set of disjoint, non-touching byte ranges.
+type rangeSet []span
+
+// add returns the set with r merged in.
+func (rs rangeSet) add(r span) rangeSet {
+	// i: first range that ends at or after r starts (touching merges);
+	// j: first range that starts after r ends.
+	i, _ := slices.BinarySearchFunc(rs, r.off, func(x span, off uint64) int { return cmp.Compare(x.end, off) })
+	j := i
+	for j < len(rs) && rs[j].off <= r.end {
+		j++
+	}
+	if i < j {
+		r.off = min(r.off, rs[i].off)
+		r.end = max(r.end, rs[j-1].end)
+	}
+	return slices.Replace(rs, i, j, r)
+}
+
+// fit selects a gap for a buffer among the occupied ranges below.
+type fit uint8
+
+const (
+	// bestFit takes the smallest gap the buffer fits in (the lowest such
+	// gap on ties), or the top when no gap fits.
+	bestFit fit = iota
+	// firstFit takes the lowest offset the buffer fits at.
+	firstFit
+)
+
+type span struct{ off, end uint64 }
+
+// placer places buffers one at a time, each at a gap among the placed
+// buffers it conflicts with.
+type placer struct {
+	in      *instance
+	tree    *unionTree
+	offsets []uint64
+	placed  []bool
+	sets    []rangeSet
+	extra   rangeSet
+	buf     [2][]span
+	peak    uint64
+	merged  int64 // byte ranges gathered into unions: the placer's work
+}
+
+func newPlacer(in *instance) *placer {
+	return &placer{
+		in:      in,
+		tree:    newUnionTree(in.positions),
+		offsets: make([]uint64, len(in.bufs)),
+		placed:  make([]bool, len(in.bufs)),
+	}
+}
+
+func (pl *placer) reset() {
+	pl.tree.reset()
+	clear(pl.placed)
+	pl.peak = 0
+}
+
+// occupied returns the bytes taken by placed buffers that buffer i must
+// avoid, as a sorted set of disjoint ranges.
+func (pl *placer) occupied(i int32) rangeSet {
+	pl.sets = pl.tree.gather(pl.sets[:0], pl.in.start[i], pl.in.end[i])
+	if pl.in.partners != nil {
+		pl.extra = pl.extra[:0]
+		for _, j := range pl.in.partners[i] {
+			if pl.placed[j] {
+				pl.extra = pl.extra.add(span{pl.offsets[j], pl.offsets[j] + pl.in.bufs[j].Size})
+			}
+		}
+		if len(pl.extra) > 0 {
+			pl.sets = append(pl.sets, pl.extra)
+		}
+	}
+	for _, set := range pl.sets {
+		pl.merged += int64(len(set))
+	}
+	return unionAll(pl.sets, &pl.buf)
+}
+
+// place puts buffer i at the gap f chooses and records it.
+func (pl *placer) place(i int32, f fit) error {
+	b := &pl.in.bufs[i]
+	a := b.align()
+	occ := pl.occupied(i)
+	best, bestGap, found := uint64(0), uint64(0), false
+	var floor uint64 // end of the occupied ranges so far
+	for _, s := range occ {
+		if s.off > floor {
+			if y, ok := alignUp(floor, a); ok && y <= s.off && s.off-y >= b.Size {
+				gap := s.off - floor
+				if f == firstFit {
+					best, found = y, true
+					break
+				}
+				if !found || gap < bestGap {
+					best, bestGap, found = y, gap, true
+				}
+			}
+		}
+		floor = max(floor, s.end)
+	}
+	if !found {
+		y, ok := alignUp(floor, a)
+		if !ok {
+			return fmt.Errorf("%w: placing buffer %d above %d", ErrOverflow, i, floor)
+		}
+		best = y
+	}
+	end, c := bits.Add64(best, b.Size, 0)
+	if c != 0 {
+		return fmt.Errorf("%w: buffer %d at %d", ErrOverflow, i, best)
+	}
+	pl.offsets[i] = best
+	pl.placed[i] = true
+	pl.peak = max(pl.peak, end)
+	pl.tree.insert(pl.in.start[i], pl.in.end[i], span{best, end})
+	return nil
+}
+
+// run places every buffer in order and returns the peak.
+func (pl *placer) run(order []int32, f fit) (uint64, error) {
+	pl.reset()
+	for _, i := range order {
+		if err := pl.place(i, f); err != nil {
+			return 0, err
+		}
+	}
+	return pl.peak, nil
+}
+
+// alignUp rounds x up to a multiple of the power of two a; ok is false on
+// overflow.
+func alignUp(x, a uint64) (uint64, bool) {
+	s, c := bits.Add64(x, a-1, 0)
+	return s &^ (a - 1), c == 0
+}
