@@ -29,32 +29,42 @@ func MapToVirtualAddresses(a *SlotAssignment, arenas ArenaConfig) ([]ArenaLayout
 	for i := range a.Arenas {
 		as := &a.Arenas[i]
 		cfg := arenas[as.Name]
-		lay := ArenaLayout{Name: as.Name, SlotOffset: make([]uint64, len(as.SlotSize))}
-		var end uint64
-		for k, size := range as.SlotSize {
-			off, ok := alignUp(end, as.SlotAlign[k])
-			if !ok {
-				return nil, overflow(as.Name, "aligning slot", k)
-			}
-			var carry uint64
-			end, carry = bits.Add64(off, size, 0)
-			if carry != 0 {
-				return nil, overflow(as.Name, "ending slot", k)
-			}
-			lay.SlotOffset[k] = off
+		lay, err := layoutSlots(as, cfg)
+		if err != nil {
+			return nil, err
 		}
-		lay.PeakBytes = end
-		reserved, ok := alignUp(end, max(uint64(cfg.PageSize), 1))
-		if !ok {
-			return nil, overflow(as.Name, "rounding to page size", len(as.SlotSize))
-		}
-		lay.ReservedBytes = reserved
-		if err := checkCapacity(as.Name, reserved, cfg); err != nil {
+		if err := checkCapacity(as.Name, lay.ReservedBytes, cfg); err != nil {
 			return nil, err
 		}
 		out[i] = lay
 	}
 	return out, nil
+}
+
+// layoutSlots lays one arena's slots out by aligned prefix sum, without
+// checking its capacity.
+func layoutSlots(as *ArenaSlots, cfg ArenaSpec) (ArenaLayout, error) {
+	lay := ArenaLayout{Name: as.Name, SlotOffset: make([]uint64, len(as.SlotSize))}
+	var end uint64
+	for k, size := range as.SlotSize {
+		off, ok := alignUp(end, as.SlotAlign[k])
+		if !ok {
+			return lay, overflow(as.Name, "aligning slot", k)
+		}
+		var carry uint64
+		end, carry = bits.Add64(off, size, 0)
+		if carry != 0 {
+			return lay, overflow(as.Name, "ending slot", k)
+		}
+		lay.SlotOffset[k] = off
+	}
+	lay.PeakBytes = end
+	reserved, ok := alignUp(end, max(uint64(cfg.PageSize), 1))
+	if !ok {
+		return lay, overflow(as.Name, "rounding to page size", len(as.SlotSize))
+	}
+	lay.ReservedBytes = reserved
+	return lay, nil
 }
 
 func checkCapacity(arena string, reserved uint64, cfg ArenaSpec) error {

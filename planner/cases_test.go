@@ -138,7 +138,7 @@ func TestHandCheckedCases(t *testing.T) {
 		t.Run(c.file+"/"+string(c.mode), func(t *testing.T) {
 			g := loadCase(t, c.file)
 			opts := DefaultOptions(g)
-			opts.Mode, opts.Arenas = c.mode, c.arenas
+			opts.Mode, opts.Arenas, opts.Strategy = c.mode, c.arenas, Slots // computed by hand from the spec's rules
 			p, err := PlanMemory(g, opts)
 			if err != nil {
 				t.Fatal(err)

@@ -26,14 +26,16 @@ func FuzzPlan(f *testing.F) {
 			return
 		}
 		for _, mode := range Modes {
-			opts := DefaultOptions(g)
-			opts.Mode = mode
-			p, err := PlanMemory(g, opts)
-			if err != nil {
-				continue
-			}
-			if err := Verify(g, p); err != nil {
-				t.Fatalf("mode %s: plan does not verify: %v", mode, err)
+			for _, st := range Strategies {
+				opts := DefaultOptions(g)
+				opts.Mode, opts.Strategy = mode, st
+				p, err := PlanMemory(g, opts)
+				if err != nil {
+					continue
+				}
+				if err := Verify(g, p); err != nil {
+					t.Fatalf("mode %s, strategy %s: plan does not verify: %v", mode, st, err)
+				}
 			}
 		}
 	})

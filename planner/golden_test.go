@@ -105,7 +105,9 @@ func TestGoldenSpecVectors(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			p, err := PlanMemory(g, DefaultOptions(g))
+			opts := DefaultOptions(g)
+			opts.Strategy = Slots // the spec's vectors
+			p, err := PlanMemory(g, opts)
 			if err != nil {
 				t.Fatal(err)
 			}

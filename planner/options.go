@@ -13,6 +13,7 @@ import (
 
 	"github.com/tmmu/tmmu/failure"
 	"github.com/tmmu/tmmu/ir"
+	"github.com/tmmu/tmmu/planner/pack"
 )
 
 // Operator names used in failures (spec §0.G).
@@ -84,14 +85,22 @@ type Strategy string
 
 // Strategies.
 const (
+	// Packed places every storage at its own byte offset, aiming at the
+	// lower bound (see package pack): the default. Its logical slots are
+	// the distinct offsets of an arena, numbered by offset.
+	Packed Strategy = "packed"
 	// Slots is the spec's strategy (AssignLogicalSlots_v1 +
 	// MapToVirtualAddresses_v1): optimal slot count, each slot as large as
 	// its largest tenant, slots laid out by prefix sum.
 	Slots Strategy = "slots"
+	// GreedySize is the classic baseline, kept for comparison: storages
+	// largest first, each at the lowest offset where it fits (TensorFlow
+	// Lite Micro's planner). Slots as for Packed.
+	GreedySize Strategy = "greedy-size"
 )
 
 // Strategies lists the strategies that exist.
-var Strategies = []Strategy{Slots}
+var Strategies = []Strategy{Packed, Slots, GreedySize}
 
 // ArenaRole is the role of an arena (arena-roles-planner-api): scratch
 // arenas are reused by liveness, persistent ones hold whole-step state,
@@ -194,6 +203,9 @@ func (c ArenaConfig) Hash() ir.Hash {
 type Options struct {
 	Mode     Mode
 	Strategy Strategy
+	// Effort is the packed strategy's effort (pack.Fast when empty); the
+	// other strategies ignore it.
+	Effort pack.Effort
 	// ReplayToken is the 32-byte replay token (spec 0.B). It enters the
 	// plan hash through the slot assignment table; layouts do not depend
 	// on it.
@@ -217,10 +229,10 @@ var NoShardSpecHash = func() ir.Hash {
 }()
 
 // DefaultOptions returns the options for an unsharded plan of g: the
-// default mode for g, the slots strategy, a zero replay token and default
-// arenas.
+// default mode for g, the packed strategy at fast effort, a zero replay
+// token and default arenas.
 func DefaultOptions(g *ir.Graph) Options {
-	return Options{Mode: DefaultMode(g), Strategy: Slots, WorldSize: 1, ShardSpecHash: NoShardSpecHash}
+	return Options{Mode: DefaultMode(g), Strategy: Packed, Effort: pack.Fast, WorldSize: 1, ShardSpecHash: NoShardSpecHash}
 }
 
 // normalize validates o and returns it with the arena config resolved.
@@ -230,11 +242,19 @@ func (o Options) normalize() (Options, error) {
 			fmt.Sprintf("unknown mode %q (modes: inference, forward, backward, train_full)", o.Mode), "mode", o.Mode)
 	}
 	if o.Strategy == "" {
-		o.Strategy = Slots
+		o.Strategy = Packed
 	}
 	if !slices.Contains(Strategies, o.Strategy) {
 		return o, failure.New(failure.InvalidOptions, OpPlan,
 			fmt.Sprintf("unknown strategy %q (strategies: %s)", o.Strategy, joinStrategies()), "strategy", o.Strategy)
+	}
+	if o.Strategy != Packed {
+		o.Effort = ""
+	} else if o.Effort == "" {
+		o.Effort = pack.Fast
+	} else if !slices.Contains(pack.Efforts, o.Effort) {
+		return o, failure.New(failure.InvalidOptions, OpPlan,
+			fmt.Sprintf("unknown effort %q (efforts: fast, exact)", o.Effort), "effort", o.Effort)
 	}
 	if o.WorldSize == 0 {
 		o.WorldSize = 1

@@ -8,6 +8,7 @@ import (
 	"github.com/tmmu/tmmu/failure"
 	"github.com/tmmu/tmmu/internal/canon"
 	"github.com/tmmu/tmmu/ir"
+	"github.com/tmmu/tmmu/planner/pack"
 )
 
 // Format tags a plan and is the first element of the plan-hash preimage.
@@ -28,6 +29,7 @@ type Plan struct {
 	Name               string      `json:"name,omitempty" cbor:"name,omitempty"`
 	Mode               Mode        `json:"mode" cbor:"mode"`
 	Strategy           Strategy    `json:"strategy" cbor:"strategy"`
+	Effort             pack.Effort `json:"effort,omitempty" cbor:"effort,omitempty"` // packed only
 	Rank               uint64      `json:"rank" cbor:"rank"`
 	WorldSize          uint64      `json:"world_size" cbor:"world_size"`
 	Positions          int         `json:"positions" cbor:"positions"` // executed nodes
@@ -149,8 +151,14 @@ func PlanMemory(g *ir.Graph, opts Options) (*Plan, error) {
 	if err != nil {
 		return nil, err
 	}
-	asg := AssignLogicalSlots(g, live, o.Arenas)
-	layouts, err := MapToVirtualAddresses(asg, o.Arenas)
+	var asg *SlotAssignment
+	var layouts []ArenaLayout
+	if o.Strategy == Slots {
+		asg = AssignLogicalSlots(g, live, o.Arenas)
+		layouts, err = MapToVirtualAddresses(asg, o.Arenas)
+	} else {
+		asg, layouts, err = packArenas(g, live, o)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -164,6 +172,7 @@ func PlanMemory(g *ir.Graph, opts Options) (*Plan, error) {
 		Name:               g.Name,
 		Mode:               o.Mode,
 		Strategy:           o.Strategy,
+		Effort:             o.Effort,
 		Rank:               o.Rank,
 		WorldSize:          o.WorldSize,
 		Positions:          live.Positions(),

@@ -31,6 +31,7 @@ func drawPlanInput(t *rapid.T, o irtest.Options) (*ir.Model, *ir.Graph, Options)
 	}
 	opts := DefaultOptions(g)
 	opts.Mode = rapid.SampledFrom(modes).Draw(t, "mode")
+	opts.Strategy = rapid.SampledFrom(Strategies).Draw(t, "strategy")
 	opts.Arenas = ArenaConfig{}
 	for _, a := range ir.Arenas {
 		if rapid.Bool().Draw(t, "custom."+a) {
@@ -44,27 +45,44 @@ func drawPlanInput(t *rapid.T, o irtest.Options) (*ir.Model, *ir.Graph, Options)
 	return m, g, opts
 }
 
-// TestPropertyPlansVerify: every plan of every random graph, in every mode
-// the graph has nodes for, passes the independent verifier, with at least
-// max_live slots per arena (exactly max_live is checked below).
+// TestPropertyPlansVerify: every plan of every strategy on every random
+// graph, in every mode the graph has nodes for, passes the independent
+// verifier; the slots strategy uses at least max_live slots per arena
+// (exactly max_live is checked below), and packed never peaks above slots
+// or greedy-size in any arena, nor below the lower bound.
 func TestPropertyPlansVerify(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		_, g, opts := drawPlanInput(t, irtest.Options{})
 		for _, mode := range Modes {
 			opts.Mode = mode
-			p, err := PlanMemory(g, opts)
-			if errors.Is(err, failure.InvalidOptions) {
-				continue // the graph has no node this mode runs
+			peaks := map[Strategy]map[string]uint64{}
+			for _, st := range Strategies {
+				opts.Strategy = st
+				p, err := PlanMemory(g, opts)
+				if errors.Is(err, failure.InvalidOptions) {
+					break // the graph has no node this mode runs
+				}
+				if err != nil {
+					t.Fatalf("mode %s, strategy %s: PlanMemory: %v", mode, st, err)
+				}
+				if err := Verify(g, p); err != nil {
+					t.Fatalf("mode %s, strategy %s: Verify: %v", mode, st, err)
+				}
+				peaks[st] = map[string]uint64{}
+				for _, a := range p.Arenas {
+					peaks[st][a.Name] = a.PeakBytes
+					if a.PeakBytes < a.LowerBoundBytes {
+						t.Fatalf("mode %s, strategy %s, arena %s: peak %d below the lower bound %d", mode, st, a.Name, a.PeakBytes, a.LowerBoundBytes)
+					}
+					if st == Slots && a.LogicalSlots < a.MaxLive {
+						t.Fatalf("mode %s, arena %s: %d slots < max live %d", mode, a.Name, a.LogicalSlots, a.MaxLive)
+					}
+				}
 			}
-			if err != nil {
-				t.Fatalf("mode %s: PlanMemory: %v", mode, err)
-			}
-			if err := Verify(g, p); err != nil {
-				t.Fatalf("mode %s: Verify: %v", mode, err)
-			}
-			for _, a := range p.Arenas {
-				if a.LogicalSlots < a.MaxLive {
-					t.Fatalf("mode %s, arena %s: %d slots < max live %d", mode, a.Name, a.LogicalSlots, a.MaxLive)
+			for arena, peak := range peaks[Packed] {
+				if peak > peaks[Slots][arena] || peak > peaks[GreedySize][arena] {
+					t.Fatalf("mode %s, arena %s: packed peaks at %d, slots at %d, greedy-size at %d",
+						mode, arena, peak, peaks[Slots][arena], peaks[GreedySize][arena])
 				}
 			}
 		}
@@ -76,6 +94,7 @@ func TestPropertyPlansVerify(t *testing.T) {
 func TestPropertySlotsEqualMaxLive(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		_, g, opts := drawPlanInput(t, irtest.Options{})
+		opts.Strategy = Slots
 		if g.NotAlias != nil {
 			t.Skip("must_not_alias may need extra slots")
 		}

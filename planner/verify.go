@@ -26,9 +26,10 @@ import (
 //     hint);
 //   - no two storages live at the same position share a byte, and
 //     must_not_alias pairs never share a byte (ADDRESS_COLLISION);
-//   - for the slots strategy, tenants of a slot share its offset, the slot
-//     table is consistent and the slot count equals max_live (at least
-//     max_live in arenas with must_not_alias constraints);
+//   - tenants of a slot share its offset and the slot table is consistent,
+//     its offsets ascending; for the slots strategy, slots do not overlap
+//     and their count equals max_live (at least max_live in arenas with
+//     must_not_alias constraints);
 //   - the arena metrics recompute and reserved bytes fit the capacity
 //     (ARENA_TOO_SMALL).
 //
@@ -410,9 +411,6 @@ func sweepCollisions(arena string, rs []rect) error {
 }
 
 func (v *verifier) slots() error {
-	if v.p.Strategy != Slots {
-		return nil
-	}
 	for _, a := range v.p.Arenas {
 		offsets := map[int32]uint64{}
 		size := map[int32]uint64{}
@@ -435,12 +433,18 @@ func (v *verifier) slots() error {
 				return mismatch("arena %s slot table row %d (%d, offset %d, size %d) does not match its tenants (offset %d, largest %d)",
 					a.Name, k, s.Slot, s.Offset, s.Size, offsets[int32(k)], size[int32(k)])
 			}
-			if k > 0 {
-				prev := a.Slots[k-1]
-				if s.Offset < prev.Offset+prev.Size {
-					return failure.New(failure.AddressCollision, OpVerify,
-						fmt.Sprintf("arena %s: slots %d and %d overlap", a.Name, k-1, k), "arena", a.Name)
-				}
+			if k == 0 {
+				continue
+			}
+			// The slots strategy lays slots out side by side; the packing
+			// strategies number one slot per distinct offset, ascending.
+			prev := a.Slots[k-1]
+			if v.p.Strategy == Slots && s.Offset < prev.Offset+prev.Size {
+				return failure.New(failure.AddressCollision, OpVerify,
+					fmt.Sprintf("arena %s: slots %d and %d overlap", a.Name, k-1, k), "arena", a.Name)
+			}
+			if s.Offset <= prev.Offset {
+				return mismatch("arena %s: slot %d at offset %d does not follow slot %d at %d", a.Name, k, s.Offset, k-1, prev.Offset)
 			}
 		}
 		if len(offsets) != len(a.Slots) {

@@ -30,7 +30,7 @@ func TestGenPlanVerify(t *testing.T) {
 	}
 
 	text := mustRun(t, "", "plan", irFile)
-	for _, want := range []string{"mode=train_full", "strategy=slots", "plan_hash ", "ARENA", "activations", "gradients", "optimizer_state", "parameters", "total"} {
+	for _, want := range []string{"mode=train_full", "strategy=packed", "plan_hash ", "ARENA", "activations", "gradients", "optimizer_state", "parameters", "total"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("text output lacks %q:\n%s", want, text)
 		}
@@ -58,7 +58,7 @@ func TestGenPlanVerify(t *testing.T) {
 	if err := json.Unmarshal([]byte(mustRun(t, "", "plan", irFile, "-o", "json")), &doc); err != nil {
 		t.Fatal(err)
 	}
-	if len(doc.PlanHash) != 64 || len(doc.IRHash) != 64 || doc.Strategy != "slots" || len(doc.Tensors) == 0 || doc.Metrics["allocation_time_ns"] == nil {
+	if len(doc.PlanHash) != 64 || len(doc.IRHash) != 64 || doc.Strategy != "packed" || len(doc.Tensors) == 0 || doc.Metrics["allocation_time_ns"] == nil {
 		t.Fatalf("JSON plan lacks fields: hash %q ir %q strategy %q tensors %d", doc.PlanHash, doc.IRHash, doc.Strategy, len(doc.Tensors))
 	}
 	for name, a := range doc.Arenas {

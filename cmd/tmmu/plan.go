@@ -12,19 +12,21 @@ import (
 	"github.com/tmmu/tmmu/failure"
 	"github.com/tmmu/tmmu/ir"
 	"github.com/tmmu/tmmu/planner"
+	"github.com/tmmu/tmmu/planner/pack"
 )
 
 var planCmd = &command{
 	name:    "plan",
 	summary: "Plan tensor memory for a graph: liveness, logical slots, arena offsets and the plan hash.",
-	usage:   "plan IR|- [--mode MODE] [--strategy S] [--arena-config FILE] [--replay-token HEX] [-o text|json|cbor] [--trace FILE] [--tensors]",
+	usage:   "plan IR|-|CSV [--format ir|dsa] [--mode MODE] [--strategy S] [--effort E] [--arena-config FILE] [--replay-token HEX] [-o text|json|cbor|csv] [--trace FILE] [--tensors]",
 	run:     runPlan,
 }
 
 func runPlan(c *command, e *env, args []string) error {
 	fs := newFlags(e, c)
 	mode := fs.String("mode", "", "inference, forward, backward or train_full (default: train_full if the graph has backward nodes, else inference)")
-	strategy := fs.String("strategy", string(planner.Slots), "placement strategy: "+strategyList())
+	strategy := fs.String("strategy", string(planner.Packed), "placement strategy: "+strategyList()+" (packed aims at the lower bound; slots is the spec's layout; greedy-size the classic baseline)")
+	effort := fs.String("effort", string(pack.Fast), "packed strategy effort: fast, or exact (a search over canonical placements with a deterministic node budget)")
 	arenaFile := fs.String("arena-config", "", "JSON file {arena: {capacity_bytes, alignment_bytes, page_size}}; sizes may be numbers or strings like \"80GiB\"")
 	token := fs.String("replay-token", "", "replay token, 64 hex digits (default all zeros)")
 	out := fs.String("o", "text", "output: text, json or cbor (the CBOR plan is the checkpoint form)")
@@ -48,7 +50,7 @@ func runPlan(c *command, e *env, args []string) error {
 	if *mode != "" {
 		opts.Mode = planner.Mode(*mode)
 	}
-	opts.Strategy = planner.Strategy(*strategy)
+	opts.Strategy, opts.Effort = planner.Strategy(*strategy), pack.Effort(*effort)
 	if *token != "" {
 		if opts.ReplayToken, err = ir.ParseHash(*token); err != nil {
 			return failure.New(failure.InvalidOptions, planner.OpPlan, "--replay-token: "+err.Error())

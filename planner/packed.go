@@ -1,0 +1,166 @@
+package planner
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/tmmu/tmmu/failure"
+	"github.com/tmmu/tmmu/ir"
+	"github.com/tmmu/tmmu/planner/pack"
+)
+
+// OpPack names the size-aware placement in failures.
+const OpPack = "UML_OS.TMMU.PackOffsets_v1"
+
+// packArenas places each arena's storages at byte offsets with the packed
+// or greedy-size strategy and returns them in the shapes the slots
+// strategy uses: a logical slot per distinct offset, numbered by offset
+// ascending (its size the largest tenant, its alignment the largest
+// tenant's), and the arena layout. The packed strategy keeps the spec's
+// slot layout of an arena when no packing it found peaks lower, so it
+// never uses more bytes than the slots strategy.
+func packArenas(g *ir.Graph, l *Liveness, o Options) (*SlotAssignment, []ArenaLayout, error) {
+	asg := storagesByArena(g, l)
+	var spec *SlotAssignment
+	if o.Strategy == Packed {
+		spec = AssignLogicalSlots(g, l, o.Arenas)
+	}
+	forbid := notAliasRoots(g, l)
+	layouts := make([]ArenaLayout, len(asg.Arenas))
+	for ai := range asg.Arenas {
+		as := &asg.Arenas[ai]
+		cfg := o.Arenas[as.Name]
+		layouts[ai].Name = as.Name
+		if len(as.Storages) == 0 {
+			continue
+		}
+		p := &pack.Problem{Buffers: make([]pack.Buffer, len(as.Storages))}
+		index := make(map[int32]int32, len(as.Storages))
+		for k, r := range as.Storages {
+			index[r] = int32(k)
+			p.Buffers[k] = pack.Buffer{
+				Start: int64(l.StorageBirth[r]),
+				End:   int64(l.StorageDeath[r]) + 1,
+				Size:  g.StorageBytes[r],
+				Align: max(g.StorageAlign[r], uint64(cfg.AlignmentBytes)),
+			}
+		}
+		for k, r := range as.Storages {
+			for _, q := range forbid[r] {
+				if j := index[q]; int32(k) < j {
+					p.Conflicts = append(p.Conflicts, [2]int32{int32(k), j})
+				}
+			}
+		}
+		if c := uint64(cfg.CapacityBytes); c > 0 {
+			page := max(uint64(cfg.PageSize), 1)
+			p.Capacity = c / page * page // reserved bytes round the peak up to a page
+			if p.Capacity == 0 {
+				return nil, nil, tooSmall(as.Name, g, l, as.Storages, cfg, 0)
+			}
+		}
+		var res *pack.Result
+		var err error
+		if o.Strategy == GreedySize {
+			res, err = pack.GreedySize(p)
+			if err == nil && p.Capacity > 0 && res.Peak > p.Capacity {
+				err = pack.ErrCapacity
+			}
+		} else {
+			res, err = pack.Pack(p, pack.Options{Effort: o.Effort})
+		}
+		if spec != nil && (err == nil || errors.Is(err, pack.ErrCapacity)) {
+			if lay, lerr := layoutSlots(&spec.Arenas[ai], cfg); lerr == nil && lay.PeakBytes < res.Peak {
+				for k, r := range as.Storages {
+					res.Offsets[k] = lay.SlotOffset[spec.Slot[r]]
+				}
+				res.Peak = lay.PeakBytes
+				if p.Capacity == 0 || res.Peak <= p.Capacity {
+					err = nil
+				}
+			}
+		}
+		switch {
+		case errors.Is(err, pack.ErrCapacity):
+			return nil, nil, tooSmall(as.Name, g, l, as.Storages, cfg, res.Peak)
+		case errors.Is(err, pack.ErrOverflow):
+			return nil, nil, failure.New(failure.AllocationOverflow, OpPack,
+				fmt.Sprintf("arena %s: %v", as.Name, err), "arena", as.Name)
+		case err != nil:
+			panic("planner: packing a valid arena: " + err.Error()) // storages always form a valid problem
+		}
+		// Slots: the distinct offsets, ascending.
+		offs := slices.Clone(res.Offsets)
+		slices.Sort(offs)
+		offs = slices.Compact(offs)
+		lay := &layouts[ai]
+		lay.SlotOffset = offs
+		as.SlotSize = make([]uint64, len(offs))
+		as.SlotAlign = make([]uint64, len(offs))
+		for k, r := range as.Storages {
+			off := res.Offsets[k]
+			s, _ := slices.BinarySearch(offs, off)
+			asg.Slot[r] = int32(s)
+			as.SlotSize[s] = max(as.SlotSize[s], p.Buffers[k].Size)
+			as.SlotAlign[s] = max(as.SlotAlign[s], p.Buffers[k].Align)
+		}
+		lay.PeakBytes = res.Peak
+		reserved, ok := alignUp(res.Peak, max(uint64(cfg.PageSize), 1))
+		if !ok {
+			return nil, nil, overflow(as.Name, "rounding to page size", len(offs))
+		}
+		lay.ReservedBytes = reserved
+		if err := checkCapacity(as.Name, reserved, cfg); err != nil {
+			return nil, nil, err
+		}
+	}
+	return asg, layouts, nil
+}
+
+// tooSmall is the ARENA_TOO_SMALL failure of a packed arena: it says
+// whether the lower bound alone exceeds the capacity (no placement can
+// fit) or the best placement found does.
+func tooSmall(arena string, g *ir.Graph, l *Liveness, roots []int32, cfg ArenaSpec, best uint64) error {
+	capacity := uint64(cfg.CapacityBytes)
+	lb, _ := pack.LowerBound(storageBuffers(g, l, roots))
+	why := fmt.Sprintf("the best placement found needs %d bytes (%s)", best, FormatBytes(best))
+	if lb > capacity || best == 0 {
+		why = fmt.Sprintf("%d bytes (%s) are live at once, so no placement fits", lb, FormatBytes(lb))
+	}
+	return failure.New(failure.ArenaTooSmall, OpPack,
+		fmt.Sprintf("arena %s: capacity is %d bytes (%s) but %s", arena, capacity, FormatBytes(capacity), why),
+		"arena", arena, "capacity_bytes", capacity, "lower_bound_bytes", lb, "required_bytes", best)
+}
+
+func storageBuffers(g *ir.Graph, l *Liveness, roots []int32) []pack.Buffer {
+	bufs := make([]pack.Buffer, len(roots))
+	for k, r := range roots {
+		bufs[k] = pack.Buffer{Start: int64(l.StorageBirth[r]), End: int64(l.StorageDeath[r]) + 1, Size: g.StorageBytes[r]}
+	}
+	return bufs
+}
+
+// storagesByArena returns a SlotAssignment with every arena's storages
+// listed, ascending, and no slots yet.
+func storagesByArena(g *ir.Graph, l *Liveness) *SlotAssignment {
+	a := &SlotAssignment{Slot: make([]int32, len(g.Tensors))}
+	for i := range a.Slot {
+		a.Slot[i] = -1
+	}
+	a.Arenas = make([]ArenaSlots, len(ir.Arenas))
+	for i, name := range ir.Arenas {
+		a.Arenas[i].Name = name
+	}
+	isRoot := make([]bool, len(g.Tensors))
+	for _, t := range l.Tensors {
+		isRoot[g.Root[t]] = true
+	}
+	for r, ok := range isRoot {
+		if ok {
+			as := &a.Arenas[g.Arena[r]]
+			as.Storages = append(as.Storages, int32(r))
+		}
+	}
+	return a // roots ascend, so each arena's list is sorted
+}
