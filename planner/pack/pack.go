@@ -40,8 +40,8 @@ type budget struct {
 }
 
 var budgets = map[Effort]budget{
-	Fast:  {portfolio: 8 << 20, nodes: 20_000, maxBuffers: 1024, maxPairs: 1 << 20},
-	Exact: {portfolio: 1 << 40, nodes: 5_000_000, maxBuffers: 1 << 20, maxPairs: 1 << 24},
+	Fast:  {portfolio: 4 << 20, nodes: 20_000, maxBuffers: 1024, maxPairs: 1 << 20},
+	Exact: {portfolio: 1 << 40, nodes: 1_000_000, maxBuffers: 1 << 20, maxPairs: 1 << 24},
 }
 
 // Result is a placement.
