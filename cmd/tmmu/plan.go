@@ -2,13 +2,17 @@ package main
 
 import (
 	"bytes"
+	"encoding/csv"
 	"encoding/json"
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
+	"github.com/tmmu/tmmu/dsa"
 	"github.com/tmmu/tmmu/failure"
 	"github.com/tmmu/tmmu/ir"
 	"github.com/tmmu/tmmu/planner"
@@ -18,7 +22,7 @@ import (
 var planCmd = &command{
 	name:    "plan",
 	summary: "Plan tensor memory for a graph: liveness, logical slots, arena offsets and the plan hash.",
-	usage:   "plan IR|-|CSV [--format ir|dsa] [--mode MODE] [--strategy S] [--effort E] [--arena-config FILE] [--replay-token HEX] [-o text|json|cbor|csv] [--trace FILE] [--tensors]",
+	usage:   "plan IR|-|CSV [--format auto|ir|dsa] [--mode MODE] [--strategy S] [--effort E] [--arena-config FILE] [--replay-token HEX] [-o text|json|cbor|csv] [--trace FILE] [--tensors]",
 	run:     runPlan,
 }
 
@@ -32,21 +36,29 @@ func runPlan(c *command, e *env, args []string) error {
 	out := fs.String("o", "text", "output: text, json or cbor (the CBOR plan is the checkpoint form)")
 	traceFile := fs.String("trace", "", "write the allocation trace (JSON lines) to FILE")
 	listTensors := fs.Bool("tensors", false, "text output: list every tensor's placement")
+	format := fs.String("format", "auto", "input: ir (UML_Model_IR JSON or CBOR), dsa (CSV id,lower,upper,size: one buffer a row, live over [lower, upper), planned with alignment 1), or auto (dsa for *.csv)")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
 	}
-	if err := outputFormat(e, *out, "text", "json", "cbor"); err != nil {
+	if err := outputFormat(e, *out, "text", "json", "cbor", "csv"); err != nil {
 		return err
 	}
 	if len(pos) != 1 {
-		return usagef("plan takes one IR file (or - for standard input), got %d arguments", len(pos))
+		return usagef("plan takes one IR or CSV file (or - for standard input), got %d arguments", len(pos))
 	}
-	g, err := loadGraph(e, pos[0])
+	in, err := loadInput(e, pos[0], *format)
 	if err != nil {
 		return err
 	}
+	if *out == "csv" && in.dsa == nil {
+		return usagef("-o csv writes DSA instances (--format dsa) with their offsets")
+	}
+	g := in.g
 	opts := planner.DefaultOptions(g)
+	if in.dsa != nil {
+		opts.Mode, opts.Arenas = planner.Inference, dsa.ArenaConfig()
+	}
 	if *mode != "" {
 		opts.Mode = planner.Mode(*mode)
 	}
@@ -61,6 +73,9 @@ func runPlan(c *command, e *env, args []string) error {
 			return err
 		}
 	}
+	if in.dsa != nil && (*mode != "" && *mode != string(planner.Inference) || *arenaFile != "") {
+		return usagef("--format dsa plans with mode inference and alignment 1; --mode and --arena-config do not apply")
+	}
 	start := time.Now()
 	p, err := planner.PlanMemory(g, opts)
 	if err != nil {
@@ -71,6 +86,9 @@ func runPlan(c *command, e *env, args []string) error {
 		if err := writeFile(*traceFile, p.WriteTrace); err != nil {
 			return err
 		}
+	}
+	if in.dsa != nil && (*out == "json" || *out == "csv") {
+		return writeDSA(e.stdout, in.dsa, p, *out)
 	}
 	switch *out {
 	case "json":
@@ -102,6 +120,83 @@ func loadGraph(e *env, name string) (*ir.Graph, error) {
 		return nil, err
 	}
 	return ir.Load(data)
+}
+
+// input is a graph to plan, and the DSA instance it came from if any.
+type input struct {
+	g   *ir.Graph
+	dsa *dsa.Instance
+}
+
+// loadInput reads an IR file or, with format dsa (or auto and a .csv
+// name), a DSA instance and its graph.
+func loadInput(e *env, name, format string) (*input, error) {
+	switch format {
+	case "auto":
+		format = "ir"
+		if strings.HasSuffix(strings.ToLower(name), ".csv") {
+			format = "dsa"
+		}
+	case "ir", "dsa":
+	default:
+		return nil, usagef("--format %s: want auto, ir or dsa", format)
+	}
+	data, err := readInput(e, name)
+	if err != nil {
+		return nil, err
+	}
+	if format == "ir" {
+		g, err := ir.Load(data)
+		return &input{g: g}, err
+	}
+	inst, err := dsa.ParseBytes(filepath.Base(name), data)
+	if err != nil {
+		return nil, failure.New(failure.InvalidEncoding, opIO, err.Error(), "file", name).Wrap(err)
+	}
+	g, err := ir.Compile(inst.Model())
+	if err != nil {
+		return nil, err
+	}
+	return &input{g: g, dsa: inst}, nil
+}
+
+// dsaPlan is the JSON form of a planned DSA instance.
+type dsaPlan struct {
+	Format           string             `json:"format"`
+	Name             string             `json:"name"`
+	Strategy         planner.Strategy   `json:"strategy"`
+	Effort           pack.Effort        `json:"effort,omitempty"`
+	PlanHash         ir.Hash            `json:"plan_hash"`
+	Buffers          int                `json:"buffers"`
+	AllocationTimeNs int64              `json:"allocation_time_ns"`
+	Arenas           planner.Arenas     `json:"arenas"`
+	Tensors          map[string]dsa.Row `json:"tensors"`
+}
+
+// writeDSA writes a planned instance as JSON (tensors keyed by id with
+// offset, size and lifetime [lower, upper)) or as CSV
+// id,lower,upper,size,offset in file order.
+func writeDSA(w io.Writer, inst *dsa.Instance, p *planner.Plan, format string) error {
+	rows, err := inst.Rows(p)
+	if err != nil {
+		return err
+	}
+	if format == "csv" {
+		cw := csv.NewWriter(w)
+		cw.Write([]string{"id", "lower", "upper", "size", "offset"})
+		for _, r := range rows {
+			cw.Write([]string{r.ID, strconv.FormatInt(r.Lower, 10), strconv.FormatInt(r.Upper, 10),
+				strconv.FormatUint(r.Size, 10), strconv.FormatUint(r.Offset, 10)})
+		}
+		cw.Flush()
+		return cw.Error()
+	}
+	out := dsaPlan{Format: "tmmu_dsa_plan_v1", Name: inst.Name, Strategy: p.Strategy, Effort: p.Effort, PlanHash: p.PlanHash,
+		Buffers: len(rows), AllocationTimeNs: p.Metrics.AllocationTimeNs, Arenas: p.Arenas, Tensors: make(map[string]dsa.Row, len(rows))}
+	for _, r := range rows {
+		out.Tensors[r.ID] = r
+	}
+	return writeJSON(w, out)
 }
 
 func loadArenaConfig(e *env, name string) (planner.ArenaConfig, error) {

@@ -1,0 +1,266 @@
+// Package bench runs planning strategies side by side on a suite of
+// instances and reports, per instance and strategy, the peak bytes, how far
+// they are above the lower bound and the planning time; every plan is
+// checked by the planner's independent verifier.
+//
+// The default suite is embedded: the offline dynamic storage allocation
+// instances under dsa/ (see dsa/README.md for their sources and licences)
+// and generated graphs, GPT-2 small and Llama-2-7B, each in train_full and
+// in inference.
+package bench
+
+import (
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/tmmu/tmmu/dsa"
+	"github.com/tmmu/tmmu/ir"
+	"github.com/tmmu/tmmu/models"
+	"github.com/tmmu/tmmu/planner"
+	"github.com/tmmu/tmmu/planner/pack"
+)
+
+//go:embed dsa/*.csv dsa/README.md
+var embedded embed.FS
+
+// Instance is one entry of a suite: a compiled graph with the mode and
+// arena configuration it is planned with.
+type Instance struct {
+	Name   string
+	Kind   string // "dsa" or "graph"
+	Graph  *ir.Graph
+	Mode   planner.Mode
+	Arenas planner.ArenaConfig
+}
+
+// Method is a strategy with its effort, written "packed", "packed:exact",
+// "slots", "greedy-size".
+type Method struct {
+	Strategy planner.Strategy
+	Effort   pack.Effort
+}
+
+func (m Method) String() string {
+	if m.Effort != "" && m.Effort != pack.Fast {
+		return string(m.Strategy) + ":" + string(m.Effort)
+	}
+	return string(m.Strategy)
+}
+
+// DefaultMethods are the methods a bench compares when none are named.
+var DefaultMethods = []Method{{Strategy: planner.Slots}, {Strategy: planner.GreedySize}, {Strategy: planner.Packed, Effort: pack.Fast}}
+
+// ParseMethods parses a comma-separated list such as
+// "slots,greedy-size,packed,packed:exact".
+func ParseMethods(list string) ([]Method, error) {
+	var ms []Method
+	for _, f := range strings.Split(list, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		st, eff, _ := strings.Cut(f, ":")
+		m := Method{Strategy: planner.Strategy(st), Effort: pack.Effort(eff)}
+		if !slices.Contains(planner.Strategies, m.Strategy) {
+			return nil, fmt.Errorf("unknown strategy %q (strategies: packed, slots, greedy-size)", st)
+		}
+		if m.Effort != "" && (m.Strategy != planner.Packed || !slices.Contains(pack.Efforts, m.Effort)) {
+			return nil, fmt.Errorf("%q: only packed takes an effort, fast or exact", f)
+		}
+		if m.Strategy == planner.Packed && m.Effort == "" {
+			m.Effort = pack.Fast
+		}
+		ms = append(ms, m)
+	}
+	if len(ms) == 0 {
+		return nil, errors.New("no strategies named")
+	}
+	return ms, nil
+}
+
+// Suite loads the instances of dir: every *.csv (DSA instances) and every
+// *.json or *.cbor (IR graphs, planned in their default mode), in name
+// order. An empty dir means the embedded suite: its DSA instances, then
+// the generated graphs.
+func Suite(dir string) ([]Instance, error) {
+	var fsys fs.FS = embedded
+	root := "dsa"
+	if dir != "" {
+		fsys, root = os.DirFS(dir), "."
+	}
+	entries, err := fs.ReadDir(fsys, root)
+	if err != nil {
+		return nil, err
+	}
+	var out []Instance
+	for _, e := range entries {
+		name := e.Name()
+		ext := strings.ToLower(filepath.Ext(name))
+		if e.IsDir() || (ext != ".csv" && ext != ".json" && ext != ".cbor") {
+			continue
+		}
+		data, err := fs.ReadFile(fsys, path.Join(root, name))
+		if err != nil {
+			return nil, err
+		}
+		if ext == ".csv" {
+			in, err := dsa.ParseBytes(name, data)
+			if err != nil {
+				return nil, err
+			}
+			g, err := ir.Compile(in.Model())
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", name, err)
+			}
+			out = append(out, Instance{Name: strings.TrimSuffix(name, filepath.Ext(name)), Kind: "dsa", Graph: g, Mode: planner.Inference, Arenas: dsa.ArenaConfig()})
+			continue
+		}
+		g, err := ir.Load(data)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+		out = append(out, Instance{Name: strings.TrimSuffix(name, filepath.Ext(name)), Kind: "graph", Graph: g, Mode: planner.DefaultMode(g)})
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("bench: no *.csv, *.json or *.cbor instances in %s", dir)
+	}
+	if dir == "" {
+		gen, err := Generated()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, gen...)
+	}
+	return out, nil
+}
+
+// Generated returns the suite's generated graphs: GPT-2 small and
+// Llama-2-7B (bf16, sequence 2048), each in train_full and inference.
+func Generated() ([]Instance, error) {
+	var out []Instance
+	for _, train := range []bool{true, false} {
+		gc := models.DefaultGPT2Config()
+		gc.Train = train
+		lc := models.DefaultLlamaConfig()
+		lc.Train = train
+		for _, mk := range []struct {
+			name  string
+			model func() (*ir.Model, error)
+		}{
+			{"gpt2-small", func() (*ir.Model, error) { return models.GPT2(gc) }},
+			{"llama-7b", func() (*ir.Model, error) { return models.Llama(lc) }},
+		} {
+			m, err := mk.model()
+			if err != nil {
+				return nil, err
+			}
+			g, err := ir.Compile(m)
+			if err != nil {
+				return nil, err
+			}
+			mode := planner.Inference
+			if train {
+				mode = planner.TrainFull
+			}
+			out = append(out, Instance{Name: mk.name + "-" + string(mode), Kind: "graph", Graph: g, Mode: mode})
+		}
+	}
+	return out, nil
+}
+
+// Run is one method on one instance.
+type Run struct {
+	Method string `json:"method"`
+	// Peak and LowerBound sum over the plan's arenas (for a DSA instance,
+	// its one arena).
+	Peak       uint64  `json:"peak_bytes"`
+	LowerBound uint64  `json:"lower_bound_bytes"`
+	OverLB     float64 `json:"over_lower_bound"` // peak / lower bound - 1
+	// TimeNs is the wall time of planner.PlanMemory (liveness, placement,
+	// metrics and plan hash) on the compiled graph.
+	TimeNs   int64  `json:"plan_time_ns"`
+	Verified bool   `json:"verified"`
+	Error    string `json:"error,omitempty"`
+}
+
+// Result is every method on one instance.
+type Result struct {
+	Instance   string `json:"instance"`
+	Kind       string `json:"kind"`
+	Buffers    int    `json:"buffers"` // storages planned
+	LowerBound uint64 `json:"lower_bound_bytes"`
+	Runs       []Run  `json:"runs"`
+}
+
+// Measure plans in with every method, verifies each plan and returns the
+// results. A method that fails is reported in its Run, not as an error.
+func Measure(in Instance, methods []Method) Result {
+	res := Result{Instance: in.Name, Kind: in.Kind}
+	for _, m := range methods {
+		opts := planner.DefaultOptions(in.Graph)
+		opts.Mode, opts.Arenas, opts.Strategy, opts.Effort = in.Mode, in.Arenas, m.Strategy, m.Effort
+		start := time.Now()
+		p, err := planner.PlanMemory(in.Graph, opts)
+		el := time.Since(start)
+		run := Run{Method: m.String(), TimeNs: el.Nanoseconds()}
+		if err == nil {
+			err = planner.Verify(in.Graph, p)
+			run.Verified = err == nil
+			run.Peak, run.LowerBound = p.Metrics.PeakBytes, p.Metrics.LowerBoundBytes
+			if run.LowerBound > 0 {
+				run.OverLB = float64(run.Peak)/float64(run.LowerBound) - 1
+			}
+			res.Buffers, res.LowerBound = p.Metrics.Storages, p.Metrics.LowerBoundBytes
+		}
+		if err != nil {
+			run.Error = err.Error()
+		}
+		res.Runs = append(res.Runs, run)
+	}
+	return res
+}
+
+// Summary aggregates one method over a suite.
+type Summary struct {
+	Method       string  `json:"method"`
+	Instances    int     `json:"instances"`
+	MeanOverLB   float64 `json:"mean_over_lower_bound"`
+	MaxOverLB    float64 `json:"max_over_lower_bound"`
+	AtLowerBound int     `json:"at_lower_bound"`
+	Verified     int     `json:"verified"`
+	TimeNs       int64   `json:"plan_time_ns"`
+}
+
+// Summarize returns a Summary per method, in the order of methods.
+func Summarize(results []Result, methods []Method) []Summary {
+	out := make([]Summary, len(methods))
+	for k, m := range methods {
+		s := &out[k]
+		s.Method = m.String()
+		for _, r := range results {
+			run := r.Runs[k]
+			s.Instances++
+			s.MeanOverLB += run.OverLB
+			s.MaxOverLB = max(s.MaxOverLB, run.OverLB)
+			s.TimeNs += run.TimeNs
+			if run.Verified {
+				s.Verified++
+				if run.Peak == run.LowerBound {
+					s.AtLowerBound++
+				}
+			}
+		}
+		if s.Instances > 0 {
+			s.MeanOverLB /= float64(s.Instances)
+		}
+	}
+	return out
+}

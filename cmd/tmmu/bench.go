@@ -1,0 +1,117 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/tmmu/tmmu/bench"
+	"github.com/tmmu/tmmu/planner"
+)
+
+var benchCmd = &command{
+	name:    "bench",
+	summary: "Compare placement strategies on a suite: peak bytes, % over the lower bound and planning time; every plan verified.",
+	usage:   "bench [--suite DIR] [--strategies LIST] [-o text|json]",
+	run:     runBench,
+}
+
+func runBench(c *command, e *env, args []string) error {
+	fs := newFlags(e, c)
+	suite := fs.String("suite", "", "directory of instances: *.csv (DSA: id,lower,upper,size) and *.json/*.cbor (IR graphs); default: the built-in suite (minimalloc A-F, somas-resnet50, iopddl G_1 and S_1, GPT-2 small and Llama-2-7B in train_full and inference)")
+	list := fs.String("strategies", "slots,greedy-size,packed", "comma-separated methods: slots, greedy-size, packed, packed:exact")
+	out := fs.String("o", "text", "output: text or json")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := outputFormat(e, *out, "text", "json"); err != nil {
+		return err
+	}
+	if len(pos) != 0 {
+		return usagef("bench takes no arguments (name a directory with --suite)")
+	}
+	methods, err := bench.ParseMethods(*list)
+	if err != nil {
+		return usagef("--strategies: %v", err)
+	}
+	insts, err := bench.Suite(*suite)
+	if err != nil {
+		return ioError(err, *suite)
+	}
+	progress := isTerminal(e.stderr)
+	var results []bench.Result
+	for k, in := range insts {
+		if progress {
+			fmt.Fprintf(e.stderr, "\r\033[Kbench [%d/%d] %s", k+1, len(insts), in.Name)
+		}
+		results = append(results, bench.Measure(in, methods))
+	}
+	if progress {
+		fmt.Fprint(e.stderr, "\r\033[K")
+	}
+	if *out == "json" {
+		return writeJSON(e.stdout, struct {
+			Results []bench.Result  `json:"results"`
+			Summary []bench.Summary `json:"summary"`
+		}{results, bench.Summarize(results, methods)})
+	}
+	printBench(e.stdout, results, methods)
+	for _, r := range results {
+		for _, run := range r.Runs {
+			if run.Error != "" {
+				return fmt.Errorf("%s, %s: %s", r.Instance, run.Method, run.Error)
+			}
+		}
+	}
+	return nil
+}
+
+func printBench(w io.Writer, results []bench.Result, methods []bench.Method) {
+	t := &table{align: "lrrlrrrl"}
+	t.add("INSTANCE", "BUFFERS", "LOWER BOUND", "STRATEGY", "PEAK", "OVER LB", "TIME", "VERIFIED")
+	for _, r := range results {
+		for k, run := range r.Runs {
+			name, bufs, lb := r.Instance, fmt.Sprint(r.Buffers), planner.FormatBytes(r.LowerBound)
+			if k > 0 {
+				name, bufs, lb = "", "", ""
+			}
+			verified := "yes"
+			if !run.Verified {
+				verified = "NO: " + run.Error
+			}
+			t.add(name, bufs, lb, run.Method, planner.FormatBytes(run.Peak), fmt.Sprintf("%+.2f%%", 100*run.OverLB), fmtDuration(run.TimeNs), verified)
+		}
+	}
+	t.write(w)
+	fmt.Fprintln(w)
+	s := &table{align: "lrrrrr"}
+	s.add("STRATEGY", "MEAN OVER LB", "MAX OVER LB", "AT LB", "VERIFIED", "TOTAL TIME")
+	for _, sm := range bench.Summarize(results, methods) {
+		s.add(sm.Method, fmt.Sprintf("%+.2f%%", 100*sm.MeanOverLB), fmt.Sprintf("%+.2f%%", 100*sm.MaxOverLB),
+			fmt.Sprintf("%d/%d", sm.AtLowerBound, sm.Instances), fmt.Sprintf("%d/%d", sm.Verified, sm.Instances), fmtDuration(sm.TimeNs))
+	}
+	s.write(w)
+}
+
+func fmtDuration(ns int64) string {
+	d := time.Duration(ns)
+	switch {
+	case d >= time.Second:
+		return fmt.Sprintf("%.2f s", d.Seconds())
+	case d >= time.Millisecond:
+		return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond))
+	}
+	return fmt.Sprintf("%.0f µs", float64(d)/float64(time.Microsecond))
+}
+
+// isTerminal reports whether w is a character device (a terminal).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
