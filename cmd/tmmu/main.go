@@ -34,7 +34,7 @@ type command struct {
 var commands []*command
 
 func init() {
-	commands = []*command{genCmd, planCmd, verifyCmd, benchCmd}
+	commands = []*command{genCmd, planCmd, verifyCmd, benchCmd, vizCmd}
 }
 
 // env carries the process's streams so tests can run commands in-process.
