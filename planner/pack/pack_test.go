@@ -1,0 +1,249 @@
+package pack
+
+import (
+	"errors"
+	"runtime"
+	"slices"
+	"testing"
+
+	"pgregory.net/rapid"
+)
+
+// drawProblem draws a random problem: up to maxN buffers over a short
+// timeline, sizes in [1, maxSize], optional alignments and conflicts.
+func drawProblem(t *rapid.T, maxN int, maxSize uint64, features bool) *Problem {
+	n := rapid.IntRange(1, maxN).Draw(t, "n")
+	p := &Problem{Buffers: make([]Buffer, n)}
+	for i := range p.Buffers {
+		s := rapid.Int64Range(0, 12).Draw(t, "start")
+		b := Buffer{Start: s, End: s + rapid.Int64Range(1, 8).Draw(t, "len"), Size: rapid.Uint64Range(1, maxSize).Draw(t, "size"), Align: 1}
+		if features && rapid.IntRange(0, 3).Draw(t, "aligned") == 0 {
+			b.Align = 1 << rapid.IntRange(0, 4).Draw(t, "align")
+		}
+		p.Buffers[i] = b
+	}
+	if features && n > 1 {
+		for range rapid.IntRange(0, 2).Draw(t, "conflicts") {
+			a := rapid.IntRange(0, n-1).Draw(t, "a")
+			b := rapid.IntRange(0, n-1).Draw(t, "b")
+			if a != b {
+				p.Conflicts = append(p.Conflicts, [2]int32{int32(a), int32(b)})
+			}
+		}
+	}
+	return p
+}
+
+// bruteOptimum is the obviously right optimum for alignment 1: some
+// optimal placement is pushed down, so each offset is a sum of other
+// sizes; it tries every assignment of such sums.
+func bruteOptimum(p *Problem) uint64 {
+	n := len(p.Buffers)
+	var sums []uint64
+	for m := range 1 << n {
+		var s uint64
+		for i := range n {
+			if m&(1<<i) != 0 {
+				s += p.Buffers[i].Size
+			}
+		}
+		sums = append(sums, s)
+	}
+	slices.Sort(sums)
+	sums = slices.Compact(sums)
+	conflict := func(i, j int) bool {
+		if overlap(&p.Buffers[i], &p.Buffers[j]) {
+			return true
+		}
+		for _, c := range p.Conflicts {
+			if int(c[0]) == i && int(c[1]) == j || int(c[0]) == j && int(c[1]) == i {
+				return true
+			}
+		}
+		return false
+	}
+	best := ^uint64(0)
+	offs := make([]uint64, n)
+	var place func(k int, peak uint64)
+	place = func(k int, peak uint64) {
+		if peak >= best {
+			return
+		}
+		if k == n {
+			best = peak
+			return
+		}
+		b := p.Buffers[k]
+	next:
+		for _, o := range sums {
+			for j := range k {
+				if conflict(k, j) && o < offs[j]+p.Buffers[j].Size && offs[j] < o+b.Size {
+					continue next
+				}
+			}
+			offs[k] = o
+			place(k+1, max(peak, o+b.Size))
+		}
+	}
+	place(0, 0)
+	return best
+}
+
+func mustPack(t *rapid.T, p *Problem, o Options) *Result {
+	r, err := Pack(p, o)
+	if err != nil {
+		t.Fatalf("Pack(%s): %v", o.Effort, err)
+	}
+	peak, err := Check(p, r.Offsets)
+	if err != nil {
+		t.Fatalf("Pack(%s) placement is invalid: %v", o.Effort, err)
+	}
+	if peak != r.Peak {
+		t.Fatalf("Pack(%s) reports peak %d, its offsets peak at %d", o.Effort, r.Peak, peak)
+	}
+	return r
+}
+
+// TestPropertyExactIsOptimal compares the exact effort with an exhaustive
+// search on tiny instances: it must find the optimum, and say it did.
+func TestPropertyExactIsOptimal(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		p := drawProblem(t, 6, 9, false)
+		if rapid.Bool().Draw(t, "conflict") && len(p.Buffers) > 1 {
+			p.Conflicts = [][2]int32{{0, int32(len(p.Buffers) - 1)}}
+		}
+		opt := bruteOptimum(p)
+		r := mustPack(t, p, Options{Effort: Exact})
+		if r.Peak != opt {
+			t.Fatalf("exact peak %d, optimum %d (lower bound %d, %s)", r.Peak, opt, r.LowerBound, r.Method)
+		}
+		if !r.Optimal {
+			t.Fatalf("exact reached the optimum %d but does not claim it (lower bound %d)", opt, r.LowerBound)
+		}
+		if f := mustPack(t, p, Options{Effort: Fast}); f.Peak < opt || f.Optimal && f.Peak != opt {
+			t.Fatalf("fast peak %d (optimal %v), optimum %d", f.Peak, f.Optimal, opt)
+		}
+	})
+}
+
+// TestPropertyPack: on random instances with alignments and conflicts,
+// every placement is valid, no peak is below the lower bound, packed is
+// never above greedy-size, and the offsets are the same on every run and
+// with any GOMAXPROCS.
+func TestPropertyPack(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		p := drawProblem(t, 60, 1<<12, true)
+		lb, _ := LowerBound(p.Buffers)
+		g, err := GreedySize(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := Check(p, g.Offsets); err != nil {
+			t.Fatalf("greedy-size placement is invalid: %v", err)
+		}
+		for _, e := range Efforts {
+			// A small node budget keeps the exact effort quick where it
+			// can neither reach the lower bound nor prove the optimum.
+			r := mustPack(t, p, Options{Effort: e, Nodes: 20_000})
+			if r.LowerBound != lb || r.Peak < lb {
+				t.Fatalf("%s: peak %d, lower bound %d (want %d)", e, r.Peak, r.LowerBound, lb)
+			}
+			if r.Peak > g.Peak {
+				t.Fatalf("%s: packed peaks at %d, greedy-size at %d", e, r.Peak, g.Peak)
+			}
+			prev := runtime.GOMAXPROCS(1)
+			again := mustPack(t, p, Options{Effort: e, Nodes: 20_000})
+			runtime.GOMAXPROCS(prev)
+			if !slices.Equal(r.Offsets, again.Offsets) {
+				t.Fatalf("%s: offsets differ between runs (GOMAXPROCS %d and 1)", e, prev)
+			}
+		}
+	})
+}
+
+// TestPropertyPlacerMatchesNaive checks the union tree against the
+// obviously right computation: for every buffer in turn, sort the byte
+// ranges of all placed buffers it meets and take the gap the fit chooses.
+func TestPropertyPlacerMatchesNaive(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		p := drawProblem(t, 80, 1<<10, true)
+		in, err := newInstance(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := rapid.SampledFrom([]fit{bestFit, firstFit}).Draw(t, "fit")
+		order := in.order(in.features(), rapid.SampledFrom(portfolio).Draw(t, "member").keys...)
+		pl := newPlacer(in)
+		if _, err := pl.run(order, f); err != nil {
+			t.Fatal(err)
+		}
+		naive := make([]uint64, len(p.Buffers))
+		placed := make([]bool, len(p.Buffers))
+		for _, i := range order {
+			b := p.Buffers[i]
+			var occ []span
+			for j := range p.Buffers {
+				if placed[j] && (overlap(&b, &p.Buffers[j]) || slices.Contains(p.Conflicts, [2]int32{i, int32(j)}) || slices.Contains(p.Conflicts, [2]int32{int32(j), i})) {
+					occ = append(occ, span{naive[j], naive[j] + p.Buffers[j].Size})
+				}
+			}
+			slices.SortFunc(occ, func(x, y span) int { return int(x.off) - int(y.off) })
+			var top uint64
+			best, bestGap, found := uint64(0), uint64(0), false
+			for _, s := range occ {
+				if y, _ := alignUp(top, b.align()); y+b.Size <= s.off && !(f == firstFit && found) {
+					if gap := s.off - top; !found || f == bestFit && gap < bestGap {
+						best, bestGap, found = y, gap, true
+					}
+				}
+				top = max(top, s.end)
+			}
+			if !found {
+				best, _ = alignUp(top, b.align())
+			}
+			naive[i], placed[i] = best, true
+		}
+		if !slices.Equal(pl.offsets, naive) {
+			t.Fatalf("union tree placed %v, naive %v", pl.offsets, naive)
+		}
+	})
+}
+
+func TestCapacity(t *testing.T) {
+	// Two buffers live together: 3 + 5 bytes.
+	p := &Problem{Buffers: []Buffer{{Start: 0, End: 2, Size: 3}, {Start: 1, End: 3, Size: 5}}}
+	for _, c := range []struct {
+		capacity uint64
+		ok       bool
+	}{{0, true}, {8, true}, {100, true}, {7, false}} {
+		p.Capacity = c.capacity
+		r, err := Pack(p, Options{})
+		if c.ok != (err == nil) || !c.ok && !errors.Is(err, ErrCapacity) {
+			t.Fatalf("capacity %d: %v", c.capacity, err)
+		}
+		if c.ok && r.Peak != 8 {
+			t.Fatalf("capacity %d: peak %d, want 8", c.capacity, r.Peak)
+		}
+	}
+}
+
+func TestValidate(t *testing.T) {
+	for name, p := range map[string]*Problem{
+		"empty lifetime": {Buffers: []Buffer{{Start: 3, End: 3, Size: 1}}},
+		"zero size":      {Buffers: []Buffer{{Start: 0, End: 1, Size: 0}}},
+		"alignment":      {Buffers: []Buffer{{Start: 0, End: 1, Size: 1, Align: 3}}},
+		"conflict":       {Buffers: []Buffer{{Start: 0, End: 1, Size: 1}}, Conflicts: [][2]int32{{0, 1}}},
+	} {
+		if _, err := Pack(p, Options{}); !errors.Is(err, ErrInvalid) {
+			t.Errorf("%s: %v, want ErrInvalid", name, err)
+		}
+	}
+	if _, err := Pack(&Problem{Buffers: []Buffer{{Start: 0, End: 1, Size: 1}}}, Options{Effort: "hard"}); !errors.Is(err, ErrInvalid) {
+		t.Errorf("unknown effort: %v", err)
+	}
+	// Offsets that would pass 2^64.
+	huge := &Problem{Buffers: []Buffer{{Start: 0, End: 1, Size: 1 << 63}, {Start: 0, End: 1, Size: 1 << 63}}}
+	if _, err := Pack(huge, Options{}); !errors.Is(err, ErrOverflow) {
+		t.Errorf("overflow: %v", err)
+	}
+}
