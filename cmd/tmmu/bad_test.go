@@ -63,6 +63,9 @@ func TestBadInputs(t *testing.T) {
 		{[]string{"plan", bad("chain.json"), "--mode", "backward"}, failure.InvalidOptions, "executes no node"},
 		{[]string{"plan", bad("chain.json"), "--strategy", "best"}, failure.InvalidOptions, "best"},
 		{[]string{"plan", bad("chain.json"), "--replay-token", "abc"}, failure.InvalidOptions, "replay-token"},
+		{[]string{"plan", bad("chain.json"), "--effort", "hard"}, failure.InvalidOptions, `effort "hard"`},
+		{[]string{"plan", bad("dsa-empty-interval.csv")}, failure.InvalidEncoding, `line 3: buffer "b" lives over [4,4)`},
+		{[]string{"plan", bad("dsa-two.csv"), "--format", "ir"}, failure.InvalidEncoding, "cbor"},
 		{[]string{"verify", bad("chain.json"), bad("collision.plan.json")}, failure.AddressCollision, `"b"`},
 		{[]string{"verify", bad("chain.json"), bad("hash-mismatch.plan.json")}, failure.PlanMismatch, "plan_hash"},
 		{[]string{"verify", bad("cycle.json"), bad("collision.plan.json")}, failure.LivenessCycle, "cycle"},
@@ -104,6 +107,8 @@ func TestBadInputs(t *testing.T) {
 	}
 	// Every bad file is used.
 	files, _ := filepath.Glob(bad("*.json"))
+	csvs, _ := filepath.Glob(bad("*.csv"))
+	files = append(files, csvs...)
 	for _, f := range files {
 		used := slices.ContainsFunc(cases, func(c struct {
 			args    []string

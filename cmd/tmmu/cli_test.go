@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -140,5 +141,80 @@ func TestUsageErrors(t *testing.T) {
 		if status, _, _ := runCLI(t, "", args...); status != 0 {
 			t.Errorf("tmmu %s: exit %d, want 0", strings.Join(args, " "), status)
 		}
+	}
+}
+
+// TestPlanDSA plans a DSA instance: JSON carries offsets per id with size
+// and lifetime [lower, upper) and the arena's peak and lower bound; CSV
+// appends the offset column; the two agree.
+func TestPlanDSA(t *testing.T) {
+	in := filepath.Join("testdata", "bad", "dsa-two.csv")
+	status, out, errOut := runCLI(t, "", "plan", in, "-o", "json")
+	if status != 0 {
+		t.Fatalf("exit %d: %s", status, errOut)
+	}
+	var doc struct {
+		Format  string `json:"format"`
+		Buffers int    `json:"buffers"`
+		Arenas  map[string]struct {
+			Peak uint64 `json:"peak_bytes"`
+			LB   uint64 `json:"lower_bound_bytes"`
+		} `json:"arenas"`
+		Tensors map[string]struct {
+			Offset   uint64   `json:"offset"`
+			Size     uint64   `json:"size"`
+			Lifetime [2]int64 `json:"lifetime"`
+		} `json:"tensors"`
+	}
+	if err := json.Unmarshal([]byte(out), &doc); err != nil {
+		t.Fatal(err)
+	}
+	a := doc.Arenas["activations"]
+	if doc.Format != "tmmu_dsa_plan_v1" || doc.Buffers != 2 || a.Peak != 32 || a.LB != 32 || len(doc.Tensors) != 2 {
+		t.Fatalf("%+v", doc)
+	}
+	if b := doc.Tensors["b"]; b.Size != 16 || b.Lifetime != [2]int64{2, 6} || b.Offset == doc.Tensors["a"].Offset {
+		t.Fatalf("b: %+v, a: %+v", b, doc.Tensors["a"])
+	}
+	status, out, _ = runCLI(t, "", "plan", in, "-o", "csv", "--strategy", "greedy-size")
+	want := fmt.Sprintf("id,lower,upper,size,offset\na,0,4,16,%d\nb,2,6,16,%d\n", doc.Tensors["a"].Offset, doc.Tensors["b"].Offset)
+	if status != 0 || out != want {
+		t.Fatalf("csv: exit %d\n%s\nwant\n%s", status, out, want)
+	}
+}
+
+// TestBenchAndViz runs bench on a directory and draws a graph, a plan and
+// a DSA instance.
+func TestBenchAndViz(t *testing.T) {
+	dir := t.TempDir()
+	data, _ := os.ReadFile(filepath.Join("testdata", "bad", "dsa-two.csv"))
+	os.WriteFile(filepath.Join(dir, "two.csv"), data, 0o644)
+	status, out, errOut := runCLI(t, "", "bench", "--suite", dir, "--strategies", "slots,packed,packed:exact")
+	if status != 0 || !strings.Contains(out, "two") || !strings.Contains(out, "packed:exact") || !strings.Contains(out, "3/3") && !strings.Contains(out, "1/1") {
+		t.Fatalf("bench: exit %d\n%s%s", status, out, errOut)
+	}
+	status, out, _ = runCLI(t, "", "bench", "--suite", dir, "-o", "json")
+	if status != 0 || !strings.Contains(out, `"verified": true`) {
+		t.Fatalf("bench json: exit %d\n%s", status, out)
+	}
+	chain := filepath.Join("testdata", "bad", "chain.json")
+	_, plan, _ := runCLI(t, "", "plan", chain, "-o", "json")
+	planFile := filepath.Join(dir, "plan.json")
+	os.WriteFile(planFile, []byte(plan), 0o644)
+	for _, c := range [][]string{
+		{chain, "--out", filepath.Join(dir, "g.svg")},
+		{planFile, "--out", filepath.Join(dir, "p.html")},
+		{filepath.Join(dir, "two.csv"), "--out", filepath.Join(dir, "d.svg"), "--strategy", "slots"},
+	} {
+		if status, _, errOut := runCLI(t, "", append([]string{"viz"}, c...)...); status != 0 {
+			t.Fatalf("viz %v: exit %d: %s", c, status, errOut)
+		}
+		got, err := os.ReadFile(c[2])
+		if err != nil || !strings.Contains(string(got), "<svg") {
+			t.Fatalf("viz %v wrote %d bytes: %v", c, len(got), err)
+		}
+	}
+	if status, _, _ := runCLI(t, "", "viz", chain, "--out", filepath.Join(dir, "x.png")); status != exitUsage {
+		t.Fatalf("viz to .png: exit %d, want %d", status, exitUsage)
 	}
 }

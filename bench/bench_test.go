@@ -1,0 +1,82 @@
+package bench
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/tmmu/tmmu/planner"
+	"github.com/tmmu/tmmu/planner/pack"
+)
+
+func TestParseMethods(t *testing.T) {
+	ms, err := ParseMethods("slots, greedy-size,packed,packed:exact")
+	if err != nil || len(ms) != 4 || ms[2].Effort != pack.Fast || ms[3].String() != "packed:exact" {
+		t.Fatalf("%v %v", ms, err)
+	}
+	for _, bad := range []string{"", "bogus", "slots:exact", "packed:hard"} {
+		if _, err := ParseMethods(bad); err == nil {
+			t.Errorf("%q parsed", bad)
+		}
+	}
+}
+
+// TestMeasureDir runs a suite directory with a DSA instance and an IR
+// graph: every run verifies, packed reaches the lower bound of the small
+// instance and slots does not.
+func TestMeasureDir(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "tiny.csv"), []byte("id,lower,upper,size\na,0,2,8\nb,0,4,2\nc,2,4,4\nd,2,4,4\n"), 0o644)
+	chain, err := os.ReadFile("../cmd/tmmu/testdata/bad/chain.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(dir, "chain.json"), chain, 0o644)
+	insts, err := Suite(dir)
+	if err != nil || len(insts) != 2 {
+		t.Fatalf("suite: %d instances, %v", len(insts), err)
+	}
+	var results []Result
+	for _, in := range insts {
+		r := Measure(in, DefaultMethods)
+		for _, run := range r.Runs {
+			if !run.Verified || run.Error != "" {
+				t.Fatalf("%s %s: %+v", r.Instance, run.Method, run)
+			}
+		}
+		results = append(results, r)
+	}
+	tiny := results[1]
+	// Slots sizes slot 0 for a (8 bytes), then gives it to c (4) and puts
+	// d in a third slot: 14 bytes. Packed stacks b, then a beside c and d.
+	if tiny.Instance != "tiny" || tiny.Buffers != 4 || tiny.LowerBound != 10 {
+		t.Fatalf("tiny: %+v", tiny)
+	}
+	if slots, packed := tiny.Runs[0], tiny.Runs[2]; slots.Peak != 14 || packed.Method != "packed" || packed.Peak != 10 {
+		t.Fatalf("slots %+v, packed %+v", slots, packed)
+	}
+	sum := Summarize(results, DefaultMethods)
+	if len(sum) != 3 || sum[2].Verified != 2 || sum[2].AtLowerBound < 1 {
+		t.Fatalf("summary %+v", sum)
+	}
+}
+
+func TestEmbeddedSuite(t *testing.T) {
+	if testing.Short() {
+		t.Skip("plans Llama-2-7B")
+	}
+	insts, err := Suite("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	for _, in := range insts {
+		names[in.Name] = true
+	}
+	for _, want := range []string{"minimalloc-A", "minimalloc-F", "somas-resnet50", "iopddl-G_1", "iopddl-S_1", "gpt2-small-train_full", "llama-7b-inference"} {
+		if !names[want] {
+			t.Errorf("suite lacks %s", want)
+		}
+	}
+	_ = planner.Packed
+}

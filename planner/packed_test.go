@@ -1,0 +1,122 @@
+package planner
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/tmmu/tmmu/failure"
+	"github.com/tmmu/tmmu/ir"
+	"github.com/tmmu/tmmu/models"
+)
+
+// TestPackedCapacity: a capacity the packed layout meets but the slots
+// layout does not plans with packed and fails with slots; a capacity below
+// the lower bound fails with ARENA_TOO_SMALL saying no placement fits.
+func TestPackedCapacity(t *testing.T) {
+	c := models.DefaultGPT2Config()
+	c.Layers, c.Hidden, c.Heads, c.Seq, c.Context, c.Vocab, c.Train = 2, 64, 4, 32, 32, 512, true
+	m, err := models.GPT2(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := ir.Compile(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan := func(st Strategy, capacity uint64) (*Plan, error) {
+		opts := DefaultOptions(g)
+		opts.Strategy = st
+		if capacity > 0 {
+			opts.Arenas = ArenaConfig{ir.ArenaGradients: {CapacityBytes: ByteSize(capacity)}}
+		}
+		return PlanMemory(g, opts)
+	}
+	free, err := plan(Packed, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var grads ArenaPlan
+	for _, a := range free.Arenas {
+		if a.Name == ir.ArenaGradients {
+			grads = a
+		}
+	}
+	slots, err := plan(Slots, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slots.Metrics.PeakBytes <= free.Metrics.PeakBytes {
+		t.Fatalf("slots peak %d is not above packed %d: the test needs a gap", slots.Metrics.PeakBytes, free.Metrics.PeakBytes)
+	}
+	p, err := plan(Packed, grads.PeakBytes)
+	if err != nil {
+		t.Fatalf("packed within its own peak: %v", err)
+	}
+	if err := Verify(g, p); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := plan(Slots, grads.PeakBytes); grads.PeakBytes < slotsPeak(slots, ir.ArenaGradients) && !errors.Is(err, failure.ArenaTooSmall) {
+		t.Fatalf("slots within packed's peak: %v, want ARENA_TOO_SMALL", err)
+	}
+	_, err = plan(Packed, grads.LowerBoundBytes-1)
+	var fe *failure.Error
+	if !errors.As(err, &fe) || fe.Code != failure.ArenaTooSmall || !strings.Contains(fe.Message, "no placement fits") {
+		t.Fatalf("packed below the lower bound: %v, want ARENA_TOO_SMALL saying no placement fits", err)
+	}
+}
+
+func slotsPeak(p *Plan, arena string) uint64 {
+	for _, a := range p.Arenas {
+		if a.Name == arena {
+			return a.PeakBytes
+		}
+	}
+	return 0
+}
+
+// TestPackedSavingOnGeneratedGraphs: on GPT-2 and Llama-style graphs in
+// train_full and inference, packed never uses more bytes than slots in
+// any arena; the saving is logged.
+func TestPackedSavingOnGeneratedGraphs(t *testing.T) {
+	gpt := models.DefaultGPT2Config()
+	gpt.Layers = 4
+	llama := models.DefaultLlamaConfig()
+	llama.Layers, llama.Hidden, llama.Heads, llama.KVHeads, llama.Intermediate, llama.Seq = 4, 1024, 16, 4, 2816, 512
+	for _, train := range []bool{true, false} {
+		gpt.Train, llama.Train = train, train
+		gm, err := models.GPT2(gpt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lm, err := models.Llama(llama)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range []*ir.Model{gm, lm} {
+			g, err := ir.Compile(m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			plans := map[Strategy]*Plan{}
+			for _, st := range []Strategy{Slots, Packed} {
+				opts := DefaultOptions(g)
+				opts.Strategy = st
+				if plans[st], err = PlanMemory(g, opts); err != nil {
+					t.Fatal(err)
+				}
+				if err := Verify(g, plans[st]); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, a := range plans[Packed].Arenas {
+				if s := slotsPeak(plans[Slots], a.Name); a.PeakBytes > s {
+					t.Errorf("%s, arena %s: packed %d bytes > slots %d", m.Name, a.Name, a.PeakBytes, s)
+				}
+			}
+			ps, pp := plans[Slots].Metrics.PeakBytes, plans[Packed].Metrics.PeakBytes
+			t.Logf("%s: slots %s, packed %s (lower bound %s), saving %s (%.1f%%)", m.Name, FormatBytes(ps), FormatBytes(pp),
+				FormatBytes(plans[Packed].Metrics.LowerBoundBytes), FormatBytes(ps-pp), 100*float64(ps-pp)/float64(ps))
+		}
+	}
+}
