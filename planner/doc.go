@@ -6,7 +6,8 @@
 //
 // # Pipeline
 //
-// PlanMemory runs three operators, each exported on its own:
+// PlanMemory runs liveness, then the strategy's placement. With the spec's
+// slots strategy these are three operators, each exported on its own:
 //
 //	live := AnalyzeLiveness(g, mode)            // AnalyzeLiveness_v1
 //	asg := AssignLogicalSlots(g, live, arenas)  // AssignLogicalSlots_v1
@@ -52,7 +53,21 @@
 // unbounded), alignment_bytes (default 128) and page_size (reserved bytes
 // are rounded up to it).
 //
-// # Slots and offsets
+// # Strategies
+//
+// Packed (the default) places every storage at its own byte offset with
+// package pack: a portfolio of best-fit placements and, where that stays
+// above the lower bound, a search over canonical placements, at an effort
+// (fast or exact) counted in deterministic work units. Its logical slots
+// are an arena's distinct offsets, numbered ascending, each as large as its
+// largest tenant; the slot tables of the plan hash keep their form. In an
+// arena where the spec's slot layout peaks lower, packed keeps that layout,
+// so it never uses more bytes than slots. GreedySize is the classic
+// baseline (largest first, first fit), kept for comparison. A capacity no
+// placement found fits fails with ARENA_TOO_SMALL, saying whether the lower
+// bound alone exceeds it.
+//
+// # Slots and offsets (the slots strategy)
 //
 // In each arena, storages are taken by birth ascending, size descending and
 // tensor id ascending, and each takes the lowest slot free at its birth.

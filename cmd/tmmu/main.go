@@ -1,9 +1,11 @@
 // Command tmmu is the operator CLI of tmmu: it generates model graphs, plans
-// their tensor memory and verifies plans.
+// their tensor memory, verifies plans, compares strategies and draws plans.
 //
 //	tmmu gen MODEL [flags]          write a model graph (UML_Model_IR) as JSON or CBOR
-//	tmmu plan IR|- [flags]          plan tensor memory for a graph
+//	tmmu plan IR|-|CSV [flags]      plan tensor memory for a graph or a DSA instance
 //	tmmu verify IR PLAN             check a plan against its graph
+//	tmmu bench [flags]              compare strategies on a suite, every plan verified
+//	tmmu viz IR|PLAN|CSV --out F    draw a plan's memory timeline as SVG or HTML
 //
 // Run "tmmu help COMMAND" for a command's flags.
 package main
@@ -72,7 +74,7 @@ func run(e *env, args []string) int {
 }
 
 func usage(w io.Writer) {
-	fmt.Fprintln(w, "tmmu plans tensor memory: liveness, logical slots and arena offsets with a plan hash a cluster can agree on.")
+	fmt.Fprintln(w, "tmmu plans tensor memory: liveness, then byte offsets per arena packed toward the lower bound (or the spec's slot layout), sealed by a plan hash a cluster can agree on.")
 	fmt.Fprintln(w, "\nUsage:\n  tmmu COMMAND [arguments]\n\nCommands:")
 	for _, c := range commands {
 		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)

@@ -21,7 +21,7 @@ import (
 
 var planCmd = &command{
 	name:    "plan",
-	summary: "Plan tensor memory for a graph: liveness, logical slots, arena offsets and the plan hash.",
+	summary: "Plan tensor memory for a graph or a DSA instance (CSV): liveness, offsets per arena and the plan hash.",
 	usage:   "plan IR|-|CSV [--format auto|ir|dsa] [--mode MODE] [--strategy S] [--effort E] [--arena-config FILE] [--replay-token HEX] [-o text|json|cbor|csv] [--trace FILE] [--tensors]",
 	run:     runPlan,
 }
@@ -33,7 +33,7 @@ func runPlan(c *command, e *env, args []string) error {
 	effort := fs.String("effort", string(pack.Fast), "packed strategy effort: fast, or exact (a search over canonical placements with a deterministic node budget)")
 	arenaFile := fs.String("arena-config", "", "JSON file {arena: {capacity_bytes, alignment_bytes, page_size}}; sizes may be numbers or strings like \"80GiB\"")
 	token := fs.String("replay-token", "", "replay token, 64 hex digits (default all zeros)")
-	out := fs.String("o", "text", "output: text, json or cbor (the CBOR plan is the checkpoint form)")
+	out := fs.String("o", "text", "output: text, json, cbor (the CBOR plan is the checkpoint form), or csv for a DSA instance (id,lower,upper,size,offset); JSON of a DSA instance lists offsets by buffer id")
 	traceFile := fs.String("trace", "", "write the allocation trace (JSON lines) to FILE")
 	listTensors := fs.Bool("tensors", false, "text output: list every tensor's placement")
 	format := fs.String("format", "auto", "input: ir (UML_Model_IR JSON or CBOR), dsa (CSV id,lower,upper,size: one buffer a row, live over [lower, upper), planned with alignment 1), or auto (dsa for *.csv)")
