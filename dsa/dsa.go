@@ -61,10 +61,10 @@ func Parse(name string, r io.Reader) (*Instance, error) {
 		if err == io.EOF {
 			break
 		}
-		line, _ := cr.FieldPos(0)
-		if err != nil {
+		if err != nil { // a *csv.ParseError names the line
 			return nil, fmt.Errorf("%w: %s: %v", ErrFormat, name, err)
 		}
+		line, _ := cr.FieldPos(0)
 		bad := func(format string, args ...any) error {
 			return fmt.Errorf("%w: %s line %d: %s", ErrFormat, name, line, fmt.Sprintf(format, args...))
 		}

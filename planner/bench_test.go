@@ -28,12 +28,13 @@ func synthetic(b *testing.B, n uint64) *ir.Model {
 	return m
 }
 
-func benchPlan(b *testing.B, m *ir.Model) {
+func benchPlan(b *testing.B, m *ir.Model, st Strategy) {
 	g, err := ir.Compile(m)
 	if err != nil {
 		b.Fatal(err)
 	}
 	opts := DefaultOptions(g)
+	opts.Strategy = st
 	b.ReportAllocs()
 	for b.Loop() {
 		if _, err := PlanMemory(g, opts); err != nil {
@@ -53,15 +54,18 @@ func benchCompile(b *testing.B, m *ir.Model) {
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(len(m.Tensors)), "ns/tensor")
 }
 
-// BenchmarkPlan measures PlanMemory (liveness, slots, offsets, metrics and
-// plan hash) on a compiled graph: GPT-2 small train_full (994 tensors), a
-// 6-layer GPT-2 train_full (about 500 tensors) and synthetic graphs of 10^3
-// to 10^6 tensors, whose ns/tensor shows the growth with N.
+// BenchmarkPlan measures PlanMemory (liveness, placement, metrics and plan
+// hash) on a compiled graph, with the slots and the packed strategy: GPT-2
+// small train_full (994 tensors), a 6-layer GPT-2 train_full (about 500
+// tensors) and synthetic graphs of 10^3 to 10^6 tensors, whose ns/tensor
+// shows the growth with N.
 func BenchmarkPlan(b *testing.B) {
-	b.Run("gpt2-small-train", func(b *testing.B) { benchPlan(b, gpt2Train(b, 12)) })
-	b.Run("gpt2-6layer-train", func(b *testing.B) { benchPlan(b, gpt2Train(b, 6)) })
-	for _, n := range []uint64{1_000, 10_000, 100_000, 1_000_000} {
-		b.Run(fmt.Sprintf("synthetic-%d", n), func(b *testing.B) { benchPlan(b, synthetic(b, n)) })
+	for _, st := range []Strategy{Slots, Packed} {
+		b.Run(string(st)+"/gpt2-small-train", func(b *testing.B) { benchPlan(b, gpt2Train(b, 12), st) })
+		b.Run(string(st)+"/gpt2-6layer-train", func(b *testing.B) { benchPlan(b, gpt2Train(b, 6), st) })
+		for _, n := range []uint64{1_000, 10_000, 100_000, 1_000_000} {
+			b.Run(fmt.Sprintf("%s/synthetic-%d", st, n), func(b *testing.B) { benchPlan(b, synthetic(b, n), st) })
+		}
 	}
 }
 

@@ -25,13 +25,18 @@ type instance struct {
 	// maximum.
 	liveBytes []uint64
 	lb        uint64
+	// minAlign is the smallest alignment: every offset is a multiple of it.
+	minAlign uint64
 }
 
 func newInstance(p *Problem) (*instance, error) {
 	if err := p.Validate(); err != nil {
 		return nil, err
 	}
-	in := &instance{p: p, bufs: p.Buffers}
+	in := &instance{p: p, bufs: p.Buffers, minAlign: ^uint64(0)}
+	for i := range p.Buffers {
+		in.minAlign = min(in.minAlign, p.Buffers[i].align())
+	}
 	times := make([]int64, 0, 2*len(p.Buffers))
 	for _, b := range p.Buffers {
 		times = append(times, b.Start, b.End)
@@ -294,7 +299,7 @@ func (pl *placer) place(i int32, f fit) error {
 	for _, s := range occ {
 		if s.off > floor {
 			if y, ok := alignUp(floor, a); ok && y <= s.off && s.off-y >= b.Size {
-				gap := s.off - floor
+				gap := s.off - y // the room the buffer would sit in
 				if f == firstFit {
 					best, found = y, true
 					break
@@ -320,7 +325,14 @@ func (pl *placer) place(i int32, f fit) error {
 	pl.offsets[i] = best
 	pl.placed[i] = true
 	pl.peak = max(pl.peak, end)
-	pl.tree.insert(pl.in.start[i], pl.in.end[i], span{best, end})
+	// No buffer can start between end and the next multiple of the
+	// smallest alignment, so that padding is recorded as taken: ranges
+	// separated only by padding merge, and the tree's sets stay short.
+	taken, ok := alignUp(end, pl.in.minAlign)
+	if !ok {
+		taken = end
+	}
+	pl.tree.insert(pl.in.start[i], pl.in.end[i], span{best, taken})
 	return nil
 }
 

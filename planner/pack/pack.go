@@ -37,11 +37,14 @@ type budget struct {
 	nodes      int64 // search nodes
 	maxBuffers int   // search only instances this small
 	maxPairs   int   // ... whose overlapping pairs fit in memory
+	// above: search only when the portfolio's peak exceeds the lower bound
+	// by more than this many parts per million.
+	above uint64
 }
 
 var budgets = map[Effort]budget{
-	Fast:  {portfolio: 4 << 20, nodes: 20_000, maxBuffers: 1024, maxPairs: 1 << 20},
-	Exact: {portfolio: 1 << 40, nodes: 1_000_000, maxBuffers: 1 << 20, maxPairs: 1 << 24},
+	Fast:  {portfolio: 1 << 20, nodes: 20_000, maxBuffers: 1024, maxPairs: 1 << 20, above: 10_000},
+	Exact: {portfolio: 1 << 27, nodes: 1_000_000, maxBuffers: 1 << 20, maxPairs: 1 << 24},
 }
 
 // Result is a placement.
@@ -170,7 +173,8 @@ func Pack(p *Problem, o Options) (*Result, error) {
 	if p.Capacity > 0 && p.Capacity < target {
 		target = p.Capacity + 1 // the search must get within the capacity
 	}
-	if target > in.lb && len(in.bufs) <= b.maxBuffers {
+	far := target > in.lb && target-in.lb > in.lb/1_000_000*b.above
+	if far && len(in.bufs) <= b.maxBuffers {
 		if adj, ok := in.adjacency(b.maxPairs); ok {
 			improve(in, adj, f, b.nodes, target, res)
 		}

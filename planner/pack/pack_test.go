@@ -192,7 +192,7 @@ func TestPropertyPlacerMatchesNaive(t *testing.T) {
 			best, bestGap, found := uint64(0), uint64(0), false
 			for _, s := range occ {
 				if y, _ := alignUp(top, b.align()); y+b.Size <= s.off && !(f == firstFit && found) {
-					if gap := s.off - top; !found || f == bestFit && gap < bestGap {
+					if gap := s.off - y; !found || f == bestFit && gap < bestGap {
 						best, bestGap, found = y, gap, true
 					}
 				}
