@@ -39,6 +39,7 @@ type Instance struct {
 	Graph  *ir.Graph
 	Mode   planner.Mode
 	Arenas planner.ArenaConfig
+	Times  []int64 // planner.Options.PositionTimes (a DSA instance's clock)
 }
 
 // Method is a strategy with its effort, written "packed", "packed:exact",
@@ -120,7 +121,8 @@ func Suite(dir string) ([]Instance, error) {
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", name, err)
 			}
-			out = append(out, Instance{Name: strings.TrimSuffix(name, filepath.Ext(name)), Kind: "dsa", Graph: g, Mode: planner.Inference, Arenas: dsa.ArenaConfig()})
+			opts := in.Options(g)
+			out = append(out, Instance{Name: strings.TrimSuffix(name, filepath.Ext(name)), Kind: "dsa", Graph: g, Mode: opts.Mode, Arenas: opts.Arenas, Times: opts.PositionTimes})
 			continue
 		}
 		g, err := ir.Load(data)
@@ -206,7 +208,7 @@ func Measure(in Instance, methods []Method) Result {
 	res := Result{Instance: in.Name, Kind: in.Kind}
 	for _, m := range methods {
 		opts := planner.DefaultOptions(in.Graph)
-		opts.Mode, opts.Arenas, opts.Strategy, opts.Effort = in.Mode, in.Arenas, m.Strategy, m.Effort
+		opts.Mode, opts.Arenas, opts.Strategy, opts.Effort, opts.PositionTimes = in.Mode, in.Arenas, m.Strategy, m.Effort, in.Times
 		start := time.Now()
 		p, err := planner.PlanMemory(in.Graph, opts)
 		el := time.Since(start)

@@ -216,6 +216,13 @@ type Options struct {
 	// NoShardSpecHash.
 	Rank, WorldSize uint64
 	ShardSpecHash   ir.Hash
+	// PositionTimes optionally gives the time at which each executed
+	// position starts, plus the time the last one ends (positions+1
+	// values, strictly increasing). The packing strategies then weigh
+	// lifetimes by these times rather than by positions in their
+	// heuristics: offsets may change, validity never does. DSA instances
+	// bring their own clock this way; nil means position k is time k.
+	PositionTimes []int64
 }
 
 // NoShardSpecHash is the shard_spec_hash of an unsharded plan:

@@ -40,8 +40,8 @@ func packArenas(g *ir.Graph, l *Liveness, o Options) (*SlotAssignment, []ArenaLa
 		for k, r := range as.Storages {
 			index[r] = int32(k)
 			p.Buffers[k] = pack.Buffer{
-				Start: int64(l.StorageBirth[r]),
-				End:   int64(l.StorageDeath[r]) + 1,
+				Start: timeOf(o.PositionTimes, l.StorageBirth[r]),
+				End:   timeOf(o.PositionTimes, l.StorageDeath[r]+1),
 				Size:  g.StorageBytes[r],
 				Align: max(g.StorageAlign[r], uint64(cfg.AlignmentBytes)),
 			}
@@ -118,6 +118,14 @@ func packArenas(g *ir.Graph, l *Liveness, o Options) (*SlotAssignment, []ArenaLa
 	return asg, layouts, nil
 }
 
+// timeOf returns the time of a position (Options.PositionTimes).
+func timeOf(times []int64, pos int32) int64 {
+	if times == nil {
+		return int64(pos)
+	}
+	return times[pos]
+}
+
 // tooSmall is the ARENA_TOO_SMALL failure of a packed arena: it says
 // whether the lower bound alone exceeds the capacity (no placement can
 // fit) or the best placement found does.
@@ -163,4 +171,22 @@ func storagesByArena(g *ir.Graph, l *Liveness) *SlotAssignment {
 		}
 	}
 	return a // roots ascend, so each arena's list is sorted
+}
+
+// checkTimes validates Options.PositionTimes against the plan's positions.
+func checkTimes(times []int64, positions int) error {
+	if times == nil {
+		return nil
+	}
+	if len(times) != positions+1 {
+		return failure.New(failure.InvalidOptions, OpPlan,
+			fmt.Sprintf("position_times has %d values; the plan has %d positions, so it needs %d", len(times), positions, positions+1))
+	}
+	for k := 1; k < len(times); k++ {
+		if times[k] <= times[k-1] {
+			return failure.New(failure.InvalidOptions, OpPlan,
+				fmt.Sprintf("position_times must increase: %d at %d follows %d", times[k], k, times[k-1]))
+		}
+	}
+	return nil
 }

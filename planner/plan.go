@@ -151,6 +151,9 @@ func PlanMemory(g *ir.Graph, opts Options) (*Plan, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := checkTimes(o.PositionTimes, live.Positions()); err != nil {
+		return nil, err
+	}
 	var asg *SlotAssignment
 	var layouts []ArenaLayout
 	if o.Strategy == Slots {

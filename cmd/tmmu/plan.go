@@ -57,7 +57,7 @@ func runPlan(c *command, e *env, args []string) error {
 	g := in.g
 	opts := planner.DefaultOptions(g)
 	if in.dsa != nil {
-		opts.Mode, opts.Arenas = planner.Inference, dsa.ArenaConfig()
+		opts = in.dsa.Options(g)
 	}
 	if *mode != "" {
 		opts.Mode = planner.Mode(*mode)

@@ -5,7 +5,6 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/tmmu/tmmu/dsa"
 	"github.com/tmmu/tmmu/planner"
 	"github.com/tmmu/tmmu/planner/pack"
 	"github.com/tmmu/tmmu/viz"
@@ -61,7 +60,7 @@ func runViz(c *command, e *env, args []string) error {
 		}
 		opts := planner.DefaultOptions(in.g)
 		if in.dsa != nil {
-			opts.Mode, opts.Arenas = planner.Inference, dsa.ArenaConfig()
+			opts = in.dsa.Options(in.g)
 		}
 		if *mode != "" {
 			opts.Mode = planner.Mode(*mode)

@@ -37,6 +37,8 @@ func BenchmarkPack(b *testing.B) {
 		{"minimalloc-B", pack.Exact},
 		{"minimalloc-C", pack.Exact},
 		{"minimalloc-F", pack.Exact},
+		{"minimalloc-D", pack.Exact},
+		{"minimalloc-E", pack.Exact},
 	} {
 		b.Run(c.name+"/"+string(c.effort), func(b *testing.B) {
 			p := problem(b, c.name)

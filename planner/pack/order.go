@@ -56,7 +56,14 @@ func (in *instance) order(f *features, keys ...key) []int32 {
 	for i := range o {
 		o[i] = int32(i)
 	}
-	slices.SortFunc(o, func(x, y int32) int {
+	in.sortBy(o, f.total, f.pressure, keys)
+	return o
+}
+
+// sortBy sorts bufs by keys, then by index; total and pressure give the
+// byTotal and byConflict values per buffer.
+func (in *instance) sortBy(bufs []int32, total, pressure []uint64, keys []key) {
+	slices.SortFunc(bufs, func(x, y int32) int {
 		a, b := &in.bufs[x], &in.bufs[y]
 		for _, k := range keys {
 			var c int
@@ -72,11 +79,11 @@ func (in *instance) order(f *features, keys ...key) []int32 {
 					c = cmp.Compare(bl, al)
 				}
 			case byTotal:
-				c = cmp.Compare(f.total[y], f.total[x])
+				c = cmp.Compare(total[y], total[x])
 			case byStart:
 				c = cmp.Compare(a.Start, b.Start)
 			case byConflict:
-				c = cmp.Compare(f.pressure[y], f.pressure[x])
+				c = cmp.Compare(pressure[y], pressure[x])
 			}
 			if c != 0 {
 				return c
@@ -84,7 +91,6 @@ func (in *instance) order(f *features, keys ...key) []int32 {
 		}
 		return cmp.Compare(x, y)
 	})
-	return o
 }
 
 // rangeMax answers maximum queries over a fixed slice (a sparse table).

@@ -100,12 +100,30 @@ var portfolio = []member{
 	{[]key{byConflict}, firstFit},
 }
 
-// preorders are the search's static orders, tried in turn (width, area and
-// total as in MiniMalloc's WAT, TAW, TWA).
-var preorders = [][]key{
-	{byLength, byArea, byTotal},
-	{byTotal, byArea, byLength},
-	{byTotal, byLength, byArea},
+// preorder is one order the search tries: its keys (width, area and total
+// as in MiniMalloc's WAT, TAW, TWA) and whether parts split off during the
+// search are ordered anew by the bytes their sections still need
+// (resorted) or keep the order of the whole.
+type preorder struct {
+	keys     []key
+	resorted bool
+}
+
+func (p preorder) String() string {
+	if p.resorted {
+		return keyNames(p.keys) + " (resorted)"
+	}
+	return keyNames(p.keys)
+}
+
+// preorders are tried in turn with doubling node limits.
+var preorders = []preorder{
+	{[]key{byLength, byArea, byTotal}, true},
+	{[]key{byTotal, byArea, byLength}, true},
+	{[]key{byTotal, byLength, byArea}, true},
+	{[]key{byLength, byArea, byTotal}, false},
+	{[]key{byTotal, byArea, byLength}, false},
+	{[]key{byTotal, byLength, byArea}, false},
 }
 
 // greedySize is the baseline: largest first, first gap that fits (the
@@ -191,10 +209,6 @@ func Pack(p *Problem, o Options) (*Result, error) {
 // improvement.
 func improve(in *instance, adj [][]int32, f *features, nodes int64, target uint64, res *Result) {
 	s := newSearcher(in, adj)
-	orders := make([][]int32, len(preorders))
-	for i, ks := range preorders {
-		orders[i] = in.order(f, ks...)
-	}
 	left := nodes
 	// attempt decides capacity c with up to spend nodes: round robin over
 	// the preorders with doubling node limits, as MiniMalloc does.
@@ -202,9 +216,9 @@ func improve(in *instance, adj [][]int32, f *features, nodes int64, target uint6
 		limit := int64(len(in.bufs))
 		for spend > 0 {
 			limit *= 2
-			for k, order := range orders {
+			for _, po := range preorders {
 				l := min(limit, spend)
-				found, complete := s.solve(c, order, l)
+				found, complete := s.solve(c, f, po, l)
 				spend -= s.nodes
 				left -= s.nodes
 				res.Nodes += s.nodes
@@ -214,7 +228,7 @@ func improve(in *instance, adj [][]int32, f *features, nodes int64, target uint6
 						peak = max(peak, off+in.bufs[i].Size)
 					}
 					res.Offsets = append(res.Offsets[:0], s.offsets...)
-					res.Peak, res.Method = peak, "search by "+keyNames(preorders[k])
+					res.Peak, res.Method = peak, "search by "+po.String()
 					return true, false
 				}
 				if complete {
@@ -228,7 +242,7 @@ func improve(in *instance, adj [][]int32, f *features, nodes int64, target uint6
 		return false, false
 	}
 	lo, hi := in.lb, target-1
-	if found, complete := attempt(lo, left/4); found {
+	if found, complete := attempt(lo, left/2); found {
 		res.Optimal = true
 		return
 	} else if complete && lo == hi {

@@ -47,9 +47,12 @@ type searcher struct {
 	pool     [][]int32
 	// secOff and secIdx list the buffers live in each section (CSR).
 	secOff, secIdx []int32
+	keys           []key    // the preorder's keys
+	resorted       bool     // order split-off parts anew
+	pressure       []uint64 // byConflict values
+	curTotal       []uint64 // scratch: per buffer, the most bytes its sections still need
 	twin           []int32  // per buffer: its identical predecessor in the preorder, or -1
-	stamp          []uint64 // per section: last epoch it was visited
-	epoch          uint64
+	cover          []int32  // scratch: a difference array over sections, zero between uses
 }
 
 type offChange struct {
@@ -104,18 +107,19 @@ func (in *instance) adjacency(maxPairs int) (adj [][]int32, ok bool) {
 func newSearcher(in *instance, adj [][]int32) *searcher {
 	n := len(in.bufs)
 	s := &searcher{
-		in:      in,
-		adj:     adj,
-		pre:     make([]int32, n),
-		offsets: make([]uint64, n),
-		placed:  make([]bool, n),
-		minOff:  make([]uint64, n),
-		floor:   make([]uint64, in.positions),
-		total:   make([]uint64, in.positions),
-		cuts:    make([]int32, max(in.positions-1, 0)),
-		split:   in.partners == nil,
-		stamp:   make([]uint64, in.positions),
-		twin:    make([]int32, n),
+		in:       in,
+		adj:      adj,
+		pre:      make([]int32, n),
+		offsets:  make([]uint64, n),
+		placed:   make([]bool, n),
+		minOff:   make([]uint64, n),
+		floor:    make([]uint64, in.positions),
+		total:    make([]uint64, in.positions),
+		cuts:     make([]int32, max(in.positions-1, 0)),
+		split:    in.partners == nil,
+		cover:    make([]int32, in.positions+1),
+		twin:     make([]int32, n),
+		curTotal: make([]uint64, n),
 	}
 	s.secOff = make([]int32, in.positions+1)
 	for i := range in.bufs {
@@ -145,11 +149,13 @@ type partition struct {
 }
 
 // solve searches for a placement with peak ≤ capacity under the preorder
-// order, spending at most limit nodes. It returns found (the placement is
+// by keys, spending at most limit nodes. It returns found (the placement is
 // in s.offsets), or (false, complete) where complete means the whole tree
 // was explored: no such placement exists.
-func (s *searcher) solve(capacity uint64, order []int32, limit int64) (found, complete bool) {
+func (s *searcher) solve(capacity uint64, f *features, po preorder, limit int64) (found, complete bool) {
 	s.capacity, s.limit, s.nodes, s.aborted = capacity, limit, 0, false
+	s.keys, s.resorted, s.pressure = po.keys, po.resorted, f.pressure
+	order := s.in.order(f, po.keys...)
 	for r, i := range order {
 		s.pre[i] = int32(r)
 	}
@@ -206,11 +212,34 @@ func (s *searcher) partitions(bufs []int32, lo, hi int32) []partition {
 	return slices.DeleteFunc(parts, func(p partition) bool { return len(p.bufs) == 0 })
 }
 
-// solvePart solves one partition from scratch: its buffers in preorder.
+// solvePart solves one partition from scratch. With a resorted preorder,
+// a partition split off during the search gets its own order, its totals
+// taken from the bytes its sections still need (as MiniMalloc does); its
+// buffers' ranks are restored afterwards, for the search that split it.
 func (s *searcher) solvePart(part partition, depth int) bool {
 	cands := slices.Clone(part.bufs)
-	slices.SortFunc(cands, func(a, b int32) int { return cmp.Compare(s.pre[a], s.pre[b]) })
-	return s.search(part, cands, 0, -1, depth)
+	if depth == 0 || !s.resorted {
+		slices.SortFunc(cands, func(a, b int32) int { return cmp.Compare(s.pre[a], s.pre[b]) })
+		return s.search(part, cands, 0, -1, depth)
+	}
+	saved := make([]int32, len(cands))
+	for k, i := range cands {
+		saved[k] = s.pre[i]
+		t := uint64(0)
+		for p := s.in.start[i]; p < s.in.end[i]; p++ {
+			t = max(t, s.total[p])
+		}
+		s.curTotal[i] = t
+	}
+	s.in.sortBy(cands, s.curTotal, s.pressure, s.keys)
+	for r, i := range cands {
+		s.pre[i] = int32(r)
+	}
+	ok := s.search(part, cands, 0, -1, depth)
+	for k := range saved { // saved follows part.bufs, which cands was cloned from
+		s.pre[part.bufs[k]] = saved[k]
+	}
+	return ok
 }
 
 func (s *searcher) less(a, b int32) bool {
@@ -368,23 +397,27 @@ func (s *searcher) place(i int32, off uint64) (int, int) {
 	for k := s.in.start[i]; k < s.in.end[i]-1; k++ {
 		s.cuts[k]--
 	}
-	// Floors of the sections whose buffers' minimum offsets grew. A
-	// section's floor cannot rise while one of its unplaced buffers has a
-	// minimum offset at or below it, so the first buffer to reach a
-	// section decides whether it is scanned.
-	s.epoch++
+	// Floors of the sections whose buffers' minimum offsets grew. Those
+	// buffers all met i, so they now start at end or above (their
+	// alignment may lift them further); a floor already at end cannot
+	// rise to a minimum of theirs. The sections they cover are swept once.
+	lo, hi := s.in.positions, int32(0)
 	for _, ch := range s.changes[c0:] {
 		j := ch.buf
-		m := s.minOff[j]
-		for p := s.in.start[j]; p < s.in.end[j]; p++ {
-			if s.stamp[p] == s.epoch {
-				continue
-			}
-			s.stamp[p] = s.epoch
-			if s.floor[p] < m {
-				s.raiseFloor(p)
-			}
+		s.cover[s.in.start[j]]++
+		s.cover[s.in.end[j]]--
+		lo, hi = min(lo, s.in.start[j]), max(hi, s.in.end[j])
+	}
+	depth := int32(0)
+	for p := lo; p < hi; p++ {
+		depth += s.cover[p]
+		s.cover[p] = 0
+		if depth > 0 && s.floor[p] < end {
+			s.raiseFloor(p)
 		}
+	}
+	if hi > lo {
+		s.cover[hi] = 0
 	}
 	return c0, f0
 }
