@@ -57,7 +57,7 @@ func packArenas(g *ir.Graph, l *Liveness, o Options) (*SlotAssignment, []ArenaLa
 			page := max(uint64(cfg.PageSize), 1)
 			p.Capacity = c / page * page // reserved bytes round the peak up to a page
 			if p.Capacity == 0 {
-				return nil, nil, tooSmall(as.Name, g, l, as.Storages, cfg, 0)
+				return nil, nil, tooSmall(as.Name, p.Buffers, cfg, 0)
 			}
 		}
 		var res *pack.Result
@@ -83,7 +83,7 @@ func packArenas(g *ir.Graph, l *Liveness, o Options) (*SlotAssignment, []ArenaLa
 		}
 		switch {
 		case errors.Is(err, pack.ErrCapacity):
-			return nil, nil, tooSmall(as.Name, g, l, as.Storages, cfg, res.Peak)
+			return nil, nil, tooSmall(as.Name, p.Buffers, cfg, res.Peak)
 		case errors.Is(err, pack.ErrOverflow):
 			return nil, nil, failure.New(failure.AllocationOverflow, OpPack,
 				fmt.Sprintf("arena %s: %v", as.Name, err), "arena", as.Name)
@@ -129,9 +129,9 @@ func timeOf(times []int64, pos int32) int64 {
 // tooSmall is the ARENA_TOO_SMALL failure of a packed arena: it says
 // whether the lower bound alone exceeds the capacity (no placement can
 // fit) or the best placement found does.
-func tooSmall(arena string, g *ir.Graph, l *Liveness, roots []int32, cfg ArenaSpec, best uint64) error {
+func tooSmall(arena string, bufs []pack.Buffer, cfg ArenaSpec, best uint64) error {
 	capacity := uint64(cfg.CapacityBytes)
-	lb, _ := pack.LowerBound(storageBuffers(g, l, roots))
+	lb, _ := pack.LowerBound(bufs)
 	why := fmt.Sprintf("the best placement found needs %d bytes (%s)", best, FormatBytes(best))
 	if lb > capacity || best == 0 {
 		why = fmt.Sprintf("%d bytes (%s) are live at once, so no placement fits", lb, FormatBytes(lb))
@@ -139,14 +139,6 @@ func tooSmall(arena string, g *ir.Graph, l *Liveness, roots []int32, cfg ArenaSp
 	return failure.New(failure.ArenaTooSmall, OpPack,
 		fmt.Sprintf("arena %s: capacity is %d bytes (%s) but %s", arena, capacity, FormatBytes(capacity), why),
 		"arena", arena, "capacity_bytes", capacity, "lower_bound_bytes", lb, "required_bytes", best)
-}
-
-func storageBuffers(g *ir.Graph, l *Liveness, roots []int32) []pack.Buffer {
-	bufs := make([]pack.Buffer, len(roots))
-	for k, r := range roots {
-		bufs[k] = pack.Buffer{Start: int64(l.StorageBirth[r]), End: int64(l.StorageDeath[r]) + 1, Size: g.StorageBytes[r]}
-	}
-	return bufs
 }
 
 // storagesByArena returns a SlotAssignment with every arena's storages

@@ -43,17 +43,21 @@
 // approach of Moffitt's MiniMalloc, ASPLOS 2023, implemented anew): buffers
 // go down in nondecreasing offset order, each at the lowest offset its
 // placed neighbours leave; candidates are ordered by that offset and a
-// static preorder (width, area, total: MiniMalloc's WAT, TAW, TWA, tried in
-// turn with doubling node limits); dominated placements, identical twins
+// preorder (width, area, total: MiniMalloc's WAT, TAW, TWA, each also with
+// split-off parts ordered anew by the bytes they still need, tried in turn
+// with doubling node limits); dominated placements, identical twins
 // out of preorder and placements that leave some section unable to hold
 // its remaining bytes are cut; a section boundary no unplaced buffer
 // crosses splits the rest into independent parts. It first asks for the
 // lower bound, then bisects between it and the best peak found. Its work
 // is counted in nodes.
 //
-// Effort Fast (the default) gives the search 20,000 nodes on instances of
-// up to 1,024 buffers; Exact gives it 1,000,000 on any instance whose
-// overlapping pairs fit in memory. Result.Optimal tells whether the peak is
+// Effort Fast (the default) stops the portfolio once its members have
+// merged 2^20 byte ranges and gives the search 20,000 nodes on instances of
+// up to 1,024 buffers that the portfolio leaves more than 1 % above the
+// lower bound; Exact runs the whole portfolio (up to 2^27 ranges) and gives
+// the search 1,000,000 nodes on any instance above the lower bound whose
+// overlapping pairs fit in memory (2^24). Result.Optimal tells whether the peak is
 // proven optimal: equal to the lower bound, or with every placement below
 // it explored.
 //

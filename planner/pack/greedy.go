@@ -13,7 +13,6 @@ import (
 // [start[i], end[i]). Two buffers meet in time exactly when they share a
 // section, and every section has a fixed set of live buffers.
 type instance struct {
-	p    *Problem
 	bufs []Buffer
 	// start and end are indexed by buffer: its sections.
 	start, end []int32
@@ -33,7 +32,7 @@ func newInstance(p *Problem) (*instance, error) {
 	if err := p.Validate(); err != nil {
 		return nil, err
 	}
-	in := &instance{p: p, bufs: p.Buffers, minAlign: ^uint64(0)}
+	in := &instance{bufs: p.Buffers, minAlign: ^uint64(0)}
 	for i := range p.Buffers {
 		in.minAlign = min(in.minAlign, p.Buffers[i].align())
 	}

@@ -12,8 +12,8 @@ type Effort string
 
 const (
 	// Fast runs a portfolio of best-fit placements under several orders
-	// within a work budget and, on small instances still above the lower
-	// bound, a short search. It is the default.
+	// within a work budget and, on small instances still more than 1 %
+	// above the lower bound, a short search. It is the default.
 	Fast Effort = "fast"
 	// Exact runs the portfolio, then a search over canonical placements
 	// (see searcher) with a large node budget: first at the lower bound,
