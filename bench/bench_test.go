@@ -5,7 +5,6 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/tmmu/tmmu/planner"
 	"github.com/tmmu/tmmu/planner/pack"
 )
 
@@ -78,5 +77,4 @@ func TestEmbeddedSuite(t *testing.T) {
 			t.Errorf("suite lacks %s", want)
 		}
 	}
-	_ = planner.Packed
 }

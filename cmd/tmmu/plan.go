@@ -134,7 +134,7 @@ func loadInput(e *env, name, format string) (*input, error) {
 	switch format {
 	case "auto":
 		format = "ir"
-		if strings.HasSuffix(strings.ToLower(name), ".csv") {
+		if isCSV(name) {
 			format = "dsa"
 		}
 	case "ir", "dsa":
@@ -159,6 +159,9 @@ func loadInput(e *env, name, format string) (*input, error) {
 	}
 	return &input{g: g, dsa: inst}, nil
 }
+
+// isCSV reports whether a file name says it holds a DSA instance.
+func isCSV(name string) bool { return strings.HasSuffix(strings.ToLower(name), ".csv") }
 
 // dsaPlan is the JSON form of a planned DSA instance.
 type dsaPlan struct {

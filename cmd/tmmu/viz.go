@@ -36,7 +36,7 @@ func runViz(c *command, e *env, args []string) error {
 		return usagef("--out must name a .svg or .html file, got %q", *outFile)
 	}
 	var p *planner.Plan
-	if *format == "plan" || *format == "auto" && !strings.HasSuffix(strings.ToLower(pos[0]), ".csv") {
+	if *format == "plan" || *format == "auto" && !isCSV(pos[0]) {
 		data, err := readInput(e, pos[0])
 		if err != nil {
 			return err
@@ -50,11 +50,7 @@ func runViz(c *command, e *env, args []string) error {
 		pos[0] = "-"
 	}
 	if p == nil {
-		f := *format
-		if f == "auto" && strings.HasSuffix(strings.ToLower(pos[0]), ".csv") {
-			f = "dsa"
-		}
-		in, err := loadInput(e, pos[0], f)
+		in, err := loadInput(e, pos[0], *format)
 		if err != nil {
 			return err
 		}
