@@ -44,6 +44,7 @@ const (
 	InvalidOptions        Code = "INVALID_OPTIONS"         // mode, strategy, replay token or arena config is invalid
 	PlanMismatch          Code = "PLAN_MISMATCH"           // a plan does not match its IR, options or hashes (verifier)
 	IOError               Code = "IO_ERROR"                // a file or stream cannot be read or written
+	InvalidShardSpec      Code = "INVALID_SHARD_SPEC"      // a shard spec is malformed, inconsistent, or does not fit its IR
 )
 
 // Codes lists every code in a fixed order.
@@ -51,7 +52,7 @@ var Codes = []Code{
 	InvalidIRShapes, LivenessCycle, AddressCollision, AllocationOverflow,
 	ArenaTooSmall, AlignmentViolation, InvalidEncoding, InvalidIRGraph,
 	ReadBeforeWrite, InvalidAlias, InvalidExecutionOrder, InvalidOptions,
-	PlanMismatch, IOError,
+	PlanMismatch, IOError, InvalidShardSpec,
 }
 
 // Error implements error so that a Code can be the target of errors.Is.

@@ -411,3 +411,19 @@ func offsetAlignment(off uint64) uint64 {
 	}
 	return off & -off
 }
+
+// WithRank returns a copy of p for another rank of the same world whose
+// rank-local graph and options are identical to p's (ranks of one pipeline
+// stage, say): the layout does not depend on the rank, so only Rank and
+// PlanHash change. The copy shares p's arenas and tensor map, which plans
+// never modify. It fails when rank is not below the world size.
+func (p *Plan) WithRank(rank uint64) (*Plan, error) {
+	if rank >= p.WorldSize {
+		return nil, failure.New(failure.InvalidOptions, OpPlan,
+			fmt.Sprintf("rank %d is not below world size %d", rank, p.WorldSize), "rank", rank, "world_size", p.WorldSize)
+	}
+	c := *p
+	c.Rank = rank
+	c.PlanHash = c.ComputeHash()
+	return &c, nil
+}
