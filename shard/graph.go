@@ -188,7 +188,7 @@ func phaseOf(n *ir.Node) ir.Phase { return n.Phase.Norm() }
 func stagesKey(s []uint64) string { return fmt.Sprint(s) }
 
 // updateOf reports whether n is an optimizer-style update of a parameter
-// (every output is also an input, and an input is a parameter), and which.
+// (every output is also an input, and one is a parameter), and which.
 func (g *graph) updateOf(n *ir.Node) (string, bool) {
 	if len(n.Outputs) == 0 {
 		return "", false
@@ -198,9 +198,9 @@ func (g *graph) updateOf(n *ir.Node) (string, bool) {
 			return "", false
 		}
 	}
-	for _, in := range n.Inputs {
-		if g.tensors[in].Role == ir.Parameter {
-			return in, true
+	for _, o := range n.Outputs {
+		if g.tensors[o].Role == ir.Parameter {
+			return o, true
 		}
 	}
 	return "", false

@@ -213,5 +213,12 @@ func selectStage(g *graph, s uint64, probs *problems) *graph {
 			}
 		}
 	}
+	// must_not_alias may name tensors of other stages.
+	for _, t := range out.tensors {
+		t.MustNotAlias = slices.DeleteFunc(t.MustNotAlias, func(id string) bool { return !out.hasTensor(id) })
+		if len(t.MustNotAlias) == 0 {
+			t.MustNotAlias = nil
+		}
+	}
 	return out
 }

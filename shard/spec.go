@@ -155,8 +155,8 @@ func (r LayerRange) MarshalJSON() ([]byte, error) { return json.Marshal([2]uint6
 
 // UnmarshalJSON reads [first, end].
 func (r *LayerRange) UnmarshalJSON(b []byte) error {
-	var a [2]uint64
-	if err := json.Unmarshal(b, &a); err != nil {
+	var a []uint64
+	if err := json.Unmarshal(b, &a); err != nil || len(a) != 2 {
 		return fmt.Errorf("a pipeline stage is [first_layer, end_layer], got %s", b)
 	}
 	r.First, r.End = a[0], a[1]
@@ -254,7 +254,7 @@ func (s *Spec) Resolve() (*Spec, error) {
 	if r.DataParallel.Degree == 0 {
 		r.DataParallel.Degree = 1
 	}
-	if prod, ok := mul3(r.DataParallel.Degree, r.TensorParallel.Degree, stages); !ok || prod != r.WorldSize {
+	if prod, ok := mul3(r.DataParallel.Degree, r.TensorParallel.Degree, stages); r.WorldSize != 0 && (!ok || prod != r.WorldSize) {
 		p.add("degrees do not multiply to world_size: data_parallel %d × tensor_parallel %d × pipeline stages %d ≠ world_size %d",
 			r.DataParallel.Degree, r.TensorParallel.Degree, stages, r.WorldSize)
 	}

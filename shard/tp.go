@@ -187,6 +187,10 @@ func (p *tpPass) node(n *ir.Node) {
 		if want == anyState || want == have || (want >= 0 && have == rep) {
 			continue
 		}
+		if slices.Contains(n.Outputs, in) {
+			p.probs.add("node %q updates %q in place but needs it in another tensor-parallel split than it has; replicate it (an override) or the tensors it is computed from", n.ID, in)
+			continue
+		}
 		n.Inputs[i] = p.gather(n, in, have)
 	}
 	p.out = append(p.out, n)

@@ -107,8 +107,10 @@ func stageViews(m *ir.Model, spec *Spec, stages []uint64) ([]*View, error) {
 		if err := probs.err(OpRankView); err != nil {
 			return nil, err
 		}
-		sg.name = fmt.Sprintf("%s@stage%d/%d,tp%d,dp%d,zero%d", g.name, s, spec.Stages(),
-			spec.TensorParallel.Degree, spec.DataParallel.Degree, spec.DataParallel.ZeROStage)
+		sg.name = fmt.Sprintf("%s@stage%d/%d,tp%d,dp%d", g.name, s, spec.Stages(), spec.TensorParallel.Degree, spec.DataParallel.Degree)
+		if spec.DataParallel.Degree > 1 {
+			sg.name += fmt.Sprintf(",zero%d", spec.DataParallel.ZeROStage)
+		}
 		model := sg.model()
 		cg, err := ir.Compile(model)
 		if err != nil {

@@ -96,8 +96,8 @@ func zeroPass(g *graph, spec *Spec, probs *problems) {
 	if stage == 3 {
 		for _, id := range sortedIDs(g.tensors) {
 			t := g.tensors[id]
-			if t.Role != ir.Parameter || whole[id] {
-				continue
+			if t.Role != ir.Parameter || whole[id] || writtenOutsideUpdates(g, id, updates) {
+				continue // a node other than its update writes it: keep it whole
 			}
 			full := cloneTensor(t)
 			gathered := map[ir.Phase]string{}
@@ -128,4 +128,13 @@ func zeroPass(g *graph, spec *Spec, probs *problems) {
 		nodes = append(nodes, after[i]...)
 	}
 	g.nodes = nodes
+}
+
+func writtenOutsideUpdates(g *graph, id string, updates map[string]bool) bool {
+	for _, n := range g.nodes {
+		if !updates[n.ID] && slices.Contains(n.Outputs, id) {
+			return true
+		}
+	}
+	return false
 }
