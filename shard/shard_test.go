@@ -297,7 +297,9 @@ func TestPartitionedBytesSumToTheWhole(t *testing.T) {
 		{"gpt2", tinyGPT2(128), PresetGPT2, func(id string) bool {
 			return id == "wte" || strings.Contains(id, ".c_attn.") || strings.Contains(id, ".c_fc.") || strings.HasSuffix(id, ".c_proj.w")
 		}},
-		{"llama", tinyLlama(), PresetLlama, func(id string) bool { return strings.HasSuffix(id, "_proj.w") || id == "embed_tokens.w" || id == "lm_head.w" }},
+		{"llama", tinyLlama(), PresetLlama, func(id string) bool {
+			return strings.HasSuffix(id, "_proj.w") || id == "embed_tokens.w" || id == "lm_head.w"
+		}},
 	} {
 		for _, stage := range []int{1, 3} {
 			t.Run(fmt.Sprintf("%s/zero%d", tc.name, stage), func(t *testing.T) {
