@@ -69,6 +69,10 @@ func TestBadInputs(t *testing.T) {
 		{[]string{"verify", bad("chain.json"), bad("collision.plan.json")}, failure.AddressCollision, `"b"`},
 		{[]string{"verify", bad("chain.json"), bad("hash-mismatch.plan.json")}, failure.PlanMismatch, "plan_hash"},
 		{[]string{"verify", bad("cycle.json"), bad("collision.plan.json")}, failure.LivenessCycle, "cycle"},
+		{[]string{"shard", "validate", bad("shard-degrees.spec.json")}, failure.InvalidShardSpec, "degrees do not multiply to world_size"},
+		{[]string{"plan", bad("chain.json"), "--shard-spec", bad("shard-degrees.spec.json"), "--all-ranks"}, failure.InvalidShardSpec, "data_parallel 2 × tensor_parallel 2"},
+		{[]string{"shard", "validate", bad("shard-unknown-tensor.spec.json"), "--ir", bad("chain.json")}, failure.InvalidShardSpec, `override names tensor "wtf"`},
+		{[]string{"shard", "validate", bad("shard-unknown-field.spec.json")}, failure.InvalidEncoding, `unknown field "zero_stage"`},
 		{[]string{"plan", bad("no-such-file.json")}, failure.IOError, "no such file"},
 		{[]string{"plan", bad("chain.json"), "--arena-config", bad("no-such-arenas.json")}, failure.IOError, "no such file"},
 	}

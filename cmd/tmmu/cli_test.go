@@ -218,3 +218,87 @@ func TestBenchAndViz(t *testing.T) {
 		t.Fatalf("viz to .png: exit %d, want %d", status, exitUsage)
 	}
 }
+
+// TestShardCLI: shard validate, plan --shard-spec for one rank and for all
+// ranks, and shard view.
+func TestShardCLI(t *testing.T) {
+	dir := t.TempDir()
+	irFile, specFile := filepath.Join(dir, "gpt2.json"), filepath.Join(dir, "spec.json")
+	mustRun(t, "", "gen", "gpt2", "--layers", "4", "--hidden", "64", "--heads", "4", "--seq", "16", "--vocab", "101", "--train", "--dtype", "bf16", "--out", irFile)
+	spec := `{"world_size": 8, "data_parallel": {"zero_stage": 2}, "tensor_parallel": {"degree": 2}, "preset": "gpt2", "padding": "ceil", "pipeline": {"stages": [[0, 2], [2, 4]]}}`
+	if err := os.WriteFile(specFile, []byte(spec), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	text := mustRun(t, "", "shard", "validate", specFile, "--ir", irFile)
+	var resolved struct {
+		Hash string `json:"shard_spec_hash"`
+		Spec struct {
+			DataParallel struct{ Degree int } `json:"data_parallel"`
+		} `json:"spec"`
+	}
+	if err := json.Unmarshal([]byte(mustRun(t, "", "shard", "validate", specFile, "-o", "json")), &resolved); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(text, "shard_spec_hash "+resolved.Hash) || resolved.Spec.DataParallel.Degree != 2 {
+		t.Errorf("validate: hash %s, data degree %d; text:\n%s", resolved.Hash, resolved.Spec.DataParallel.Degree, text)
+	}
+
+	table := mustRun(t, "", "plan", irFile, "--shard-spec", specFile, "--all-ranks")
+	if !strings.Contains(table, "8 ranks, 2 distinct views") || !strings.Contains(table, "shard_spec_hash  "+resolved.Hash) {
+		t.Errorf("all-ranks table:\n%s", table)
+	}
+	var all struct {
+		GlobalPlan struct {
+			Hash  string `json:"global_plan_hash"`
+			Ranks []struct {
+				Rank     int    `json:"rank"`
+				PlanHash string `json:"plan_hash"`
+			} `json:"ranks"`
+		} `json:"global_plan"`
+		Ranks []struct {
+			PlanHash   string         `json:"plan_hash"`
+			ModelState map[string]int `json:"model_state"`
+		} `json:"ranks"`
+	}
+	if err := json.Unmarshal([]byte(mustRun(t, "", "plan", irFile, "--shard-spec", specFile, "--all-ranks", "-o", "json")), &all); err != nil {
+		t.Fatal(err)
+	}
+	if len(all.Ranks) != 8 || len(all.GlobalPlan.Ranks) != 8 || !strings.Contains(table, "global_plan_hash "+all.GlobalPlan.Hash) {
+		t.Fatalf("all-ranks JSON: %d ranks, global %+v", len(all.Ranks), all.GlobalPlan)
+	}
+	var one struct {
+		Rank uint64 `json:"rank"`
+		Plan struct {
+			PlanHash      string `json:"plan_hash"`
+			ShardSpecHash string `json:"shard_spec_hash"`
+			Rank          int    `json:"rank"`
+			WorldSize     int    `json:"world_size"`
+		} `json:"plan"`
+	}
+	if err := json.Unmarshal([]byte(mustRun(t, "", "plan", irFile, "--shard-spec", specFile, "--rank", "5", "-o", "json")), &one); err != nil {
+		t.Fatal(err)
+	}
+	if one.Plan.PlanHash != all.Ranks[5].PlanHash || one.Plan.Rank != 5 || one.Plan.WorldSize != 8 || one.Plan.ShardSpecHash != resolved.Hash {
+		t.Errorf("rank 5 alone: %+v; in the table: %s", one, all.Ranks[5].PlanHash)
+	}
+	if text := mustRun(t, "", "plan", irFile, "--shard-spec", specFile, "--rank", "5"); !strings.Contains(text, "rank 5 of 8  stage 1  data 0  tensor 1") {
+		t.Errorf("rank 5 text:\n%s", text)
+	}
+
+	view := filepath.Join(dir, "view.json")
+	mustRun(t, "", "shard", "view", irFile, "--shard-spec", specFile, "--rank", "5", "--out", view)
+	if out := mustRun(t, "", "plan", view); !strings.Contains(out, "@stage1/2,tp2,dp2,zero2") {
+		t.Errorf("the written view does not plan as stage 1's view:\n%s", out)
+	}
+	for _, args := range [][]string{
+		{"plan", irFile, "--shard-spec", specFile},
+		{"plan", irFile, "--rank", "1"},
+		{"plan", irFile, "--shard-spec", specFile, "--all-ranks", "-o", "cbor"},
+		{"shard"},
+		{"shard", "frobnicate"},
+	} {
+		if status, _, _ := runCLI(t, "", args...); status != exitUsage {
+			t.Errorf("tmmu %s: exit %d, want %d", strings.Join(args, " "), status, exitUsage)
+		}
+	}
+}

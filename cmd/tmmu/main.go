@@ -3,6 +3,11 @@
 //
 //	tmmu gen MODEL [flags]          write a model graph (UML_Model_IR) as JSON or CBOR
 //	tmmu plan IR|-|CSV [flags]      plan tensor memory for a graph or a DSA instance
+//	tmmu plan IR --shard-spec SPEC (--rank R | --all-ranks)
+//	                                plan one rank, or every rank, of a sharded job
+//	tmmu shard validate SPEC        check a shard spec and print its shard_spec_hash
+//	tmmu shard view IR --shard-spec SPEC --rank R
+//	                                write one rank's rank-local graph
 //	tmmu verify IR PLAN             check a plan against its graph
 //	tmmu bench [flags]              compare strategies on a suite, every plan verified
 //	tmmu viz IR|PLAN|CSV --out F    draw a plan's memory timeline as SVG or HTML
@@ -36,7 +41,7 @@ type command struct {
 var commands []*command
 
 func init() {
-	commands = []*command{genCmd, planCmd, verifyCmd, benchCmd, vizCmd}
+	commands = []*command{genCmd, planCmd, shardCmd, verifyCmd, benchCmd, vizCmd}
 }
 
 // env carries the process's streams so tests can run commands in-process.

@@ -22,8 +22,9 @@ import (
 var planCmd = &command{
 	name:    "plan",
 	summary: "Plan tensor memory for a graph or a DSA instance (CSV): liveness, offsets per arena and the plan hash.",
-	usage:   "plan IR|-|CSV [--format auto|ir|dsa] [--mode MODE] [--strategy S] [--effort E] [--arena-config FILE] [--replay-token HEX] [-o text|json|cbor|csv] [--trace FILE] [--tensors]",
-	run:     runPlan,
+	usage: "plan IR|-|CSV [--format auto|ir|dsa] [--mode MODE] [--strategy S] [--effort E] [--arena-config FILE] [--replay-token HEX] [-o text|json|cbor|csv] [--trace FILE] [--tensors]\n" +
+		"       tmmu plan IR --shard-spec SPEC (--rank R | --all-ranks) [flags]",
+	run: runPlan,
 }
 
 func runPlan(c *command, e *env, args []string) error {
@@ -37,6 +38,11 @@ func runPlan(c *command, e *env, args []string) error {
 	traceFile := fs.String("trace", "", "write the allocation trace (JSON lines) to FILE")
 	listTensors := fs.Bool("tensors", false, "text output: list every tensor's placement")
 	format := fs.String("format", "auto", "input: ir (UML_Model_IR JSON or CBOR), dsa (CSV id,lower,upper,size: one buffer a row, live over [lower, upper), planned with alignment 1), or auto (dsa for *.csv)")
+	sf := shardFlags{
+		spec:     fs.String("shard-spec", "", "plan a rank of a sharded job: shard spec file (JSON or CBOR; see tmmu shard validate)"),
+		rank:     fs.Int64("rank", -1, "with --shard-spec: plan this rank's view"),
+		allRanks: fs.Bool("all-ranks", false, "with --shard-spec: plan every rank and print a per-rank table (-o json: a summary with the global plan)"),
+	}
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -46,6 +52,19 @@ func runPlan(c *command, e *env, args []string) error {
 	}
 	if len(pos) != 1 {
 		return usagef("plan takes one IR or CSV file (or - for standard input), got %d arguments", len(pos))
+	}
+	if err := sf.check(); err != nil {
+		return err
+	}
+	if sf.set() {
+		if *out == "csv" || *format == "dsa" {
+			return usagef("--shard-spec plans IR graphs; --format dsa and -o csv do not apply")
+		}
+		opts := planner.Options{Mode: planner.Mode(*mode), Strategy: planner.Strategy(*strategy), Effort: pack.Effort(*effort)}
+		if err := commonOptions(e, &opts, *token, *arenaFile); err != nil {
+			return err
+		}
+		return planSharded(e, pos[0], *sf.spec, *sf.rank, *sf.allRanks, opts, *out, *listTensors, *traceFile)
 	}
 	in, err := loadInput(e, pos[0], *format)
 	if err != nil {
@@ -63,15 +82,8 @@ func runPlan(c *command, e *env, args []string) error {
 		opts.Mode = planner.Mode(*mode)
 	}
 	opts.Strategy, opts.Effort = planner.Strategy(*strategy), pack.Effort(*effort)
-	if *token != "" {
-		if opts.ReplayToken, err = ir.ParseHash(*token); err != nil {
-			return failure.New(failure.InvalidOptions, planner.OpPlan, "--replay-token: "+err.Error())
-		}
-	}
-	if *arenaFile != "" {
-		if opts.Arenas, err = loadArenaConfig(e, *arenaFile); err != nil {
-			return err
-		}
+	if err := commonOptions(e, &opts, *token, *arenaFile); err != nil {
+		return err
 	}
 	if in.dsa != nil && (*mode != "" && *mode != string(planner.Inference) || *arenaFile != "") {
 		return usagef("--format dsa plans with mode inference and alignment 1; --mode and --arena-config do not apply")
@@ -102,6 +114,22 @@ func runPlan(c *command, e *env, args []string) error {
 		return err
 	}
 	printPlan(e.stdout, p, *listTensors)
+	return nil
+}
+
+// commonOptions sets the replay token and arena config from their flags.
+func commonOptions(e *env, opts *planner.Options, token, arenaFile string) error {
+	var err error
+	if token != "" {
+		if opts.ReplayToken, err = ir.ParseHash(token); err != nil {
+			return failure.New(failure.InvalidOptions, planner.OpPlan, "--replay-token: "+err.Error())
+		}
+	}
+	if arenaFile != "" {
+		if opts.Arenas, err = loadArenaConfig(e, arenaFile); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
