@@ -87,7 +87,8 @@
 // tensor_id → [arena, slot] (beside the replay token) and [arena, slot] →
 // offset (see Plan.ComputeHash). The encoding is streamed into SHA-256 and
 // checked against fxamacker/cbor in the tests.
-// An unsharded plan has rank 0, world size 1 and NoShardSpecHash.
+// An unsharded plan has rank 0, world size 1 and NoShardSpecHash; package
+// shard plans the ranks of a sharded job, setting all three.
 //
 // # Verification
 //
