@@ -59,21 +59,6 @@ func cloneTensor(t *ir.Tensor) *ir.Tensor {
 	return &c
 }
 
-// clone returns a deep copy of g.
-func (g *graph) clone() *graph {
-	c := &graph{name: g.name, tensors: make(map[string]*ir.Tensor, len(g.tensors)), stages: maps.Clone(g.stages), coll: maps.Clone(g.coll)}
-	for id, t := range g.tensors {
-		c.tensors[id] = cloneTensor(t)
-	}
-	c.nodes = make([]*ir.Node, len(g.nodes))
-	for i, n := range g.nodes {
-		nn := *n
-		nn.Inputs, nn.Outputs, nn.Attrs = slices.Clone(n.Inputs), slices.Clone(n.Outputs), maps.Clone(n.Attrs)
-		c.nodes[i] = &nn
-	}
-	return c
-}
-
 // model returns g as a Model: tensors sorted by id, nodes in execution
 // order, the order explicit.
 func (g *graph) model() *ir.Model {

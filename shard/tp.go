@@ -569,12 +569,7 @@ func (p *tpPass) splitView(t *ir.Tensor) string {
 	elem := t.DType.Size()
 	strides := v.Strides
 	if len(strides) == 0 {
-		strides = make([]uint64, k)
-		acc := uint64(1)
-		for i := k - 1; i >= 0; i-- {
-			strides[i] = acc
-			acc *= t.Shape[i]
-		}
+		strides = contiguous(t.Shape)
 	}
 	deg := p.deg
 	if k == 0 || strides[k-1] != 1 || t.Shape[k-1]%deg != 0 || v.ByteOffset%(deg*elem) != 0 {

@@ -97,11 +97,9 @@ func stageViews(m *ir.Model, spec *Spec, stages []uint64) ([]*View, error) {
 	}
 	out := make([]*View, len(stages))
 	for i, s := range stages {
-		sg := g
+		sg := g // one stage: the passes may consume g
 		if spec.Stages() > 1 {
 			sg = selectStage(g, s, &probs)
-		} else if len(stages) > 1 {
-			sg = g.clone()
 		}
 		zeroPass(sg, spec, &probs)
 		if err := probs.err(OpRankView); err != nil {

@@ -137,8 +137,15 @@ func runGen(c *command, e *env, args []string) error {
 	if err != nil {
 		return usageError{err.Error()}
 	}
+	return writeModel(e, m, *out, *file)
+}
+
+// writeModel writes m as JSON or canonical CBOR to file, or to standard
+// output when file is empty.
+func writeModel(e *env, m *ir.Model, format, file string) error {
 	var data []byte
-	if *out == "cbor" {
+	var err error
+	if format == "cbor" {
 		data, err = m.EncodeCBOR()
 	} else {
 		data, err = json.Marshal(m)
@@ -147,9 +154,9 @@ func runGen(c *command, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	if *file != "" {
-		if err := os.WriteFile(*file, data, 0o644); err != nil {
-			return ioError(err, *file)
+	if file != "" {
+		if err := os.WriteFile(file, data, 0o644); err != nil {
+			return ioError(err, file)
 		}
 		return nil
 	}

@@ -1,10 +1,8 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"time"
 
@@ -134,24 +132,7 @@ func runShardView(e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	var data []byte
-	if *out == "cbor" {
-		data, err = v.Model.EncodeCBOR()
-	} else {
-		data, err = json.Marshal(v.Model)
-		data = append(data, '\n')
-	}
-	if err != nil {
-		return err
-	}
-	if *file != "" {
-		if err := os.WriteFile(*file, data, 0o644); err != nil {
-			return ioError(err, *file)
-		}
-		return nil
-	}
-	_, err = e.stdout.Write(data)
-	return err
+	return writeModel(e, v.Model, *out, *file)
 }
 
 func loadSpec(e *env, name string) (*shard.Spec, error) {
