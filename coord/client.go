@@ -1,0 +1,124 @@
+package coord
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"time"
+)
+
+// Client talks to a coordinator cluster's HTTP API. It tries the URLs in
+// turn, so any live node answers reads, and follows a follower's redirect
+// to the leader for writes.
+type Client struct {
+	URLs []string
+	HTTP *http.Client
+}
+
+// NewClient returns a client for the given base URLs ("http://host:port").
+func NewClient(urls ...string) *Client {
+	return &Client{URLs: urls, HTTP: &http.Client{Timeout: 30 * time.Second}}
+}
+
+// ErrNotFound is returned for a job the cluster does not have.
+var ErrNotFound = errors.New("coord: not found")
+
+func (c *Client) do(ctx context.Context, method, path string, body []byte, out any) error {
+	var last error
+	for _, base := range c.URLs {
+		var rd io.Reader
+		if body != nil {
+			rd = bytes.NewReader(body)
+		}
+		req, err := http.NewRequestWithContext(ctx, method, base+path, rd)
+		if err != nil {
+			return err
+		}
+		if body != nil {
+			req.Header.Set("Content-Type", "application/json")
+		}
+		resp, err := c.HTTP.Do(req)
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			last = err
+			continue
+		}
+		data, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			last = err
+			continue
+		}
+		switch {
+		case resp.StatusCode == http.StatusNotFound:
+			return fmt.Errorf("%w: %s", ErrNotFound, apiMessage(data))
+		case resp.StatusCode == http.StatusServiceUnavailable || resp.StatusCode >= 500:
+			last = fmt.Errorf("coord: %s %s: %s: %s", method, base+path, resp.Status, apiMessage(data))
+			continue
+		case resp.StatusCode >= 400:
+			return fmt.Errorf("coord: %s: %s", resp.Status, apiMessage(data))
+		}
+		if raw, ok := out.(*[]byte); ok {
+			*raw = data
+			return nil
+		}
+		if out != nil {
+			return json.Unmarshal(data, out)
+		}
+		return nil
+	}
+	if last == nil {
+		last = errors.New("coord: no coordinator URL")
+	}
+	return last
+}
+
+func apiMessage(data []byte) string {
+	var e APIError
+	if json.Unmarshal(data, &e) == nil && e.Error != "" {
+		return e.Error
+	}
+	return string(bytes.TrimSpace(data))
+}
+
+// Submit submits a job (idempotent: the same submission again returns the
+// job unchanged).
+func (c *Client) Submit(ctx context.Context, req *SubmitRequest) (*Job, error) {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return nil, err
+	}
+	var j Job
+	return &j, c.do(ctx, http.MethodPost, "/v1/jobs", body, &j)
+}
+
+// Job returns a job.
+func (c *Client) Job(ctx context.Context, name string) (*Job, error) {
+	var j Job
+	return &j, c.do(ctx, http.MethodGet, "/v1/jobs/"+url.PathEscape(name), nil, &j)
+}
+
+// IR returns a job's global IR as canonical CBOR.
+func (c *Client) IR(ctx context.Context, name string) ([]byte, error) {
+	var b []byte
+	return b, c.do(ctx, http.MethodGet, "/v1/jobs/"+url.PathEscape(name)+"/ir", nil, &b)
+}
+
+// Jobs lists the jobs.
+func (c *Client) Jobs(ctx context.Context) ([]JobSummary, error) {
+	var out []JobSummary
+	return out, c.do(ctx, http.MethodGet, "/v1/jobs", nil, &out)
+}
+
+// Status returns the status of the first node that answers.
+func (c *Client) Status(ctx context.Context) (*Status, error) {
+	var s Status
+	return &s, c.do(ctx, http.MethodGet, "/v1/status", nil, &s)
+}

@@ -1,0 +1,123 @@
+package coord
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"path/filepath"
+	"time"
+)
+
+// Cluster runs several coordinator nodes in one process on loopback, each
+// with its HTTP API: for tests and tmmu demo. Real clusters run one
+// cmd/coordinator per machine.
+type Cluster struct {
+	Nodes   []*Node
+	Peers   []Peer
+	dir     string
+	servers []*http.Server
+	fast    bool
+	log     *slog.Logger
+}
+
+// FreeAddr returns a loopback address with a port that was free a moment
+// ago.
+func FreeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+// StartCluster bootstraps n nodes with data under dir.
+func StartCluster(dir string, n int, log *slog.Logger) (*Cluster, error) {
+	c := &Cluster{dir: dir, fast: true, log: log, Nodes: make([]*Node, n), servers: make([]*http.Server, n)}
+	for i := range n {
+		ra, err := FreeAddr()
+		if err != nil {
+			return nil, err
+		}
+		ha, err := FreeAddr()
+		if err != nil {
+			return nil, err
+		}
+		c.Peers = append(c.Peers, Peer{ID: fmt.Sprintf("c%d", i), RaftAddr: ra, HTTPAddr: ha})
+	}
+	for i := range n {
+		if err := c.Start(i); err != nil {
+			c.Close()
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// Start (re)starts node i from its data directory.
+func (c *Cluster) Start(i int) error {
+	p := c.Peers[i]
+	node, err := Open(Config{ID: p.ID, RaftAddr: p.RaftAddr, HTTPAddr: p.HTTPAddr, DataDir: filepath.Join(c.dir, p.ID),
+		Bootstrap: true, Peers: c.Peers, Fast: c.fast, Logger: c.log})
+	if err != nil {
+		return err
+	}
+	l, err := net.Listen("tcp", p.HTTPAddr)
+	if err != nil {
+		node.Shutdown()
+		return err
+	}
+	srv := &http.Server{Handler: node.Handler(), ReadHeaderTimeout: 5 * time.Second}
+	go srv.Serve(l)
+	c.Nodes[i], c.servers[i] = node, srv
+	return nil
+}
+
+// Stop shuts node i down without a leadership transfer (a crash, as far as
+// the others can tell) and stops its HTTP server.
+func (c *Cluster) Stop(i int) error {
+	if c.Nodes[i] == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	c.servers[i].Shutdown(ctx)
+	err := c.Nodes[i].Shutdown()
+	c.Nodes[i], c.servers[i] = nil, nil
+	return err
+}
+
+// Leader waits for a leader among the running nodes and returns its index.
+func (c *Cluster) Leader(timeout time.Duration) (int, error) {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		for i, n := range c.Nodes {
+			if n != nil && n.IsLeader() {
+				return i, nil
+			}
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return -1, errors.New("coord: no leader elected")
+}
+
+// URLs returns the HTTP base URLs of all nodes.
+func (c *Cluster) URLs() []string {
+	var out []string
+	for _, p := range c.Peers {
+		out = append(out, "http://"+p.HTTPAddr)
+	}
+	return out
+}
+
+// Close stops every node.
+func (c *Cluster) Close() error {
+	var errs []error
+	for i := range c.Nodes {
+		errs = append(errs, c.Stop(i))
+	}
+	return errors.Join(errs...)
+}

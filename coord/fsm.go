@@ -1,0 +1,242 @@
+package coord
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+
+	"github.com/tmmu/tmmu/ir"
+	"github.com/tmmu/tmmu/planner"
+	"github.com/tmmu/tmmu/shard"
+)
+
+// Replan policies (spec: what happens when a dynamic shape leaves its
+// envelope).
+const (
+	ReplanAtSafepoint = "replan_at_safepoint"
+	ReplanAbort       = "abort"
+)
+
+// JobSpec is what an operator submits: the graph, how it is sharded and
+// planned, and how many steps to run.
+type JobSpec struct {
+	Name string `json:"name" cbor:"name"`
+	// Model is the global IR in canonical CBOR.
+	Model        []byte              `json:"-" cbor:"model"`
+	ShardSpec    shard.Spec          `json:"shard_spec" cbor:"shard_spec"` // resolved
+	ArenaConfig  planner.ArenaConfig `json:"arena_config,omitempty" cbor:"arena_config"`
+	Mode         planner.Mode        `json:"mode,omitempty" cbor:"mode"`
+	Strategy     planner.Strategy    `json:"strategy" cbor:"strategy"`
+	ReplayToken  ir.Hash             `json:"replay_token" cbor:"replay_token"`
+	ReplanPolicy string              `json:"replan_policy" cbor:"replan_policy"`
+	Steps        uint64              `json:"steps" cbor:"steps"` // steps to run; 0 = until stopped
+}
+
+// Job statuses.
+const (
+	StatusAgreeing = "agreeing" // the current epoch waits for every rank's plan hash
+	StatusRunning  = "running"  // the current epoch is agreed; ranks run steps
+	StatusDone     = "done"     // every step ran
+	StatusFailed   = "failed"   // a committed failure (plan mismatch, abort)
+)
+
+// Job is a job as the replicated state holds it.
+type Job struct {
+	Spec          JobSpec `json:"spec" cbor:"spec"`
+	IRHash        ir.Hash `json:"ir_hash" cbor:"ir_hash"`
+	ShardSpecHash ir.Hash `json:"shard_spec_hash" cbor:"shard_spec_hash"`
+	Status        string  `json:"status" cbor:"status"`
+	Reason        string  `json:"reason,omitempty" cbor:"reason"`
+	Epochs        []Epoch `json:"epochs" cbor:"epochs"`
+	// LastStep is the highest step every rank has finished (the steps
+	// are numbered from 1), as recorded by the leader.
+	LastStep uint64 `json:"last_step" cbor:"last_step"`
+}
+
+// Current returns the job's latest epoch.
+func (j *Job) Current() *Epoch { return &j.Epochs[len(j.Epochs)-1] }
+
+// Epoch is one plan epoch of a job: the plan every rank must hold.
+type Epoch struct {
+	Epoch uint64 `json:"epoch" cbor:"epoch"`
+	// StartStep is the first step run under this epoch.
+	StartStep      uint64    `json:"start_step" cbor:"start_step"`
+	Reason         string    `json:"reason" cbor:"reason"`
+	GlobalPlanHash ir.Hash   `json:"global_plan_hash" cbor:"global_plan_hash"`
+	Expected       []ir.Hash `json:"expected" cbor:"expected"` // per rank
+	// Outcome is nil until the leader commits the agreement outcome.
+	Outcome *Outcome `json:"outcome,omitempty" cbor:"outcome"`
+}
+
+// Outcome is the committed result of an epoch's agreement.
+type Outcome struct {
+	Agreed     bool       `json:"agreed" cbor:"agreed"`
+	Mismatches []Mismatch `json:"mismatches,omitempty" cbor:"mismatches"`
+	Missing    []uint64   `json:"missing,omitempty" cbor:"missing"`
+	Reason     string     `json:"reason,omitempty" cbor:"reason"`
+}
+
+// Mismatch is a rank whose plan hash differs from the expected one.
+type Mismatch struct {
+	Rank     uint64  `json:"rank" cbor:"rank"`
+	Expected ir.Hash `json:"expected" cbor:"expected"`
+	Got      ir.Hash `json:"got" cbor:"got"`
+}
+
+// State is the replicated state: every job by name.
+type State struct {
+	Jobs map[string]*Job `json:"jobs" cbor:"jobs"`
+}
+
+// Command kinds.
+const (
+	CmdSubmit   = "submit"   // a new job with its first epoch
+	CmdOutcome  = "outcome"  // an epoch's agreement outcome
+	CmdProgress = "progress" // the highest step every rank finished
+	CmdEpoch    = "epoch"    // a new epoch (replan)
+	CmdFail     = "fail"     // fail a job with a reason
+)
+
+// Command is one replicated log entry. Commands are idempotent and keyed
+// by (job, epoch): applying one twice leaves the state as applying it once,
+// so a client that lost track of an Apply (leadership changed under it)
+// retries safely.
+type Command struct {
+	Kind    string   `cbor:"kind"`
+	Job     string   `cbor:"job"`
+	Epoch   uint64   `cbor:"epoch"`
+	Spec    *JobSpec `cbor:"spec,omitempty"`
+	IRHash  ir.Hash  `cbor:"ir_hash"`
+	SSHash  ir.Hash  `cbor:"shard_spec_hash"`
+	New     *Epoch   `cbor:"new,omitempty"`
+	Outcome *Outcome `cbor:"outcome,omitempty"`
+	Step    uint64   `cbor:"step"`
+	Reason  string   `cbor:"reason"`
+}
+
+// Result is what applying a command returns: Changed is false for a
+// command whose effect was already there (a retry); Err names a command
+// the state refuses.
+type Result struct {
+	Changed bool
+	Err     error
+}
+
+// Apply applies c to s. It is deterministic and never panics on any
+// command.
+func (s *State) Apply(c *Command) Result {
+	if s.Jobs == nil {
+		s.Jobs = map[string]*Job{}
+	}
+	j := s.Jobs[c.Job]
+	if c.Kind != CmdSubmit && j == nil {
+		return Result{Err: fmt.Errorf("coord: no job %q", c.Job)}
+	}
+	switch c.Kind {
+	case CmdSubmit:
+		if c.Spec == nil || c.New == nil || c.Spec.Name != c.Job || c.New.Epoch != 0 {
+			return Result{Err: fmt.Errorf("coord: malformed submit of %q", c.Job)}
+		}
+		if j != nil {
+			if j.IRHash == c.IRHash && j.ShardSpecHash == c.SSHash && j.Epochs[0].GlobalPlanHash == c.New.GlobalPlanHash {
+				return Result{} // a retry
+			}
+			return Result{Err: fmt.Errorf("coord: job %q exists with another graph or plan", c.Job)}
+		}
+		e := *c.New
+		e.Outcome = nil
+		s.Jobs[c.Job] = &Job{Spec: *c.Spec, IRHash: c.IRHash, ShardSpecHash: c.SSHash, Status: StatusAgreeing, Epochs: []Epoch{e}}
+		return Result{Changed: true}
+	case CmdOutcome:
+		if c.Outcome == nil || c.Epoch >= uint64(len(j.Epochs)) {
+			return Result{Err: fmt.Errorf("coord: job %q has no epoch %d", c.Job, c.Epoch)}
+		}
+		e := &j.Epochs[c.Epoch]
+		if e.Outcome != nil {
+			return Result{} // the first outcome stands
+		}
+		o := *c.Outcome
+		e.Outcome = &o
+		if c.Epoch == uint64(len(j.Epochs))-1 && j.Status == StatusAgreeing {
+			if o.Agreed {
+				j.Status = StatusRunning
+			} else {
+				j.Status, j.Reason = StatusFailed, fmt.Sprintf("epoch %d not agreed: %s", c.Epoch, describe(&o))
+			}
+		}
+		return Result{Changed: true}
+	case CmdProgress:
+		if c.Step <= j.LastStep {
+			return Result{}
+		}
+		j.LastStep = c.Step
+		if j.Spec.Steps > 0 && j.LastStep >= j.Spec.Steps && j.Status == StatusRunning {
+			j.Status = StatusDone
+		}
+		return Result{Changed: true}
+	case CmdEpoch:
+		if c.New == nil {
+			return Result{Err: fmt.Errorf("coord: malformed epoch for %q", c.Job)}
+		}
+		switch next := uint64(len(j.Epochs)); {
+		case c.New.Epoch < next:
+			if j.Epochs[c.New.Epoch].GlobalPlanHash == c.New.GlobalPlanHash {
+				return Result{}
+			}
+			return Result{Err: fmt.Errorf("coord: job %q already has epoch %d with another plan", c.Job, c.New.Epoch)}
+		case c.New.Epoch > next:
+			return Result{Err: fmt.Errorf("coord: job %q is at epoch %d; epoch %d skips ahead", c.Job, next-1, c.New.Epoch)}
+		}
+		if j.Status == StatusFailed || j.Status == StatusDone {
+			return Result{Err: fmt.Errorf("coord: job %q is %s", c.Job, j.Status)}
+		}
+		e := *c.New
+		e.Outcome = nil
+		j.Epochs = append(j.Epochs, e)
+		j.Status = StatusAgreeing
+		return Result{Changed: true}
+	case CmdFail:
+		if j.Status == StatusFailed {
+			return Result{}
+		}
+		j.Status, j.Reason = StatusFailed, c.Reason
+		return Result{Changed: true}
+	}
+	return Result{Err: fmt.Errorf("coord: unknown command %q", c.Kind)}
+}
+
+func describe(o *Outcome) string {
+	if o.Reason != "" {
+		return o.Reason
+	}
+	var parts []string
+	for _, m := range o.Mismatches {
+		parts = append(parts, fmt.Sprintf("rank %d holds plan %s, expected %s", m.Rank, m.Got.Short(), m.Expected.Short()))
+	}
+	if len(o.Missing) > 0 {
+		parts = append(parts, fmt.Sprintf("ranks %v never reported", o.Missing))
+	}
+	return fmt.Sprint(parts)
+}
+
+// Clone returns a deep copy of s (for snapshots and readers).
+func (s *State) Clone() *State {
+	c := &State{Jobs: make(map[string]*Job, len(s.Jobs))}
+	for name, j := range s.Jobs {
+		jj := *j
+		jj.Epochs = slices.Clone(j.Epochs)
+		for i := range jj.Epochs {
+			jj.Epochs[i].Expected = slices.Clone(jj.Epochs[i].Expected)
+			if o := jj.Epochs[i].Outcome; o != nil {
+				oo := *o
+				oo.Mismatches, oo.Missing = slices.Clone(o.Mismatches), slices.Clone(o.Missing)
+				jj.Epochs[i].Outcome = &oo
+			}
+		}
+		c.Jobs[name] = &jj
+	}
+	return c
+}
+
+// Names returns the job names, sorted.
+func (s *State) Names() []string { return slices.Sorted(maps.Keys(s.Jobs)) }

@@ -1,0 +1,79 @@
+package coord
+
+import (
+	"testing"
+
+	"github.com/tmmu/tmmu/ir"
+)
+
+func epoch(e uint64, world int, seed byte) *Epoch {
+	ep := &Epoch{Epoch: e, StartStep: 1, GlobalPlanHash: ir.Hash{seed}}
+	for r := range world {
+		ep.Expected = append(ep.Expected, ir.Hash{seed, byte(r)})
+	}
+	return ep
+}
+
+// TestCommandsAreIdempotent: every command applied twice leaves the state
+// as applying it once; conflicting commands are refused.
+func TestCommandsAreIdempotent(t *testing.T) {
+	s := &State{}
+	spec := &JobSpec{Name: "j", Steps: 3}
+	steps := []struct {
+		c       Command
+		changed bool
+		err     bool
+	}{
+		{Command{Kind: CmdSubmit, Job: "j", Spec: spec, New: epoch(0, 2, 1), IRHash: ir.Hash{9}}, true, false},
+		{Command{Kind: CmdSubmit, Job: "j", Spec: spec, New: epoch(0, 2, 1), IRHash: ir.Hash{9}}, false, false},
+		{Command{Kind: CmdSubmit, Job: "j", Spec: spec, New: epoch(0, 2, 2), IRHash: ir.Hash{9}}, false, true},
+		{Command{Kind: CmdProgress, Job: "j", Step: 1}, true, false},
+		{Command{Kind: CmdOutcome, Job: "j", Epoch: 0, Outcome: &Outcome{Agreed: true}}, true, false},
+		{Command{Kind: CmdOutcome, Job: "j", Epoch: 0, Outcome: &Outcome{Agreed: false, Reason: "late"}}, false, false},
+		{Command{Kind: CmdProgress, Job: "j", Step: 2}, true, false},
+		{Command{Kind: CmdProgress, Job: "j", Step: 2}, false, false},
+		{Command{Kind: CmdProgress, Job: "j", Step: 1}, false, false},
+		{Command{Kind: CmdEpoch, Job: "j", New: epoch(2, 2, 3)}, false, true},
+		{Command{Kind: CmdEpoch, Job: "j", New: epoch(1, 2, 3)}, true, false},
+		{Command{Kind: CmdEpoch, Job: "j", New: epoch(1, 2, 3)}, false, false},
+		{Command{Kind: CmdEpoch, Job: "j", New: epoch(1, 2, 4)}, false, true},
+		{Command{Kind: CmdOutcome, Job: "j", Epoch: 1, Outcome: &Outcome{Mismatches: []Mismatch{{Rank: 1}}}}, true, false},
+		{Command{Kind: CmdFail, Job: "j", Reason: "again"}, false, false},
+		{Command{Kind: CmdOutcome, Job: "nope", Epoch: 0, Outcome: &Outcome{}}, false, true},
+		{Command{Kind: "bogus", Job: "j"}, false, true},
+	}
+	for i, st := range steps {
+		r := s.Apply(&st.c)
+		if r.Changed != st.changed || (r.Err != nil) != st.err {
+			t.Fatalf("step %d (%s): changed %v err %v, want changed %v err %v", i, st.c.Kind, r.Changed, r.Err, st.changed, st.err)
+		}
+	}
+	j := s.Jobs["j"]
+	if j.Status != StatusFailed || j.LastStep != 2 || len(j.Epochs) != 2 || !j.Epochs[0].Outcome.Agreed {
+		t.Fatalf("final job: %+v", j)
+	}
+}
+
+// TestSnapshotRoundTrip: the CBOR snapshot restores an equal state.
+func TestSnapshotRoundTrip(t *testing.T) {
+	s := &State{}
+	s.Apply(&Command{Kind: CmdSubmit, Job: "a", Spec: &JobSpec{Name: "a", Model: []byte{1, 2}}, New: epoch(0, 3, 1)})
+	s.Apply(&Command{Kind: CmdOutcome, Job: "a", Epoch: 0, Outcome: &Outcome{Agreed: true}})
+	f := &fsm{state: s}
+	snap, err := f.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := []byte(snap.(snapshot))
+	var back State
+	if err := ir.UnmarshalCBOR(b, &back); err != nil {
+		t.Fatal(err)
+	}
+	b2, _ := ir.CanonicalCBOR(&back)
+	if string(b) != string(b2) {
+		t.Fatal("snapshot does not round-trip byte for byte")
+	}
+	if back.Jobs["a"].Current().Outcome == nil || len(back.Jobs["a"].Current().Expected) != 3 {
+		t.Fatalf("restored %+v", back.Jobs["a"])
+	}
+}

@@ -1,0 +1,227 @@
+package coord
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/tmmu/tmmu/failure"
+)
+
+// MaxSubmitBytes bounds a submission's body.
+const MaxSubmitBytes = 256 << 20
+
+// Status is GET /v1/status: the cluster as this node sees it.
+type Status struct {
+	ID           string       `json:"id"`
+	State        string       `json:"state"` // Leader, Follower, Candidate, Shutdown
+	Leader       string       `json:"leader"`
+	LeaderHTTP   string       `json:"leader_http,omitempty"`
+	Term         uint64       `json:"term"`
+	AppliedIndex uint64       `json:"applied_index"`
+	Voters       []Peer       `json:"voters"`
+	Jobs         []JobSummary `json:"jobs"`
+}
+
+// JobSummary is a job's line in status and job lists.
+type JobSummary struct {
+	Name           string   `json:"name"`
+	Status         string   `json:"status"`
+	Reason         string   `json:"reason,omitempty"`
+	Epoch          uint64   `json:"epoch"`
+	Agreed         bool     `json:"agreed"`
+	WorldSize      uint64   `json:"world_size"`
+	LastStep       uint64   `json:"last_step"`
+	Steps          uint64   `json:"steps"`
+	GlobalPlanHash string   `json:"global_plan_hash"`
+	Missing        []uint64 `json:"missing_ranks,omitempty"`
+}
+
+func summarize(j *Job) JobSummary {
+	e := j.Current()
+	s := JobSummary{Name: j.Spec.Name, Status: j.Status, Reason: j.Reason, Epoch: e.Epoch, WorldSize: j.Spec.ShardSpec.WorldSize,
+		LastStep: j.LastStep, Steps: j.Spec.Steps, GlobalPlanHash: e.GlobalPlanHash.String()}
+	if e.Outcome != nil {
+		s.Agreed, s.Missing = e.Outcome.Agreed, e.Outcome.Missing
+	}
+	return s
+}
+
+// metrics are a node's Prometheus collectors (a registry per node, so
+// several nodes can share a process).
+type metrics struct {
+	reg       *prometheus.Registry
+	leader    prometheus.GaugeFunc
+	term      prometheus.GaugeFunc
+	applied   prometheus.GaugeFunc
+	submits   prometheus.Counter
+	outcomes  *prometheus.CounterVec
+	agreement prometheus.Histogram
+}
+
+func newMetrics(n *Node) *metrics {
+	m := &metrics{reg: prometheus.NewRegistry()}
+	m.leader = prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tmmu_coordinator_is_leader", Help: "1 when this node is the raft leader."},
+		func() float64 {
+			if n.IsLeader() {
+				return 1
+			}
+			return 0
+		})
+	m.term = prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tmmu_coordinator_raft_term", Help: "The raft term."},
+		func() float64 { v, _ := strconv.ParseFloat(n.raft.Stats()["term"], 64); return v })
+	m.applied = prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tmmu_coordinator_applied_index", Help: "The last raft index applied to the job state."},
+		func() float64 { _, i := n.State(); return float64(i) })
+	m.submits = prometheus.NewCounter(prometheus.CounterOpts{Name: "tmmu_coordinator_jobs_submitted_total", Help: "Jobs this node submitted as leader."})
+	m.outcomes = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tmmu_coordinator_epoch_outcomes_total", Help: "Epoch outcomes this node committed as leader."}, []string{"agreed"})
+	m.agreement = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tmmu_coordinator_agreement_seconds", Help: "From watching an epoch's reports to committing its outcome.",
+		Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)})
+	m.reg.MustRegister(m.leader, m.term, m.applied, m.submits, m.outcomes, m.agreement)
+	return m
+}
+
+// Handler returns the node's HTTP API:
+//
+//	POST /v1/jobs               submit (the leader plans every rank and commits epoch 0; followers redirect with 307)
+//	GET  /v1/jobs               job summaries
+//	GET  /v1/jobs/{name}        a job with its epochs and expected plan hashes
+//	GET  /v1/jobs/{name}/ir     the job's global IR (canonical CBOR)
+//	GET  /v1/status             raft state, leader, term, voters, jobs
+//	GET  /livez, /readyz        liveness; readiness (a leader is known)
+//	GET  /metrics               Prometheus metrics
+//
+// Reads are answered from this node's applied state, which may trail the
+// leader's by a few entries; Status says who leads.
+func (n *Node) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/jobs", n.handleSubmit)
+	mux.HandleFunc("GET /v1/jobs", func(w http.ResponseWriter, r *http.Request) {
+		s, _ := n.State()
+		out := []JobSummary{}
+		for _, name := range s.Names() {
+			out = append(out, summarize(s.Jobs[name]))
+		}
+		writeJSON(w, http.StatusOK, out)
+	})
+	mux.HandleFunc("GET /v1/jobs/{name}", func(w http.ResponseWriter, r *http.Request) {
+		s, _ := n.State()
+		j, ok := s.Jobs[r.PathValue("name")]
+		if !ok {
+			writeError(w, http.StatusNotFound, fmt.Errorf("no job %q", r.PathValue("name")))
+			return
+		}
+		writeJSON(w, http.StatusOK, j)
+	})
+	mux.HandleFunc("GET /v1/jobs/{name}/ir", func(w http.ResponseWriter, r *http.Request) {
+		s, _ := n.State()
+		j, ok := s.Jobs[r.PathValue("name")]
+		if !ok {
+			writeError(w, http.StatusNotFound, fmt.Errorf("no job %q", r.PathValue("name")))
+			return
+		}
+		w.Header().Set("Content-Type", "application/cbor")
+		w.Write(j.Spec.Model)
+	})
+	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, n.Status()) })
+	mux.HandleFunc("GET /livez", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		if id, _ := n.Leader(); id == "" {
+			http.Error(w, "no leader", http.StatusServiceUnavailable)
+			return
+		}
+		io.WriteString(w, "ok\n")
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(n.metrics.reg, promhttp.HandlerOpts{}))
+	return mux
+}
+
+// Status returns the node's view of the cluster.
+func (n *Node) Status() Status {
+	s, idx := n.State()
+	lid, lhttp := n.Leader()
+	st := Status{ID: n.cfg.ID, State: n.raft.State().String(), Leader: lid, LeaderHTTP: lhttp, AppliedIndex: idx, Jobs: []JobSummary{}}
+	st.Term, _ = strconv.ParseUint(n.raft.Stats()["term"], 10, 64)
+	if f := n.raft.GetConfiguration(); f.Error() == nil {
+		for _, sv := range f.Configuration().Servers {
+			if sv.Suffrage == raft.Voter {
+				st.Voters = append(st.Voters, Peer{ID: string(sv.ID), RaftAddr: string(sv.Address), HTTPAddr: n.peers[string(sv.ID)].HTTPAddr})
+			}
+		}
+	}
+	for _, name := range s.Names() {
+		st.Jobs = append(st.Jobs, summarize(s.Jobs[name]))
+	}
+	return st
+}
+
+func (n *Node) handleSubmit(w http.ResponseWriter, r *http.Request) {
+	if !n.IsLeader() {
+		_, addr := n.Leader()
+		if addr == "" {
+			writeError(w, http.StatusServiceUnavailable, errors.New("no leader known; retry"))
+			return
+		}
+		http.Redirect(w, r, "http://"+addr+r.URL.RequestURI(), http.StatusTemporaryRedirect)
+		return
+	}
+	var req SubmitRequest
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxSubmitBytes))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		writeError(w, http.StatusBadRequest, failure.New(failure.InvalidEncoding, "tmmu.coordinator", "submission: "+err.Error()))
+		return
+	}
+	cmd, _, err := PrepareSubmit(&req)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err)
+		return
+	}
+	res, err := n.Apply(cmd, 10*time.Second)
+	if errors.Is(err, ErrNotLeader) {
+		writeError(w, http.StatusServiceUnavailable, err)
+		return
+	}
+	if err != nil {
+		writeError(w, http.StatusConflict, err)
+		return
+	}
+	n.metrics.submits.Inc()
+	s, _ := n.State()
+	status := http.StatusCreated
+	if !res.Changed {
+		status = http.StatusOK
+	}
+	writeJSON(w, status, s.Jobs[req.Name])
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.Encode(v)
+}
+
+// APIError is the body of every error response.
+type APIError struct {
+	Error       string            `json:"error"`
+	FailureCode failure.Code      `json:"failure_code,omitempty"`
+	Diagnostics map[string]string `json:"diagnostics,omitempty"`
+}
+
+func writeError(w http.ResponseWriter, status int, err error) {
+	e := APIError{Error: err.Error()}
+	var fe *failure.Error
+	if errors.As(err, &fe) {
+		e.FailureCode, e.Diagnostics = fe.Code, fe.Diagnostics
+	}
+	writeJSON(w, status, e)
+}

@@ -1,0 +1,315 @@
+package coord
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+
+	"github.com/tmmu/tmmu/ir"
+)
+
+// Peer is one coordinator: its raft id, raft address and HTTP address.
+type Peer struct {
+	ID       string `json:"id"`
+	RaftAddr string `json:"raft_addr"`
+	HTTPAddr string `json:"http_addr"`
+}
+
+// Config configures a coordinator node.
+type Config struct {
+	ID       string
+	RaftAddr string // host:port the raft TCP transport binds and advertises
+	HTTPAddr string // host:port of this node's API (for redirects to the leader)
+	DataDir  string // bolt log and stable store, snapshots
+	// Bootstrap makes this node bootstrap a new cluster of Peers (all
+	// voters, this node among them) when its store is empty; a node
+	// restarted from its files ignores it.
+	Bootstrap bool
+	Peers     []Peer
+	// Fast shortens raft's timeouts for loopback clusters (tests, demo).
+	Fast   bool
+	Logger *slog.Logger
+}
+
+// Validate reports every problem of c at once.
+func (c *Config) Validate() error {
+	var errs []error
+	if c.ID == "" {
+		errs = append(errs, errors.New("coord: id is empty"))
+	}
+	if _, _, err := net.SplitHostPort(c.RaftAddr); err != nil {
+		errs = append(errs, fmt.Errorf("coord: raft address %q: %w", c.RaftAddr, err))
+	}
+	if c.DataDir == "" {
+		errs = append(errs, errors.New("coord: data dir is empty"))
+	}
+	if c.Bootstrap {
+		found := false
+		for _, p := range c.Peers {
+			found = found || p.ID == c.ID
+		}
+		if !found {
+			errs = append(errs, fmt.Errorf("coord: bootstrap peers do not include this node %q", c.ID))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// fsm adapts State to raft.FSM. Readers take a clone under the lock.
+type fsm struct {
+	mu    sync.RWMutex
+	state *State
+	index uint64 // last applied index
+	// onApply, if set, is called after each applied command (outside
+	// the lock) so the node can react to commits.
+	onApply func(*Command, Result)
+}
+
+func (f *fsm) Apply(l *raft.Log) any {
+	var c Command
+	if err := ir.UnmarshalCBOR(l.Data, &c); err != nil {
+		return Result{Err: fmt.Errorf("coord: undecodable command at index %d: %w", l.Index, err)}
+	}
+	f.mu.Lock()
+	r := f.state.Apply(&c)
+	f.index = l.Index
+	f.mu.Unlock()
+	if f.onApply != nil {
+		f.onApply(&c, r)
+	}
+	return r
+}
+
+func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	b, err := ir.CanonicalCBOR(f.state)
+	if err != nil {
+		return nil, err
+	}
+	return snapshot(b), nil
+}
+
+func (f *fsm) Restore(rc io.ReadCloser) error {
+	defer rc.Close()
+	b, err := io.ReadAll(rc)
+	if err != nil {
+		return err
+	}
+	var s State
+	if err := ir.UnmarshalCBOR(b, &s); err != nil {
+		return fmt.Errorf("coord: restoring a snapshot: %w", err)
+	}
+	if s.Jobs == nil {
+		s.Jobs = map[string]*Job{}
+	}
+	f.mu.Lock()
+	f.state = &s
+	f.mu.Unlock()
+	return nil
+}
+
+type snapshot []byte
+
+func (s snapshot) Persist(sink raft.SnapshotSink) error {
+	if _, err := sink.Write(s); err != nil {
+		sink.Cancel()
+		return err
+	}
+	return sink.Close()
+}
+
+func (s snapshot) Release() {}
+
+// Node is one coordinator: a raft member with the job state machine.
+type Node struct {
+	cfg   Config
+	log   *slog.Logger
+	fsm   *fsm
+	raft  *raft.Raft
+	trans *raft.NetworkTransport
+	store *raftboltdb.BoltStore
+	peers map[string]Peer // by raft id
+
+	commits chan struct{} // signalled (non-blocking) after every applied command
+	metrics *metrics
+}
+
+// Open starts a node from cfg, restoring its state from DataDir when it
+// has one.
+func Open(cfg Config) (*Node, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+		return nil, fmt.Errorf("coord: %w", err)
+	}
+	n := &Node{cfg: cfg, log: log.With("node", cfg.ID), peers: map[string]Peer{}, commits: make(chan struct{}, 1)}
+	for _, p := range cfg.Peers {
+		n.peers[p.ID] = p
+	}
+	n.fsm = &fsm{state: &State{Jobs: map[string]*Job{}}, onApply: func(*Command, Result) {
+		select {
+		case n.commits <- struct{}{}:
+		default:
+		}
+	}}
+	rc := raft.DefaultConfig()
+	rc.LocalID = raft.ServerID(cfg.ID)
+	rc.Logger = hclog.New(&hclog.LoggerOptions{Name: "raft", Level: hclog.Warn, Output: io.Discard})
+	if cfg.Fast {
+		rc.HeartbeatTimeout = 300 * time.Millisecond
+		rc.ElectionTimeout = 300 * time.Millisecond
+		rc.LeaderLeaseTimeout = 150 * time.Millisecond
+		rc.CommitTimeout = 5 * time.Millisecond
+	}
+	store, err := raftboltdb.NewBoltStore(filepath.Join(cfg.DataDir, "raft.db"))
+	if err != nil {
+		return nil, fmt.Errorf("coord: bolt store: %w", err)
+	}
+	snaps, err := raft.NewFileSnapshotStore(cfg.DataDir, 2, io.Discard)
+	if err != nil {
+		store.Close()
+		return nil, fmt.Errorf("coord: snapshot store: %w", err)
+	}
+	addr, err := net.ResolveTCPAddr("tcp", cfg.RaftAddr)
+	if err != nil {
+		store.Close()
+		return nil, fmt.Errorf("coord: %w", err)
+	}
+	trans, err := raft.NewTCPTransport(cfg.RaftAddr, addr, 3, 2*time.Second, io.Discard)
+	if err != nil {
+		store.Close()
+		return nil, fmt.Errorf("coord: raft transport: %w", err)
+	}
+	if cfg.Bootstrap {
+		has, err := raft.HasExistingState(store, store, snaps)
+		if err != nil {
+			trans.Close()
+			store.Close()
+			return nil, fmt.Errorf("coord: %w", err)
+		}
+		if !has {
+			var servers []raft.Server
+			for _, p := range cfg.Peers {
+				servers = append(servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(p.ID), Address: raft.ServerAddress(p.RaftAddr)})
+			}
+			if err := raft.BootstrapCluster(rc, store, store, snaps, trans, raft.Configuration{Servers: servers}); err != nil {
+				trans.Close()
+				store.Close()
+				return nil, fmt.Errorf("coord: bootstrap: %w", err)
+			}
+		}
+	}
+	r, err := raft.NewRaft(rc, n.fsm, store, store, snaps, trans)
+	if err != nil {
+		trans.Close()
+		store.Close()
+		return nil, fmt.Errorf("coord: %w", err)
+	}
+	n.raft, n.trans, n.store = r, trans, store
+	n.metrics = newMetrics(n)
+	return n, nil
+}
+
+// ID returns the node's raft id.
+func (n *Node) ID() string { return n.cfg.ID }
+
+// Raft exposes the raft instance (membership changes, stats).
+func (n *Node) Raft() *raft.Raft { return n.raft }
+
+// IsLeader reports whether this node is the leader.
+func (n *Node) IsLeader() bool { return n.raft.State() == raft.Leader }
+
+// Leader returns the leader's id and HTTP address as this node knows them
+// ("" when there is none).
+func (n *Node) Leader() (id, httpAddr string) {
+	_, lid := n.raft.LeaderWithID()
+	id = string(lid)
+	return id, n.peers[id].HTTPAddr
+}
+
+// State returns a copy of the replicated state as applied on this node.
+func (n *Node) State() (*State, uint64) {
+	n.fsm.mu.RLock()
+	defer n.fsm.mu.RUnlock()
+	return n.fsm.state.Clone(), n.fsm.index
+}
+
+// Commits is signalled after commands are applied on this node.
+func (n *Node) Commits() <-chan struct{} { return n.commits }
+
+// ErrNotLeader is returned by Apply on a follower.
+var ErrNotLeader = errors.New("coord: not the leader")
+
+// Apply replicates c and returns its result once committed and applied
+// here. It fails with ErrNotLeader on a follower; a caller that gets a
+// timeout or a lost leadership may retry, since commands are idempotent.
+func (n *Node) Apply(c *Command, timeout time.Duration) (Result, error) {
+	if !n.IsLeader() {
+		return Result{}, ErrNotLeader
+	}
+	b, err := ir.CanonicalCBOR(c)
+	if err != nil {
+		return Result{}, err
+	}
+	f := n.raft.Apply(b, timeout)
+	if err := f.Error(); err != nil {
+		if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
+			return Result{}, fmt.Errorf("%w: %v", ErrNotLeader, err)
+		}
+		return Result{}, err
+	}
+	r, _ := f.Response().(Result)
+	return r, r.Err
+}
+
+// Barrier waits until every committed entry is applied here (leader only).
+func (n *Node) Barrier(timeout time.Duration) error { return n.raft.Barrier(timeout).Error() }
+
+// Shutdown stops the node without handing leadership over.
+func (n *Node) Shutdown() error {
+	err := n.raft.Shutdown().Error()
+	n.trans.Close()
+	if cerr := n.store.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// TransferAndShutdown hands leadership to another voter first when this
+// node leads (what a coordinator does on SIGTERM), then shuts down.
+func (n *Node) TransferAndShutdown() error {
+	if n.IsLeader() {
+		if err := n.raft.LeadershipTransfer().Error(); err != nil {
+			n.log.Warn("leadership transfer failed", "err", err)
+		}
+	}
+	return n.Shutdown()
+}
+
+// WaitLeader waits until the cluster has a leader known to this node.
+func (n *Node) WaitLeader(timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		if id, _ := n.Leader(); id != "" {
+			return nil
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return fmt.Errorf("coord: no leader after %s", timeout)
+}

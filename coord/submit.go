@@ -1,0 +1,88 @@
+package coord
+
+import (
+	"encoding/json"
+	"fmt"
+	"regexp"
+
+	"github.com/tmmu/tmmu/failure"
+	"github.com/tmmu/tmmu/ir"
+	"github.com/tmmu/tmmu/planner"
+	"github.com/tmmu/tmmu/shard"
+)
+
+// SubmitRequest is the body of POST /v1/jobs.
+type SubmitRequest struct {
+	Name string `json:"name"`
+	// IR is the global graph as a UML_Model_IR JSON object.
+	IR json.RawMessage `json:"ir"`
+	// ShardSpec is a shard spec JSON object (see package shard).
+	ShardSpec    json.RawMessage     `json:"shard_spec"`
+	ArenaConfig  planner.ArenaConfig `json:"arena_config,omitempty"`
+	Mode         planner.Mode        `json:"mode,omitempty"`     // default: the graph's
+	Strategy     planner.Strategy    `json:"strategy,omitempty"` // default packed
+	Steps        uint64              `json:"steps"`
+	ReplanPolicy string              `json:"replan_policy,omitempty"` // default replan_at_safepoint
+	ReplayToken  string              `json:"replay_token,omitempty"`  // 64 hex digits
+}
+
+var jobName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+// PrepareSubmit validates a submission and plans every rank of it: the
+// command to replicate carries the expected plan hash of every rank (the
+// coordinator computes them all; planning is pure).
+func PrepareSubmit(req *SubmitRequest) (*Command, *shard.GlobalPlan, error) {
+	if !jobName.MatchString(req.Name) {
+		return nil, nil, failure.New(failure.InvalidOptions, "tmmu.coordinator", fmt.Sprintf("job name %q: use 1 to 64 of A-Z a-z 0-9 _ -", req.Name))
+	}
+	m, err := ir.DecodeJSON(req.IR)
+	if err != nil {
+		return nil, nil, err
+	}
+	spec, err := shard.Decode(req.ShardSpec)
+	if err != nil {
+		return nil, nil, err
+	}
+	rs, err := spec.Resolve()
+	if err != nil {
+		return nil, nil, err
+	}
+	policy := req.ReplanPolicy
+	if policy == "" {
+		policy = ReplanAtSafepoint
+	}
+	if policy != ReplanAtSafepoint && policy != ReplanAbort {
+		return nil, nil, failure.New(failure.InvalidOptions, "tmmu.coordinator", fmt.Sprintf("replan_policy %q: want %s or %s", policy, ReplanAtSafepoint, ReplanAbort))
+	}
+	js := &JobSpec{Name: req.Name, ShardSpec: *rs, ArenaConfig: req.ArenaConfig, Mode: req.Mode, Strategy: req.Strategy,
+		ReplanPolicy: policy, Steps: req.Steps}
+	if js.Strategy == "" {
+		js.Strategy = planner.Packed
+	}
+	if req.ReplayToken != "" {
+		if js.ReplayToken, err = ir.ParseHash(req.ReplayToken); err != nil {
+			return nil, nil, failure.New(failure.InvalidOptions, "tmmu.coordinator", "replay_token: "+err.Error())
+		}
+	}
+	if js.Model, err = m.EncodeCBOR(); err != nil {
+		return nil, nil, err
+	}
+	gp, _, err := shard.PlanRanks(m, rs, js.PlanOptions())
+	if err != nil {
+		return nil, nil, err
+	}
+	e := &Epoch{Epoch: 0, StartStep: 1, Reason: "submitted", GlobalPlanHash: gp.Hash}
+	for _, r := range gp.Ranks {
+		e.Expected = append(e.Expected, r.PlanHash)
+	}
+	return &Command{Kind: CmdSubmit, Job: req.Name, Spec: js, New: e, IRHash: gp.IRHash, SSHash: gp.ShardSpecHash}, gp, nil
+}
+
+// PlanOptions returns the planner options of the job (rank, world size and
+// shard spec hash are set per rank by package shard).
+func (s *JobSpec) PlanOptions() planner.Options {
+	return planner.Options{Mode: s.Mode, Strategy: s.Strategy, ReplayToken: s.ReplayToken, Arenas: s.ArenaConfig}
+}
+
+// Graph decodes the job's global IR.
+func (s *JobSpec) Graph() (*ir.Model, error) { return ir.DecodeCBOR(s.Model) }
