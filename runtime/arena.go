@@ -1,0 +1,191 @@
+// Package runtime applies plans to memory and runs steps on them.
+//
+// An Executor runs the steps of one rank's planned graph. Two exist today:
+//
+//   - ArenaExecutor ("arena") allocates each arena of the plan as host
+//     memory, places every tensor at its planned offset and, for each node
+//     in execution order, reads a sample of every input and writes every
+//     byte of every output at its planned address. It moves the plan's
+//     real memory traffic and checks, per node, that no output overlaps a
+//     live input it does not update in place; it runs no kernels (no
+//     arithmetic on tensor values). Kernels (a CPU reference and WebGPU)
+//     are not built yet.
+//   - PlanOnly ("plan-only") allocates nothing and does no work: for
+//     plans too large for the machine, where only agreement and progress
+//     matter.
+package runtime
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"hash/fnv"
+	"slices"
+	"strings"
+
+	"github.com/tmmu/tmmu/ir"
+	"github.com/tmmu/tmmu/planner"
+)
+
+// Executor runs steps of one rank's plan.
+type Executor interface {
+	// Name says what the executor does ("arena", "plan-only").
+	Name() string
+	// Step runs one step.
+	Step(ctx context.Context, step uint64) (StepStats, error)
+}
+
+// StepStats summarises a step.
+type StepStats struct {
+	Nodes        int    `json:"nodes"`
+	BytesWritten uint64 `json:"bytes_written"`
+	// Checksum is a digest of the bytes the step wrote, deterministic for
+	// a plan and a step number.
+	Checksum uint64 `json:"checksum"`
+}
+
+// PlanOnly is an executor that does nothing.
+type PlanOnly struct{}
+
+// Name returns "plan-only".
+func (PlanOnly) Name() string { return "plan-only" }
+
+// Step does nothing.
+func (PlanOnly) Step(context.Context, uint64) (StepStats, error) { return StepStats{}, nil }
+
+// ArenaExecutor runs steps as memory traffic over a plan's arenas.
+type ArenaExecutor struct {
+	arenas map[string][]byte
+	nodes  []node
+}
+
+type span struct {
+	arena  string
+	offset uint64
+	size   uint64
+}
+
+type node struct {
+	id      string
+	ins     []span
+	outs    []span
+	inPlace []bool // per output: also an input
+}
+
+// DefaultMaxBytes bounds what NewArenaExecutor allocates.
+const DefaultMaxBytes = 4 << 30
+
+// NewArenaExecutor allocates p's arenas (their reserved bytes; an error
+// above maxBytes, 0 meaning DefaultMaxBytes) and prepares g's executed
+// nodes.
+func NewArenaExecutor(g *ir.Graph, p *planner.Plan, maxBytes uint64) (*ArenaExecutor, error) {
+	if maxBytes == 0 {
+		maxBytes = DefaultMaxBytes
+	}
+	if p.Metrics.ReservedBytes > maxBytes {
+		return nil, fmt.Errorf("runtime: the plan reserves %s, above the executor's limit %s",
+			planner.FormatBytes(p.Metrics.ReservedBytes), planner.FormatBytes(maxBytes))
+	}
+	live, err := planner.AnalyzeLiveness(g, p.Mode)
+	if err != nil {
+		return nil, err
+	}
+	x := &ArenaExecutor{arenas: map[string][]byte{}}
+	for _, a := range p.Arenas {
+		x.arenas[a.Name] = make([]byte, a.ReservedBytes)
+	}
+	place := func(id string) (span, error) {
+		i, ok := slices.BinarySearchFunc(p.Tensors, id, func(t planner.TensorPlacement, id string) int { return strings.Compare(t.ID, id) })
+		if !ok {
+			return span{}, fmt.Errorf("runtime: tensor %q has no placement", id)
+		}
+		t := &p.Tensors[i]
+		if t.Offset+t.Size > uint64(len(x.arenas[t.Arena])) {
+			return span{}, fmt.Errorf("runtime: tensor %q [%d, %d) is outside arena %s (%d bytes)", id, t.Offset, t.Offset+t.Size, t.Arena, len(x.arenas[t.Arena]))
+		}
+		return span{t.Arena, t.Offset, t.Size}, nil
+	}
+	for _, ni := range live.Order {
+		n := &g.Nodes[ni]
+		nd := node{id: n.ID}
+		for _, id := range n.Inputs {
+			s, err := place(id)
+			if err != nil {
+				return nil, err
+			}
+			nd.ins = append(nd.ins, s)
+		}
+		for _, id := range n.Outputs {
+			s, err := place(id)
+			if err != nil {
+				return nil, err
+			}
+			nd.outs = append(nd.outs, s)
+			nd.inPlace = append(nd.inPlace, slices.Contains(n.Inputs, id))
+		}
+		for j, o := range nd.outs {
+			for k, in := range nd.ins {
+				if !nd.inPlace[j] && n.Inputs[k] != n.Outputs[j] && overlaps(o, in) {
+					return nil, fmt.Errorf("runtime: node %q writes %q over its input %q", n.ID, n.Outputs[j], n.Inputs[k])
+				}
+			}
+		}
+		x.nodes = append(x.nodes, nd)
+	}
+	return x, nil
+}
+
+func overlaps(a, b span) bool {
+	return a.arena == b.arena && a.size > 0 && b.size > 0 && a.offset < b.offset+b.size && b.offset < a.offset+a.size
+}
+
+// Name returns "arena".
+func (x *ArenaExecutor) Name() string { return "arena" }
+
+// Step runs every node: it digests up to 64 bytes at each end of every
+// input and fills every output with a pattern derived from that digest,
+// the node and the step.
+func (x *ArenaExecutor) Step(ctx context.Context, step uint64) (StepStats, error) {
+	var st StepStats
+	sum := fnv.New64a()
+	var seed [8]byte
+	for i := range x.nodes {
+		if i%256 == 0 && ctx.Err() != nil {
+			return st, ctx.Err()
+		}
+		n := &x.nodes[i]
+		h := fnv.New64a()
+		binary.LittleEndian.PutUint64(seed[:], step)
+		h.Write(seed[:])
+		h.Write([]byte(n.id))
+		for _, in := range n.ins {
+			b := x.arenas[in.arena][in.offset : in.offset+in.size]
+			h.Write(b[:min(len(b), 64)])
+			h.Write(b[max(len(b)-64, 0):])
+		}
+		v := h.Sum64()
+		for _, o := range n.outs {
+			b := x.arenas[o.arena][o.offset : o.offset+o.size]
+			fill(b, v)
+			st.BytesWritten += o.size
+		}
+		binary.LittleEndian.PutUint64(seed[:], v)
+		sum.Write(seed[:])
+		st.Nodes++
+	}
+	st.Checksum = sum.Sum64()
+	return st, nil
+}
+
+// fill writes v's bytes over b, doubling copies.
+func fill(b []byte, v uint64) {
+	if len(b) == 0 {
+		return
+	}
+	var pat [8]byte
+	binary.LittleEndian.PutUint64(pat[:], v)
+	n := copy(b, pat[:])
+	for n < len(b) {
+		n += copy(b[n:], b[:n])
+	}
+}

@@ -1,0 +1,62 @@
+package runtime
+
+import (
+	"context"
+	"testing"
+
+	"github.com/tmmu/tmmu/ir"
+	"github.com/tmmu/tmmu/models"
+	"github.com/tmmu/tmmu/planner"
+)
+
+func TestArenaExecutorIsDeterministic(t *testing.T) {
+	m, err := models.GPT2(models.GPT2Config{Layers: 2, Hidden: 32, Heads: 2, Seq: 8, Context: 8, Batch: 2, Vocab: 64, DType: ir.BF16, Train: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := ir.Compile(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := planner.PlanMemory(g, planner.DefaultOptions(g))
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func() []StepStats {
+		x, err := NewArenaExecutor(g, p, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []StepStats
+		for s := range uint64(3) {
+			st, err := x.Step(context.Background(), s+1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, st)
+		}
+		return out
+	}
+	a, b := run(), run()
+	var want uint64
+	for _, n := range g.Nodes {
+		for _, o := range n.Outputs {
+			i, _ := g.TensorIndex(o)
+			want += g.Bytes[i]
+		}
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			t.Errorf("step %d: %+v vs %+v", i+1, a[i], b[i])
+		}
+		if a[i].Nodes != len(g.Nodes) || a[i].BytesWritten != want {
+			t.Errorf("step %d: %d nodes, %d bytes; want %d, %d", i+1, a[i].Nodes, a[i].BytesWritten, len(g.Nodes), want)
+		}
+	}
+	if a[0].Checksum == a[1].Checksum {
+		t.Error("steps 1 and 2 wrote the same bytes")
+	}
+	if _, err := NewArenaExecutor(g, p, 1024); err == nil {
+		t.Error("no error above the byte limit")
+	}
+}
