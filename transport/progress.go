@@ -1,0 +1,75 @@
+package transport
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// ProgressBucket is the KV bucket of step progress: key "<job>.<rank>"
+// holds the StepDone of the last step that rank finished. Unlike the
+// StepDone subject, it survives a coordinator failover: a new leader's
+// WatchProgress replays every rank's latest step.
+const ProgressBucket = "tmmu_progress"
+
+func progressKey(job string, rank uint64) string { return job + "." + strconv.FormatUint(rank, 10) }
+
+// PutProgress records that d.Rank finished d.Step (overwriting its
+// previous progress).
+func (t *Transport) PutProgress(ctx context.Context, d StepDone) error {
+	data, err := Encode(d)
+	if err != nil {
+		return err
+	}
+	if _, err := t.progress.Put(ctx, progressKey(d.Job, d.Rank), data); err != nil {
+		return fmt.Errorf("transport: progress of %s rank %d: %w", d.Job, d.Rank, err)
+	}
+	return nil
+}
+
+// WatchProgress streams every rank's latest progress for job: first what
+// is stored, then each update. The channel closes when ctx is done or the
+// connection closes.
+func (t *Transport) WatchProgress(ctx context.Context, job string) (<-chan StepDone, error) {
+	if err := ValidJob(job); err != nil {
+		return nil, err
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	w, err := t.progress.Watch(wctx, job+".*", jetstream.IgnoreDeletes())
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("transport: watch progress of %s: %w", job, err)
+	}
+	out := make(chan StepDone, reportBuffer)
+	go func() {
+		defer close(out)
+		defer cancel()
+		defer stopWatcher(w)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case e, ok := <-w.Updates():
+				if !ok {
+					return
+				}
+				if e == nil || e.Operation() != jetstream.KeyValuePut {
+					continue
+				}
+				var d StepDone
+				if Decode(e.Value(), &d) != nil || d.Job != job || e.Key() != progressKey(job, d.Rank) {
+					t.dropped.Add(1)
+					continue
+				}
+				select {
+				case out <- d:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}
+	}()
+	return out, nil
+}

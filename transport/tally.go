@@ -1,0 +1,300 @@
+package transport
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+
+	"github.com/tmmu/tmmu/ir"
+)
+
+// AddResult says what Tally.Add or StepBarrier.Add did with a report.
+type AddResult uint8
+
+// The results of Add. Only Accepted changes the state.
+const (
+	// Accepted: the first report of its rank (for its step, in a
+	// StepBarrier); recorded whether or not its hash is the expected one.
+	Accepted AddResult = iota + 1
+	// Duplicate: the rank already reported the same hash; ignored.
+	Duplicate
+	// Conflicting: the rank already reported a different hash; ignored,
+	// the first report stands.
+	Conflicting
+	// OtherEpoch: the report is for another job or another epoch (a late
+	// message from an older epoch, an early one from a newer); ignored.
+	OtherEpoch
+	// BadRank: the rank is not below the world size; ignored.
+	BadRank
+	// Invalid: the report fails Validate (a zero plan hash, say); ignored.
+	Invalid
+	// OutOfWindow (StepBarrier only): the step was already forgotten, or
+	// the barrier already tracks MaxPendingSteps other steps; ignored.
+	OutOfWindow
+)
+
+var addResultNames = [...]string{
+	Accepted:    "accepted",
+	Duplicate:   "duplicate",
+	Conflicting: "conflicting",
+	OtherEpoch:  "other-epoch",
+	BadRank:     "bad-rank",
+	Invalid:     "invalid",
+	OutOfWindow: "out-of-window",
+}
+
+func (a AddResult) String() string {
+	if int(a) < len(addResultNames) && addResultNames[a] != "" {
+		return addResultNames[a]
+	}
+	return "AddResult(" + strconv.Itoa(int(a)) + ")"
+}
+
+// Tally collects reports for one (job, epoch) against the expected hashes.
+// It is pure and deterministic (no I/O, no clock): the coordinator leader
+// feeds it the reports it watches and asks for the Outcome when it is Done
+// or when its deadline passes. The first report of each rank counts; the
+// Outcome depends only on the set of first reports, not on their order or
+// on duplicates. A Tally is not safe for concurrent use.
+type Tally struct {
+	job      string
+	epoch    uint64
+	expected []ir.Hash
+	got      []ir.Hash // zero: not reported (reports never carry a zero hash)
+	reported uint64
+	bad      uint64 // ranks whose first report is not the expected hash
+}
+
+// NewTally returns a Tally for (job, epoch) where rank r must report
+// expected[r]; the world size is len(expected). The slice is copied.
+func NewTally(job string, epoch uint64, expected []ir.Hash) *Tally {
+	return &Tally{
+		job:      job,
+		epoch:    epoch,
+		expected: slices.Clone(expected),
+		got:      make([]ir.Hash, len(expected)),
+	}
+}
+
+// Add records a report. Reports for another job or epoch (late messages
+// from older epochs, or early ones), duplicates (same rank again, same
+// hash), invalid reports and ranks out of range are ignored and reported as
+// such via the returned AddResult; so is a Conflicting report (same rank,
+// different hash than its first report: the first one stands).
+func (t *Tally) Add(r PlanReport) AddResult {
+	if r.Job != t.job || r.Epoch != t.epoch {
+		return OtherEpoch
+	}
+	if r.Rank >= uint64(len(t.expected)) {
+		return BadRank
+	}
+	if r.Validate() != nil {
+		return Invalid
+	}
+	switch g := t.got[r.Rank]; {
+	case g.IsZero():
+		t.got[r.Rank] = r.PlanHash
+		t.reported++
+		if r.PlanHash != t.expected[r.Rank] {
+			t.bad++
+		}
+		return Accepted
+	case g == r.PlanHash:
+		return Duplicate
+	default:
+		return Conflicting
+	}
+}
+
+// World returns the number of ranks.
+func (t *Tally) World() uint64 { return uint64(len(t.expected)) }
+
+// Reported returns how many ranks have reported.
+func (t *Tally) Reported() uint64 { return t.reported }
+
+// Done reports whether every rank has reported (whatever the hashes).
+func (t *Tally) Done() bool { return t.reported == uint64(len(t.expected)) }
+
+// Outcome returns the outcome so far: Agreed iff every rank reported its
+// expected hash (and there is at least one rank); Mismatches, sorted by
+// rank, the ranks whose first report differs from the expected hash;
+// Missing, sorted, the ranks that never reported. It can be called at any
+// time, e.g. when a deadline passes (then Missing is non-empty and Agreed
+// false). StartStep is left zero: the leader sets it before publishing.
+// Empty lists are nil, so equal outcomes encode to equal bytes.
+func (t *Tally) Outcome() Outcome {
+	o := Outcome{Job: t.job, Epoch: t.epoch}
+	world := uint64(len(t.expected))
+	if world == 0 {
+		o.Reason = "no ranks"
+		return o
+	}
+	if t.bad > 0 {
+		o.Mismatches = make([]Mismatch, 0, t.bad)
+	}
+	if missing := world - t.reported; missing > 0 {
+		o.Missing = make([]uint64, 0, missing)
+	}
+	for r, g := range t.got {
+		switch {
+		case g.IsZero():
+			o.Missing = append(o.Missing, uint64(r))
+		case g != t.expected[r]:
+			o.Mismatches = append(o.Mismatches, Mismatch{Rank: uint64(r), Expected: t.expected[r], Got: g})
+		}
+	}
+	o.Agreed = len(o.Mismatches) == 0 && len(o.Missing) == 0
+	if !o.Agreed {
+		o.Reason = disagreement(uint64(len(o.Mismatches)), uint64(len(o.Missing)), world)
+	}
+	return o
+}
+
+func disagreement(mismatched, missing, world uint64) string {
+	switch {
+	case mismatched > 0 && missing > 0:
+		return fmt.Sprintf("%d of %d ranks reported an unexpected plan hash; %d did not report", mismatched, world, missing)
+	case mismatched > 0:
+		return fmt.Sprintf("%d of %d ranks reported an unexpected plan hash", mismatched, world)
+	default:
+		return fmt.Sprintf("%d of %d ranks did not report", missing, world)
+	}
+}
+
+// MaxPendingSteps bounds how many steps a StepBarrier tracks at once; a
+// report that would open one more is ignored (OutOfWindow). Forget steps
+// as they complete.
+const MaxPendingSteps = 1024
+
+// StepBarrier is the per-step go/no-go barrier for one (job, epoch): a
+// step is Ready when every rank has reported it with its expected plan
+// hash. It is pure and deterministic like Tally, and not safe for
+// concurrent use. Memory is bounded by MaxPendingSteps steps of world
+// hashes each; Forget releases completed steps.
+type StepBarrier struct {
+	job      string
+	epoch    uint64
+	expected []ir.Hash
+	forgot   bool   // whether Forget was called
+	last     uint64 // if forgot, steps <= last are forgotten
+	steps    map[uint64]*stepState
+}
+
+type stepState struct {
+	got      []ir.Hash
+	reported uint64
+	bad      uint64
+}
+
+// NewStepBarrier returns a barrier for (job, epoch) with world ranks, rank
+// r expected to report expected[r]. It panics unless len(expected) ==
+// world: that is a programming error. The slice is copied.
+func NewStepBarrier(job string, epoch, world uint64, expected []ir.Hash) *StepBarrier {
+	if uint64(len(expected)) != world {
+		panic(fmt.Sprintf("transport: NewStepBarrier: %d expected hashes for a world of %d ranks", len(expected), world))
+	}
+	return &StepBarrier{
+		job:      job,
+		epoch:    epoch,
+		expected: slices.Clone(expected),
+		steps:    make(map[uint64]*stepState),
+	}
+}
+
+// Add records a step report, with the same rules as Tally.Add per step,
+// plus OutOfWindow for a forgotten step or one past the MaxPendingSteps
+// bound.
+func (b *StepBarrier) Add(r StepReport) AddResult {
+	if r.Job != b.job || r.Epoch != b.epoch {
+		return OtherEpoch
+	}
+	if r.Rank >= uint64(len(b.expected)) {
+		return BadRank
+	}
+	if r.Validate() != nil {
+		return Invalid
+	}
+	if b.forgotten(r.Step) {
+		return OutOfWindow
+	}
+	s := b.steps[r.Step]
+	if s == nil {
+		if len(b.steps) >= MaxPendingSteps {
+			return OutOfWindow
+		}
+		s = &stepState{got: make([]ir.Hash, len(b.expected))}
+		b.steps[r.Step] = s
+	}
+	switch g := s.got[r.Rank]; {
+	case g.IsZero():
+		s.got[r.Rank] = r.PlanHash
+		s.reported++
+		if r.PlanHash != b.expected[r.Rank] {
+			s.bad++
+		}
+		return Accepted
+	case g == r.PlanHash:
+		return Duplicate
+	default:
+		return Conflicting
+	}
+}
+
+// Ready reports whether every rank reported step with its expected hash.
+// A barrier with no ranks is never ready.
+func (b *StepBarrier) Ready(step uint64) bool {
+	s := b.steps[step]
+	return s != nil && len(b.expected) > 0 && s.reported == uint64(len(b.expected)) && s.bad == 0
+}
+
+// Missing returns the ranks that have not reported step, sorted (nil for
+// a forgotten step).
+func (b *StepBarrier) Missing(step uint64) []uint64 {
+	if b.forgotten(step) {
+		return nil
+	}
+	s := b.steps[step]
+	var out []uint64
+	for r := range b.expected {
+		if s == nil || s.got[r].IsZero() {
+			out = append(out, uint64(r))
+		}
+	}
+	return out
+}
+
+// Mismatches returns the ranks that reported step with an unexpected hash,
+// sorted by rank.
+func (b *StepBarrier) Mismatches(step uint64) []Mismatch {
+	s := b.steps[step]
+	if s == nil || s.bad == 0 {
+		return nil
+	}
+	out := make([]Mismatch, 0, s.bad)
+	for r, g := range s.got {
+		if !g.IsZero() && g != b.expected[r] {
+			out = append(out, Mismatch{Rank: uint64(r), Expected: b.expected[r], Got: g})
+		}
+	}
+	return out
+}
+
+// Pending returns how many steps the barrier tracks.
+func (b *StepBarrier) Pending() int { return len(b.steps) }
+
+func (b *StepBarrier) forgotten(step uint64) bool { return b.forgot && step <= b.last }
+
+// Forget drops step and every earlier step; later reports for them are
+// OutOfWindow. Call it once a step has run (or, with StartStep-1, to
+// ignore reports from before the epoch's first step).
+func (b *StepBarrier) Forget(step uint64) {
+	if b.forgotten(step) {
+		return
+	}
+	for s := range b.steps {
+		if s <= step {
+			delete(b.steps, s)
+		}
+	}
+	b.forgot, b.last = true, step
+}

@@ -1,0 +1,398 @@
+package transport
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// ErrConflict is returned (wrapped) by Transport.Report when (job, epoch,
+// rank) already holds a different report: a rank proves its plan exactly
+// once per epoch and the first proof stands.
+var ErrConflict = errors.New("transport: conflicting plan report")
+
+// ErrWatchClosed is returned by Transport.Reports when the KV watch ends
+// before delivering the stored reports (the connection closed).
+var ErrWatchClosed = errors.New("transport: kv watch closed")
+
+// MaxValueSize is the largest KV value the bucket accepts when this package
+// creates it. An encoded PlanReport is at most a few hundred bytes.
+const MaxValueSize = 4096
+
+// reportBuffer is the capacity of the channel WatchReports returns.
+const reportBuffer = 64
+
+// Option configures New.
+type Option func(*options)
+
+type options struct {
+	storage  jetstream.StorageType
+	replicas int
+	timeout  time.Duration
+}
+
+// WithStorage sets the storage of the KV bucket when New creates it
+// (jetstream.FileStorage, the default, or jetstream.MemoryStorage). It has
+// no effect on a bucket that already exists.
+func WithStorage(s jetstream.StorageType) Option { return func(o *options) { o.storage = s } }
+
+// WithReplicas sets the replica count of the KV bucket when New creates it
+// (default 1). It has no effect on a bucket that already exists.
+func WithReplicas(n int) Option { return func(o *options) { o.replicas = n } }
+
+// WithTimeout bounds the JetStream requests New makes (default 10s).
+func WithTimeout(d time.Duration) Option { return func(o *options) { o.timeout = d } }
+
+// Transport carries the agreement protocol over one NATS connection. It is
+// safe for concurrent use. It does not own the connection: closing the
+// connection ends every subscription and watch it made.
+type Transport struct {
+	nc       *nats.Conn
+	js       jetstream.JetStream
+	kv       jetstream.KeyValue
+	progress jetstream.KeyValue
+	stream   jetstream.Stream
+	dropped  atomic.Uint64
+}
+
+// New returns a Transport over nc. It opens the KV bucket Bucket, creating
+// it (history 1, MaxValueSize, the configured storage and replicas) if it
+// does not exist. An existing bucket is used as it is.
+func New(nc *nats.Conn, opts ...Option) (*Transport, error) {
+	if nc == nil {
+		return nil, errors.New("transport: nil connection")
+	}
+	o := options{storage: jetstream.FileStorage, replicas: 1, timeout: 10 * time.Second}
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&o)
+		}
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("transport: jetstream: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
+	defer cancel()
+	kv, err := openBucket(ctx, js, Bucket, "tmmu plan-hash agreement: one report per job.epoch.rank", o)
+	if err != nil {
+		return nil, err
+	}
+	progress, err := openBucket(ctx, js, ProgressBucket, "tmmu step progress: the last step each job.rank finished", o)
+	if err != nil {
+		return nil, err
+	}
+	stream, err := js.Stream(ctx, bucketStream)
+	if err != nil {
+		return nil, fmt.Errorf("transport: kv stream %s: %w", bucketStream, err)
+	}
+	return &Transport{nc: nc, js: js, kv: kv, progress: progress, stream: stream}, nil
+}
+
+// openBucket opens a KV bucket, creating it (history 1, MaxValueSize, the
+// configured storage and replicas) if it does not exist.
+func openBucket(ctx context.Context, js jetstream.JetStream, name, desc string, o options) (jetstream.KeyValue, error) {
+	kv, err := js.KeyValue(ctx, name)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		kv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
+			Bucket:       name,
+			Description:  desc,
+			History:      1,
+			MaxValueSize: MaxValueSize,
+			Storage:      o.storage,
+			Replicas:     o.replicas,
+		})
+		if errors.Is(err, jetstream.ErrBucketExists) {
+			// Created concurrently (by another worker) with another config.
+			kv, err = js.KeyValue(ctx, name)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("transport: kv bucket %s: %w", name, err)
+	}
+	return kv, nil
+}
+
+// Dropped returns how many received messages and KV entries were discarded
+// because they did not decode, did not validate, or did not match the job
+// (and epoch, rank) of the subject or key they arrived on.
+func (t *Transport) Dropped() uint64 { return t.dropped.Load() }
+
+// Report stores r under key "<job>.<epoch>.<rank>" with a KV Create, so
+// that each (job, epoch, rank) is reported exactly once. Reporting the
+// byte-identical report again returns nil (a retry after a lost ack is
+// safe); any other report for a key that exists returns an error wrapping
+// ErrConflict that names the rank and both hashes, and the stored report
+// stands. Identity is part of the report: the same hash from a different
+// identity is a conflict too (two workers claim one rank).
+func (t *Transport) Report(ctx context.Context, r PlanReport) error {
+	data, err := Encode(r)
+	if err != nil {
+		return err
+	}
+	key := reportKey(r.Job, r.Epoch, r.Rank)
+	for attempt := 0; ; attempt++ {
+		_, err := t.kv.Create(ctx, key, data)
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, jetstream.ErrKeyExists) {
+			return fmt.Errorf("transport: report %s: %w", key, err)
+		}
+		e, err := t.kv.Get(ctx, key)
+		if (errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted)) && attempt < 3 {
+			continue // forgotten between Create and Get: try again
+		}
+		if err != nil {
+			return fmt.Errorf("transport: report %s: reading the stored report: %w", key, err)
+		}
+		if bytes.Equal(e.Value(), data) {
+			return nil
+		}
+		var stored PlanReport
+		if err := Decode(e.Value(), &stored); err != nil {
+			return fmt.Errorf("%w: job %s epoch %d rank %d: stored value does not decode (%v); new plan hash %s",
+				ErrConflict, r.Job, r.Epoch, r.Rank, err, r.PlanHash)
+		}
+		if stored.PlanHash == r.PlanHash {
+			return fmt.Errorf("%w: job %s epoch %d rank %d: plan hash %s already reported by identity %q, now by %q",
+				ErrConflict, r.Job, r.Epoch, r.Rank, r.PlanHash, stored.Identity, r.Identity)
+		}
+		return fmt.Errorf("%w: job %s epoch %d rank %d: stored plan hash %s (identity %q), new plan hash %s (identity %q)",
+			ErrConflict, r.Job, r.Epoch, r.Rank, stored.PlanHash, stored.Identity, r.PlanHash, r.Identity)
+	}
+}
+
+// Reports returns every report stored for (job, epoch) so far, by rank.
+//
+// It opens one KV watch on "<job>.<epoch>.*" (an ordered consumer that
+// delivers the last value of each matching key), reads the initial values
+// up to the watcher's end-of-initial-values marker and stops: one consumer
+// and one pass over the matching keys, rather than a key listing followed
+// by a Get per rank. Entries that do not decode or do not match their key
+// are skipped and counted in Dropped.
+func (t *Transport) Reports(ctx context.Context, job string, epoch uint64) (map[uint64]PlanReport, error) {
+	if err := ValidJob(job); err != nil {
+		return nil, err
+	}
+	// The client ties a goroutine to the watch's context that only a
+	// Stop or the context ends, not a closed connection: give it a context
+	// that always ends.
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	w, err := t.kv.Watch(wctx, epochFilter(job, epoch), jetstream.IgnoreDeletes())
+	if err != nil {
+		return nil, fmt.Errorf("transport: watch %s: %w", epochFilter(job, epoch), err)
+	}
+	defer stopWatcher(w)
+	out := make(map[uint64]PlanReport)
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case e, ok := <-w.Updates():
+			if !ok {
+				return nil, ErrWatchClosed
+			}
+			if e == nil { // end of initial values
+				return out, nil
+			}
+			if r, ok := t.entryReport(e, job, epoch); ok {
+				out[r.Rank] = r
+			}
+		}
+	}
+}
+
+// WatchReports streams the reports for (job, epoch): first those already
+// stored, then each new one as it is stored. The channel closes when ctx is
+// done or the connection closes; by then the underlying watch has been
+// stopped and drained, and the goroutine feeding the channel is returning. Entries that do not decode or do
+// not match their key are skipped and counted in Dropped. The consumer must
+// keep reading (or cancel ctx): the stream applies back-pressure.
+func (t *Transport) WatchReports(ctx context.Context, job string, epoch uint64) (<-chan PlanReport, error) {
+	if err := ValidJob(job); err != nil {
+		return nil, err
+	}
+	// See Reports: the watch's own context must always end.
+	wctx, cancel := context.WithCancel(ctx)
+	w, err := t.kv.Watch(wctx, epochFilter(job, epoch), jetstream.IgnoreDeletes())
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("transport: watch %s: %w", epochFilter(job, epoch), err)
+	}
+	out := make(chan PlanReport, reportBuffer)
+	go func() {
+		defer close(out)
+		defer cancel()
+		defer stopWatcher(w)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case e, ok := <-w.Updates():
+				if !ok {
+					return
+				}
+				if e == nil {
+					continue // end of initial values
+				}
+				r, ok := t.entryReport(e, job, epoch)
+				if !ok {
+					continue
+				}
+				select {
+				case out <- r:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}
+	}()
+	return out, nil
+}
+
+// stopWatcher stops w and drains its channel until the client closes it.
+// The client's message callback blocks while the channel is full, so
+// stopping without draining could leave its delivery goroutine blocked
+// forever; the channel closes once that goroutine has exited.
+func stopWatcher(w jetstream.KeyWatcher) {
+	_ = w.Stop() // an error means already stopped or connection closed
+	for range w.Updates() {
+	}
+}
+
+// entryReport decodes a KV entry and checks it against its key.
+func (t *Transport) entryReport(e jetstream.KeyValueEntry, job string, epoch uint64) (PlanReport, bool) {
+	if e.Operation() != jetstream.KeyValuePut {
+		return PlanReport{}, false
+	}
+	var r PlanReport
+	kj, ke, kr, ok := parseKey(e.Key())
+	if !ok || kj != job || ke != epoch || Decode(e.Value(), &r) != nil ||
+		r.Job != kj || r.Epoch != ke || r.Rank != kr {
+		t.dropped.Add(1)
+		return PlanReport{}, false
+	}
+	return r, true
+}
+
+// Forget removes every report of (job, epoch) with a single stream purge
+// filtered on the epoch's keys. Unlike a KV Purge per key it leaves no
+// tombstones and costs one request however many ranks reported; watchers
+// are not notified. Forget only finished epochs: once forgotten, a rank may
+// report again for that epoch.
+func (t *Transport) Forget(ctx context.Context, job string, epoch uint64) error {
+	if err := ValidJob(job); err != nil {
+		return err
+	}
+	if err := t.stream.Purge(ctx, jetstream.WithPurgeSubject(bucketSubjectPrefix+epochFilter(job, epoch))); err != nil {
+		return fmt.Errorf("transport: forget %s epoch %d: %w", job, epoch, err)
+	}
+	return nil
+}
+
+// message is implemented by every broadcast schema.
+type message interface {
+	Validate() error
+	jobName() string
+}
+
+func (o Outcome) jobName() string       { return o.Job }
+func (r StepReport) jobName() string    { return r.Job }
+func (d StepDone) jobName() string      { return d.Job }
+func (r ReplanRequest) jobName() string { return r.Job }
+func (a Announcement) jobName() string  { return a.Job }
+
+func publish[T message](t *Transport, subjectOf func(string) (string, error), v T) error {
+	subj, err := subjectOf(v.jobName())
+	if err != nil {
+		return err
+	}
+	data, err := Encode(v)
+	if err != nil {
+		return err
+	}
+	if err := t.nc.Publish(subj, data); err != nil {
+		return fmt.Errorf("transport: publish %s: %w", subj, err)
+	}
+	return nil
+}
+
+func subscribe[T any, PT interface {
+	*T
+	message
+}](t *Transport, subjectOf func(string) (string, error), job string, h func(T)) (*nats.Subscription, error) {
+	subj, err := subjectOf(job)
+	if err != nil {
+		return nil, err
+	}
+	if h == nil {
+		return nil, errors.New("transport: nil handler")
+	}
+	sub, err := t.nc.Subscribe(subj, func(m *nats.Msg) {
+		var v T
+		if err := Decode(m.Data, PT(&v)); err != nil || PT(&v).jobName() != job {
+			t.dropped.Add(1)
+			return
+		}
+		h(v)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("transport: subscribe %s: %w", subj, err)
+	}
+	return sub, nil
+}
+
+// PublishOutcome validates o and publishes it on OutcomeSubject(o.Job).
+func (t *Transport) PublishOutcome(o Outcome) error { return publish(t, OutcomeSubject, o) }
+
+// SubscribeOutcomes calls h, on the subscription's goroutine, with each
+// valid Outcome published for job.
+func (t *Transport) SubscribeOutcomes(job string, h func(Outcome)) (*nats.Subscription, error) {
+	return subscribe(t, OutcomeSubject, job, h)
+}
+
+// PublishStepReport validates r and publishes it on StepSubject(r.Job).
+func (t *Transport) PublishStepReport(r StepReport) error { return publish(t, StepSubject, r) }
+
+// SubscribeStepReports calls h with each valid StepReport published for job.
+func (t *Transport) SubscribeStepReports(job string, h func(StepReport)) (*nats.Subscription, error) {
+	return subscribe(t, StepSubject, job, h)
+}
+
+// PublishStepDone validates d and publishes it on DoneSubject(d.Job).
+func (t *Transport) PublishStepDone(d StepDone) error { return publish(t, DoneSubject, d) }
+
+// SubscribeStepDone calls h with each valid StepDone published for job.
+func (t *Transport) SubscribeStepDone(job string, h func(StepDone)) (*nats.Subscription, error) {
+	return subscribe(t, DoneSubject, job, h)
+}
+
+// PublishReplanRequest validates r and publishes it on ReplanSubject(r.Job).
+func (t *Transport) PublishReplanRequest(r ReplanRequest) error {
+	return publish(t, ReplanSubject, r)
+}
+
+// SubscribeReplanRequests calls h with each valid ReplanRequest published
+// for job.
+func (t *Transport) SubscribeReplanRequests(job string, h func(ReplanRequest)) (*nats.Subscription, error) {
+	return subscribe(t, ReplanSubject, job, h)
+}
+
+// PublishAnnouncement validates a and publishes it on AnnounceSubject(a.Job).
+func (t *Transport) PublishAnnouncement(a Announcement) error {
+	return publish(t, AnnounceSubject, a)
+}
+
+// SubscribeAnnouncements calls h with each valid Announcement published for
+// job.
+func (t *Transport) SubscribeAnnouncements(job string, h func(Announcement)) (*nats.Subscription, error) {
+	return subscribe(t, AnnounceSubject, job, h)
+}
