@@ -79,7 +79,7 @@ func newMetrics(n *Node) *metrics {
 	m.term = prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tmmu_coordinator_raft_term", Help: "The raft term."},
 		func() float64 { v, _ := strconv.ParseFloat(n.raft.Stats()["term"], 64); return v })
 	m.applied = prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tmmu_coordinator_applied_index", Help: "The last raft index applied to the job state."},
-		func() float64 { _, i := n.State(); return float64(i) })
+		func() float64 { _, i := n.applied(); return float64(i) })
 	m.submits = prometheus.NewCounter(prometheus.CounterOpts{Name: "tmmu_coordinator_jobs_submitted_total", Help: "Jobs this node submitted as leader."})
 	m.outcomes = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tmmu_coordinator_epoch_outcomes_total", Help: "Epoch outcomes this node committed as leader."}, []string{"agreed"})
 	m.agreement = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tmmu_coordinator_agreement_seconds", Help: "From watching an epoch's reports to committing its outcome.",

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -143,6 +144,9 @@ type Node struct {
 
 	commits chan struct{} // signalled (non-blocking) after every applied command
 	metrics *metrics
+	// caughtUpTerm is the term in which this node, as leader, last
+	// applied everything committed before it took over (see State).
+	caughtUpTerm atomic.Uint64
 }
 
 // Open starts a node from cfg, restoring its state from DataDir when it
@@ -244,7 +248,22 @@ func (n *Node) Leader() (id, httpAddr string) {
 }
 
 // State returns a copy of the replicated state as applied on this node.
+// On a leader that has not yet applied every entry committed before its
+// term (a leader applies its predecessor's last entries only after its own
+// first commit), it first waits for that, up to a second: a new leader
+// never answers with less than the old one committed.
 func (n *Node) State() (*State, uint64) {
+	if n.IsLeader() {
+		term := n.raft.CurrentTerm()
+		if n.caughtUpTerm.Load() != term && n.raft.Barrier(time.Second).Error() == nil {
+			n.caughtUpTerm.Store(term)
+		}
+	}
+	return n.applied()
+}
+
+// applied returns a copy of the state as applied, without waiting.
+func (n *Node) applied() (*State, uint64) {
 	n.fsm.mu.RLock()
 	defer n.fsm.mu.RUnlock()
 	return n.fsm.state.Clone(), n.fsm.index

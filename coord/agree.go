@@ -1,0 +1,170 @@
+package coord
+
+import (
+	"context"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/tmmu/tmmu/transport"
+)
+
+// RunAgreement carries out the leader's side of the agreement protocol
+// until ctx ends. It runs on every node and acts only while the node
+// leads:
+//
+//   - for the current epoch of every job still agreeing, it watches the
+//     plan-hash reports (transport.WatchReports, which replays the
+//     reports already stored, so a new leader picks up where the old one
+//     stopped), tallies them against the committed expected hashes and,
+//     once every rank reported, commits the outcome through raft and
+//     publishes it;
+//   - for every running job, it watches the ranks' progress (the
+//     transport's progress bucket, which also replays after a failover)
+//     and commits the highest step every rank finished.
+//
+// Leadership lost, it stops its watchers; commands are idempotent, so a
+// commit that raced a leadership change is harmless.
+func (n *Node) RunAgreement(ctx context.Context, t *transport.Transport) {
+	a := &agreement{n: n, t: t, watch: map[string]context.CancelFunc{}}
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	defer a.stopAll()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		case <-n.Commits():
+		}
+		if !n.IsLeader() {
+			a.stopAll()
+			continue
+		}
+		a.sync(ctx)
+	}
+}
+
+type agreement struct {
+	n     *Node
+	t     *transport.Transport
+	mu    sync.Mutex
+	watch map[string]context.CancelFunc // "job/epoch" or "job/progress" → watcher
+	wg    sync.WaitGroup
+}
+
+func (a *agreement) stopAll() {
+	a.mu.Lock()
+	for k, cancel := range a.watch {
+		cancel()
+		delete(a.watch, k)
+	}
+	a.mu.Unlock()
+	a.wg.Wait()
+}
+
+func (a *agreement) sync(ctx context.Context) {
+	s, _ := a.n.State()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, name := range s.Names() {
+		j := s.Jobs[name]
+		e := j.Current()
+		key := name + "/" + strconv.FormatUint(e.Epoch, 10)
+		if j.Status == StatusAgreeing && e.Outcome == nil {
+			if _, ok := a.watch[key]; !ok {
+				wctx, cancel := context.WithCancel(ctx)
+				a.watch[key] = cancel
+				a.wg.Add(1)
+				go func() {
+					defer a.wg.Done()
+					a.agree(wctx, name, *e)
+				}()
+			}
+		}
+		pkey := name + "/progress"
+		if _, ok := a.watch[pkey]; j.Status == StatusRunning && !ok {
+			wctx, cancel := context.WithCancel(ctx)
+			a.watch[pkey] = cancel
+			a.wg.Add(1)
+			go func() {
+				defer a.wg.Done()
+				a.progress(wctx, name, j.Spec.ShardSpec.WorldSize, j.LastStep)
+			}()
+		} else if ok && j.Status != StatusRunning {
+			a.watch[pkey]()
+			delete(a.watch, pkey)
+		}
+	}
+}
+
+// agree tallies one epoch's reports and commits the outcome.
+func (a *agreement) agree(ctx context.Context, job string, e Epoch) {
+	start := time.Now()
+	ch, err := a.t.WatchReports(ctx, job, e.Epoch)
+	if err != nil {
+		a.n.log.Warn("watching plan reports", "job", job, "epoch", e.Epoch, "err", err)
+		a.forget(job, e.Epoch)
+		return
+	}
+	tally := transport.NewTally(job, e.Epoch, e.Expected)
+	for r := range ch {
+		tally.Add(r)
+		if !tally.Done() {
+			continue
+		}
+		o := tally.Outcome()
+		o.StartStep = e.StartStep
+		out := &Outcome{Agreed: o.Agreed, Missing: o.Missing, Reason: o.Reason}
+		for _, m := range o.Mismatches {
+			out.Mismatches = append(out.Mismatches, Mismatch{Rank: m.Rank, Expected: m.Expected, Got: m.Got})
+		}
+		if _, err := a.n.Apply(&Command{Kind: CmdOutcome, Job: job, Epoch: e.Epoch, Outcome: out}, 5*time.Second); err != nil {
+			a.n.log.Warn("committing an outcome", "job", job, "epoch", e.Epoch, "err", err)
+			a.forget(job, e.Epoch) // retried on the next sync if still leader
+			return
+		}
+		a.n.metrics.agreement.Observe(time.Since(start).Seconds())
+		a.n.metrics.outcomes.WithLabelValues(strconv.FormatBool(o.Agreed)).Inc()
+		if err := a.t.PublishOutcome(o); err != nil {
+			a.n.log.Warn("publishing an outcome", "job", job, "epoch", e.Epoch, "err", err)
+		}
+		return
+	}
+}
+
+func (a *agreement) forget(job string, epoch uint64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	key := job + "/" + strconv.FormatUint(epoch, 10)
+	if cancel, ok := a.watch[key]; ok {
+		cancel()
+		delete(a.watch, key)
+	}
+}
+
+// progress commits the highest step every rank of a job has finished.
+func (a *agreement) progress(ctx context.Context, job string, world, committed uint64) {
+	ch, err := a.t.WatchProgress(ctx, job)
+	if err != nil {
+		a.n.log.Warn("watching progress", "job", job, "err", err)
+		return
+	}
+	last := make([]uint64, world)
+	for d := range ch {
+		if d.Rank >= world || d.Step <= last[d.Rank] {
+			continue
+		}
+		last[d.Rank] = d.Step
+		low := slices.Min(last)
+		if low <= committed {
+			continue
+		}
+		if _, err := a.n.Apply(&Command{Kind: CmdProgress, Job: job, Step: low}, 5*time.Second); err != nil {
+			a.n.log.Debug("committing progress", "job", job, "step", low, "err", err)
+			continue
+		}
+		committed = low
+	}
+}
