@@ -41,7 +41,7 @@ type command struct {
 var commands []*command
 
 func init() {
-	commands = []*command{genCmd, planCmd, shardCmd, verifyCmd, benchCmd, vizCmd}
+	commands = []*command{genCmd, planCmd, shardCmd, verifyCmd, benchCmd, vizCmd, demoCmd, jobCmd, statusCmd}
 }
 
 // env carries the process's streams so tests can run commands in-process.

@@ -1,0 +1,130 @@
+// Command coordinator is one member of tmmu's raft-replicated coordinator
+// cluster. It holds the jobs, computes every rank's expected plan hash,
+// commits agreement outcomes from the workers' NATS reports while it leads,
+// and serves the HTTP API (jobs, status, /livez, /readyz, /metrics).
+//
+//	coordinator --id c0 --raft-addr 10.0.0.1:7000 --http-addr 10.0.0.1:8080 \
+//	    --data-dir /var/lib/tmmu --nats nats://10.0.0.9:4222 \
+//	    --bootstrap --peers c0=10.0.0.1:7000=10.0.0.1:8080,c1=...,c2=...
+//
+// Every flag can come from the environment instead: TMMU_ID,
+// TMMU_RAFT_ADDR, TMMU_HTTP_ADDR, TMMU_DATA_DIR, TMMU_NATS, TMMU_PEERS,
+// TMMU_BOOTSTRAP. On SIGTERM or SIGINT it hands leadership to another
+// voter, then stops.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/tmmu/tmmu/coord"
+	"github.com/tmmu/tmmu/internal/cli"
+	"github.com/tmmu/tmmu/transport"
+)
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "coordinator:", err)
+		os.Exit(1)
+	}
+}
+
+// parsePeers reads id=raftaddr=httpaddr,...
+func parsePeers(s string) ([]coord.Peer, error) {
+	var out []coord.Peer
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p == "" {
+			continue
+		}
+		f := strings.Split(p, "=")
+		if len(f) != 3 {
+			return nil, fmt.Errorf("peer %q: want id=raft_host:port=http_host:port", p)
+		}
+		out = append(out, coord.Peer{ID: f[0], RaftAddr: f[1], HTTPAddr: f[2]})
+	}
+	return out, nil
+}
+
+func run(args []string) error {
+	fs := flag.NewFlagSet("coordinator", flag.ContinueOnError)
+	id := fs.String("id", "", "this node's raft id (required)")
+	raftAddr := fs.String("raft-addr", "127.0.0.1:7000", "raft TCP address, bound and advertised")
+	httpAddr := fs.String("http-addr", "127.0.0.1:8080", "HTTP API address")
+	dataDir := fs.String("data-dir", "tmmu-coordinator", "raft log, stable store and snapshots")
+	natsURL := fs.String("nats", nats.DefaultURL, "NATS server URL (JetStream enabled)")
+	peers := fs.String("peers", "", "the cluster's voters: id=raft_addr=http_addr,... (this node included)")
+	bootstrap := fs.Bool("bootstrap", false, "bootstrap a new cluster of --peers when the data dir is empty")
+	verbose := fs.Bool("v", false, "debug logging")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := cli.ApplyEnv(fs); err != nil {
+		return err
+	}
+	level := slog.LevelInfo
+	if *verbose {
+		level = slog.LevelDebug
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	ps, err := parsePeers(*peers)
+	if err != nil {
+		return err
+	}
+	if len(ps) == 0 {
+		ps = []coord.Peer{{ID: *id, RaftAddr: *raftAddr, HTTPAddr: *httpAddr}}
+	}
+	node, err := coord.Open(coord.Config{ID: *id, RaftAddr: *raftAddr, HTTPAddr: *httpAddr, DataDir: *dataDir,
+		Bootstrap: *bootstrap, Peers: ps, Logger: log})
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Addr: *httpAddr, Handler: node.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.ListenAndServe() }()
+
+	nc, err := nats.Connect(*natsURL, nats.MaxReconnects(-1), nats.Name("tmmu-coordinator-"+*id))
+	if err != nil {
+		node.Shutdown()
+		return fmt.Errorf("nats %s: %w", *natsURL, err)
+	}
+	defer nc.Close()
+	tr, err := transport.New(nc)
+	if err != nil {
+		node.Shutdown()
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	agreeDone := make(chan struct{})
+	go func() { node.RunAgreement(ctx, tr); close(agreeDone) }()
+	log.Info("coordinator started", "id", *id, "raft", *raftAddr, "http", *httpAddr, "peers", len(ps))
+
+	select {
+	case <-ctx.Done():
+	case err = <-errc:
+	}
+	log.Info("stopping: handing leadership over")
+	stop()
+	<-agreeDone
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	srv.Shutdown(sctx)
+	if serr := node.TransferAndShutdown(); serr != nil {
+		log.Warn("shutdown", "err", serr)
+	}
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	return err
+}

@@ -1,0 +1,240 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/tmmu/tmmu/coord"
+	"github.com/tmmu/tmmu/failure"
+	"github.com/tmmu/tmmu/internal/cli"
+	"github.com/tmmu/tmmu/planner"
+)
+
+var jobCmd = &command{
+	name:    "job",
+	summary: "Submit jobs to a coordinator cluster and list them.",
+	usage: "job submit IR --shard-spec SPEC --name NAME [--steps N] [--mode M] [--strategy S] [--arena-config FILE] [--replan-policy P] [cluster flags] [-o text|json]\n" +
+		"       tmmu job list [cluster flags] [-o text|json]",
+	run: runJob,
+}
+
+var statusCmd = &command{
+	name:    "status",
+	summary: "Show a coordinator cluster: leader, term, voters, and per job its epoch, agreement, missing ranks and last step.",
+	usage:   "status [cluster flags] [-o text|json]",
+	run:     runStatus,
+}
+
+// clusterFlags are the settings every cluster command shares. Flags win
+// over TMMU_* environment variables (TMMU_COORDINATORS), which win over the
+// config file (--config, or TMMU_CONFIG: {"coordinators": ["http://…"]}).
+type clusterFlags struct {
+	coordinators *string
+	config       *string
+	timeout      *time.Duration
+}
+
+func addClusterFlags(fs *flag.FlagSet) clusterFlags {
+	return clusterFlags{
+		coordinators: fs.String("coordinators", "", "coordinator HTTP URLs, comma-separated (default http://127.0.0.1:8080)"),
+		config:       fs.String("config", "", "JSON config file: {\"coordinators\": [\"http://host:port\", ...]}"),
+		timeout:      fs.Duration("timeout", 30*time.Second, "give up after this long"),
+	}
+}
+
+// fileConfig is the config file.
+type fileConfig struct {
+	Coordinators []string `json:"coordinators"`
+}
+
+func (c clusterFlags) client(e *env, fs *flag.FlagSet) (*coord.Client, error) {
+	if err := cli.ApplyEnv(fs); err != nil {
+		return nil, usagef("%v", err)
+	}
+	urls := *c.coordinators
+	if urls == "" && *c.config != "" {
+		data, err := readInput(e, *c.config)
+		if err != nil {
+			return nil, err
+		}
+		var fc fileConfig
+		dec := json.NewDecoder(bytes.NewReader(data))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&fc); err != nil {
+			return nil, failure.New(failure.InvalidEncoding, opIO, fmt.Sprintf("config %s: %v", *c.config, err), "file", *c.config)
+		}
+		urls = strings.Join(fc.Coordinators, ",")
+	}
+	if urls == "" {
+		urls = "http://127.0.0.1:8080"
+	}
+	return coord.NewClient(strings.Split(urls, ",")...), nil
+}
+
+func runJob(c *command, e *env, args []string) error {
+	if len(args) == 0 || (args[0] != "submit" && args[0] != "list") {
+		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help") {
+			fmt.Fprintf(e.stderr, "Usage: tmmu %s\n\n%s\n", c.usage, c.summary)
+			return flag.ErrHelp
+		}
+		return usagef("job needs a subcommand: submit or list")
+	}
+	sub := args[0]
+	fs := newFlags(e, &command{name: "job " + sub, usage: c.usage, summary: c.summary})
+	cf := addClusterFlags(fs)
+	out := fs.String("o", "text", "output: text or json")
+	var specFile, name, mode, strategy, arenaFile, policy *string
+	var steps *uint64
+	if sub == "submit" {
+		specFile = fs.String("shard-spec", "", "shard spec file (required)")
+		name = fs.String("name", "", "job name (required): 1 to 64 of A-Z a-z 0-9 _ -")
+		steps = fs.Uint64("steps", 10, "steps to run (0: until stopped)")
+		mode = fs.String("mode", "", "planning mode (default: the graph's)")
+		strategy = fs.String("strategy", string(planner.Packed), "placement strategy")
+		arenaFile = fs.String("arena-config", "", "arena config file")
+		policy = fs.String("replan-policy", coord.ReplanAtSafepoint, "replan_at_safepoint or abort")
+	}
+	pos, err := parse(fs, args[1:])
+	if err != nil {
+		return err
+	}
+	if err := outputFormat(e, *out, "text", "json"); err != nil {
+		return err
+	}
+	cl, err := cf.client(e, fs)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), *cf.timeout)
+	defer cancel()
+	if sub == "list" {
+		if len(pos) != 0 {
+			return usagef("job list takes no arguments")
+		}
+		jobs, err := cl.Jobs(ctx)
+		if err != nil {
+			return err
+		}
+		if *out == "json" {
+			return writeJSON(e.stdout, jobs)
+		}
+		printJobs(e.stdout, jobs)
+		return nil
+	}
+	if len(pos) != 1 || *specFile == "" || *name == "" {
+		return usagef("job submit takes one IR file, --shard-spec and --name")
+	}
+	m, spec, err := loadModelAndSpec(e, pos[0], *specFile)
+	if err != nil {
+		return err
+	}
+	irJSON, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	specJSON, err := json.Marshal(spec)
+	if err != nil {
+		return err
+	}
+	req := &coord.SubmitRequest{Name: *name, IR: irJSON, ShardSpec: specJSON, Mode: planner.Mode(*mode),
+		Strategy: planner.Strategy(*strategy), Steps: *steps, ReplanPolicy: *policy}
+	if *arenaFile != "" {
+		if req.ArenaConfig, err = loadArenaConfig(e, *arenaFile); err != nil {
+			return err
+		}
+	}
+	j, err := cl.Submit(ctx, req)
+	if err != nil {
+		return err
+	}
+	if *out == "json" {
+		return writeJSON(e.stdout, j)
+	}
+	cur := j.Current()
+	fmt.Fprintf(e.stdout, "job %s submitted: epoch %d, %d ranks, status %s\nglobal_plan_hash %s\nshard_spec_hash  %s\nir_hash          %s\n",
+		j.Spec.Name, cur.Epoch, len(cur.Expected), j.Status, cur.GlobalPlanHash, j.ShardSpecHash, j.IRHash)
+	return nil
+}
+
+func printJobs(w io.Writer, jobs []coord.JobSummary) {
+	t := &table{align: "llrlrrrl"}
+	t.add("JOB", "STATUS", "EPOCH", "AGREED", "RANKS", "STEP", "OF", "MISSING")
+	for _, j := range jobs {
+		agreed := "no"
+		if j.Agreed {
+			agreed = "yes"
+		}
+		missing := "-"
+		if len(j.Missing) > 0 {
+			missing = fmt.Sprint(j.Missing)
+		}
+		steps := fmt.Sprint(j.Steps)
+		if j.Steps == 0 {
+			steps = "∞"
+		}
+		t.add(j.Name, j.Status, j.Epoch, agreed, j.WorldSize, j.LastStep, steps, missing)
+	}
+	t.write(w)
+	for _, j := range jobs {
+		if j.Reason != "" {
+			fmt.Fprintf(w, "%s: %s\n", j.Name, j.Reason)
+		}
+	}
+}
+
+func runStatus(c *command, e *env, args []string) error {
+	fs := newFlags(e, c)
+	cf := addClusterFlags(fs)
+	out := fs.String("o", "text", "output: text or json")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := outputFormat(e, *out, "text", "json"); err != nil {
+		return err
+	}
+	if len(pos) != 0 {
+		return usagef("status takes no arguments")
+	}
+	cl, err := cf.client(e, fs)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), *cf.timeout)
+	defer cancel()
+	st, err := cl.Status(ctx)
+	if err != nil {
+		return err
+	}
+	if *out == "json" {
+		return writeJSON(e.stdout, st)
+	}
+	printStatus(e.stdout, st)
+	return nil
+}
+
+func printStatus(w io.Writer, st *coord.Status) {
+	leader := st.Leader
+	if leader == "" {
+		leader = "(none)"
+	}
+	fmt.Fprintf(w, "cluster: leader %s  term %d  (answered by %s, %s, applied index %d)\n", leader, st.Term, st.ID, st.State, st.AppliedIndex)
+	t := &table{align: "lll"}
+	t.add("VOTER", "RAFT", "HTTP")
+	for _, v := range st.Voters {
+		id := v.ID
+		if v.ID == st.Leader {
+			id += " (leader)"
+		}
+		t.add(id, v.RaftAddr, v.HTTPAddr)
+	}
+	t.write(w)
+	fmt.Fprintln(w)
+	printJobs(w, st.Jobs)
+}

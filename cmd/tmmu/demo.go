@@ -1,0 +1,211 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/tmmu/tmmu/coord"
+	"github.com/tmmu/tmmu/ir"
+	"github.com/tmmu/tmmu/localcluster"
+	"github.com/tmmu/tmmu/models"
+	"github.com/tmmu/tmmu/planner"
+	"github.com/tmmu/tmmu/runtime"
+	"github.com/tmmu/tmmu/worker"
+)
+
+var demoCmd = &command{
+	name: "demo",
+	summary: "Run a whole cluster in this process: embedded NATS and etcd, 3 raft coordinators on loopback and N workers; " +
+		"submit a GPT-2 train_full job sharded with ZeRO-3 over them, run steps with agreement before each, print a summary.",
+	usage: "demo [--workers N] [--steps K] [--zero S] [--layers L --hidden H --heads A --seq T --batch B --vocab V] [--plan-only] [-o text|json]",
+	run:   runDemo,
+}
+
+type demoRank struct {
+	Identity    string  `json:"identity"`
+	Rank        uint64  `json:"rank"`
+	PlanHash    ir.Hash `json:"plan_hash"`
+	Executor    string  `json:"executor"`
+	ModelState  uint64  `json:"model_state_bytes"`
+	Reserved    uint64  `json:"reserved_bytes"`
+	PlanMs      float64 `json:"plan_ms"`
+	AgreementMs float64 `json:"agreement_ms"`
+	StepMs      float64 `json:"step_ms_mean"`
+	Steps       uint64  `json:"steps_run"`
+	Err         string  `json:"error,omitempty"`
+}
+
+func runDemo(c *command, e *env, args []string) error {
+	fs := newFlags(e, c)
+	workers := fs.Uint64("workers", 4, "workers (ranks); the job is data-parallel over all of them")
+	steps := fs.Uint64("steps", 3, "steps to run")
+	zero := fs.Int("zero", 3, "ZeRO stage")
+	cfg := models.GPT2Config{Layers: 4, Hidden: 256, Heads: 4, Seq: 256, Context: 256, Batch: 4, Vocab: 50257, DType: ir.BF16, Train: true}
+	fs.Uint64Var(&cfg.Layers, "layers", cfg.Layers, "GPT-2 blocks")
+	fs.Uint64Var(&cfg.Hidden, "hidden", cfg.Hidden, "model width")
+	fs.Uint64Var(&cfg.Heads, "heads", cfg.Heads, "attention heads")
+	fs.Uint64Var(&cfg.Seq, "seq", cfg.Seq, "tokens per sequence")
+	fs.Uint64Var(&cfg.Batch, "batch", cfg.Batch, "sequences per rank")
+	fs.Uint64Var(&cfg.Vocab, "vocab", cfg.Vocab, "vocabulary")
+	planOnly := fs.Bool("plan-only", false, "plan and agree but run no memory traffic (for large models)")
+	out := fs.String("o", "text", "output: text or json")
+	verbose := fs.Bool("v", false, "log the cluster's warnings")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := outputFormat(e, *out, "text", "json"); err != nil {
+		return err
+	}
+	if len(pos) != 0 {
+		return usagef("demo takes no arguments")
+	}
+	if *workers == 0 || *workers > 256 {
+		return usagef("--workers %d: want 1 to 256", *workers)
+	}
+	cfg.Context = max(cfg.Context, cfg.Seq)
+	m, err := models.GPT2(cfg)
+	if err != nil {
+		return usageError{err.Error()}
+	}
+	dir, err := os.MkdirTemp("", "tmmu-demo-")
+	if err != nil {
+		return ioError(err, "temporary directory")
+	}
+	defer os.RemoveAll(dir)
+	logf := func(format string, a ...any) {
+		if *out == "text" {
+			fmt.Fprintf(e.stdout, format+"\n", a...)
+		}
+	}
+	opts := localcluster.Options{Dir: dir}
+	if *verbose {
+		opts.Logger = newStderrLogger(e)
+	}
+	t0 := time.Now()
+	l, err := localcluster.Start(opts)
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	st, err := l.Client().Status(context.Background())
+	if err != nil {
+		return err
+	}
+	logf("cluster up in %s: NATS %s, etcd %s, coordinators %d (leader %s, term %d)",
+		time.Since(t0).Round(time.Millisecond), l.NATSURL, l.EtcdEndpoint, len(st.Voters), st.Leader, st.Term)
+
+	irJSON, _ := json.Marshal(m)
+	spec := fmt.Sprintf(`{"world_size": %d, "data_parallel": {"zero_stage": %d}}`, *workers, *zero)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	t1 := time.Now()
+	job, err := l.Client().Submit(ctx, &coord.SubmitRequest{Name: "demo", IR: irJSON, ShardSpec: json.RawMessage(spec), Steps: *steps})
+	if err != nil {
+		return err
+	}
+	logf("job demo: %s, %d ranks, ZeRO-%d, %d steps; the leader planned every rank in %s\n  global_plan_hash %s",
+		m.Name, *workers, *zero, *steps, time.Since(t1).Round(time.Millisecond), job.Current().GlobalPlanHash)
+
+	ranks := make([]demoRank, *workers)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var errs []error
+	t2 := time.Now()
+	for i := range *workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			id := fmt.Sprintf("worker-%d", i)
+			nc, tr, err := l.Transport()
+			if err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+				return
+			}
+			defer nc.Close()
+			rv, cli, err := l.Rendezvous(10)
+			if err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+				return
+			}
+			defer cli.Close()
+			wc := worker.Config{Identity: id, Job: "demo", Coordinator: l.Client(), Transport: tr, Rendezvous: rv,
+				Poll: 20 * time.Millisecond, Resend: 50 * time.Millisecond}
+			if *planOnly {
+				wc.Executor = func(*ir.Graph, *planner.Plan) (runtime.Executor, error) { return runtime.PlanOnly{}, nil }
+			}
+			res, err := worker.Run(ctx, wc)
+			r := demoRank{Identity: id, Rank: res.Rank, PlanHash: res.PlanHash, Executor: res.Executor, ModelState: res.Model.Total(),
+				Reserved: res.Bytes, PlanMs: ms(res.PlanTime), AgreementMs: ms(res.AgreementTime), Steps: res.StepsRun}
+			if res.StepsRun > 0 {
+				r.StepMs = ms(res.StepTime) / float64(res.StepsRun)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				r.Err = err.Error()
+				errs = append(errs, fmt.Errorf("%s: %w", id, err))
+			}
+			ranks[i] = r
+		}()
+	}
+	wg.Wait()
+	took := time.Since(t2)
+	sort.Slice(ranks, func(a, b int) bool { return ranks[a].Rank < ranks[b].Rank })
+	final, ferr := l.Client().Job(ctx, "demo")
+	if ferr == nil && final.Status != coord.StatusDone {
+		// Progress is committed asynchronously; give the leader a moment.
+		deadline := time.Now().Add(5 * time.Second)
+		for final.Status != coord.StatusDone && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond)
+			final, ferr = l.Client().Job(ctx, "demo")
+			if ferr != nil {
+				break
+			}
+		}
+	}
+	if ferr != nil {
+		errs = append(errs, ferr)
+	}
+	if *out == "json" {
+		return errors.Join(append(errs, writeJSON(e.stdout, struct {
+			Job   *coord.Job `json:"job"`
+			Ranks []demoRank `json:"ranks"`
+		}{final, ranks}))...)
+	}
+	t := &table{align: "rlllrrrrrr"}
+	t.add("RANK", "WORKER", "PLAN HASH", "EXECUTOR", "MODEL STATE", "ARENAS", "PLAN", "AGREEMENT", "STEP (MEAN)", "STEPS")
+	for _, r := range ranks {
+		t.add(r.Rank, r.Identity, r.PlanHash.Short(), r.Executor, planner.FormatBytes(r.ModelState), planner.FormatBytes(r.Reserved),
+			fmt.Sprintf("%.1f ms", r.PlanMs), fmt.Sprintf("%.1f ms", r.AgreementMs), fmt.Sprintf("%.1f ms", r.StepMs), r.Steps)
+	}
+	fmt.Fprintln(e.stdout)
+	t.write(e.stdout)
+	if final != nil {
+		o := final.Current().Outcome
+		agreed := o != nil && o.Agreed
+		fmt.Fprintf(e.stdout, "\nepoch %d agreed: %v (every rank's plan hash matched the leader's before any step ran)\n", final.Current().Epoch, agreed)
+		fmt.Fprintf(e.stdout, "job %s: %s at step %d of %d, workers ran for %s\n", final.Spec.Name, final.Status, final.LastStep, final.Spec.Steps, took.Round(time.Millisecond))
+	}
+	if len(ranks) > 0 && ranks[0].Executor == "arena" {
+		fmt.Fprintln(e.stdout, "executor arena: each step writes every output at its planned address in host memory; kernels (CPU reference, WebGPU) are not built yet")
+	}
+	return errors.Join(errs...)
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+func newStderrLogger(e *env) *slog.Logger {
+	return slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+}

@@ -1,0 +1,112 @@
+// Command worker is one rank of a tmmu job. It claims a stable rank in etcd
+// for its identity, fetches the job from the coordinators, plans its rank
+// view, proves its plan hash over NATS, waits until the epoch is committed
+// as agreed and runs the steps, each behind a go/no-go barrier (see package
+// worker).
+//
+//	worker --identity node3-gpu0 --job train \
+//	    --coordinators http://10.0.0.1:8080,http://10.0.0.2:8080 \
+//	    --nats nats://10.0.0.9:4222 --etcd http://10.0.0.9:2379
+//
+// Every flag can come from the environment instead (TMMU_IDENTITY,
+// TMMU_JOB, TMMU_COORDINATORS, TMMU_NATS, TMMU_ETCD, TMMU_LEASE_TTL,
+// TMMU_EXECUTOR). SIGTERM or SIGINT drains it: the running step finishes,
+// the rank is released (shown as missing, kept for this identity).
+//
+// Executors: "arena" allocates the plan's arenas in host memory and runs
+// each step's memory traffic at the planned addresses (no kernels yet);
+// "plan-only" runs no work. The default is arena, falling back to
+// plan-only for plans above 4 GiB.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/tmmu/tmmu/coord"
+	"github.com/tmmu/tmmu/internal/cli"
+	"github.com/tmmu/tmmu/ir"
+	"github.com/tmmu/tmmu/planner"
+	"github.com/tmmu/tmmu/rendezvous"
+	"github.com/tmmu/tmmu/runtime"
+	"github.com/tmmu/tmmu/transport"
+	"github.com/tmmu/tmmu/worker"
+)
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "worker:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string) error {
+	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
+	host, _ := os.Hostname()
+	identity := fs.String("identity", host, "stable identity of this worker (a restarted worker with the same identity gets its rank back)")
+	job := fs.String("job", "", "job name (required)")
+	coords := fs.String("coordinators", "http://127.0.0.1:8080", "coordinator HTTP URLs, comma-separated")
+	natsURL := fs.String("nats", nats.DefaultURL, "NATS server URL (JetStream enabled)")
+	etcd := fs.String("etcd", "http://127.0.0.1:2379", "etcd endpoints, comma-separated")
+	ttl := fs.Int64("lease-ttl", 10, "rank lease TTL in seconds")
+	executor := fs.String("executor", "auto", "arena, plan-only, or auto (arena up to 4 GiB of arenas, else plan-only)")
+	verbose := fs.Bool("v", false, "debug logging")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := cli.ApplyEnv(fs); err != nil {
+		return err
+	}
+	if *job == "" {
+		return fmt.Errorf("--job is required")
+	}
+	level := slog.LevelInfo
+	if *verbose {
+		level = slog.LevelDebug
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	nc, err := nats.Connect(*natsURL, nats.MaxReconnects(-1), nats.Name("tmmu-worker-"+*identity))
+	if err != nil {
+		return fmt.Errorf("nats %s: %w", *natsURL, err)
+	}
+	defer nc.Close()
+	tr, err := transport.New(nc)
+	if err != nil {
+		return err
+	}
+	ec, err := clientv3.New(clientv3.Config{Endpoints: strings.Split(*etcd, ","), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		return fmt.Errorf("etcd %s: %w", *etcd, err)
+	}
+	defer ec.Close()
+	cfg := worker.Config{Identity: *identity, Job: *job, Coordinator: coord.NewClient(strings.Split(*coords, ",")...),
+		Transport: tr, Rendezvous: rendezvous.New(ec, "", *ttl), Logger: log}
+	switch *executor {
+	case "auto":
+	case "arena":
+		cfg.Executor = func(g *ir.Graph, p *planner.Plan) (runtime.Executor, error) {
+			return runtime.NewArenaExecutor(g, p, 1<<62)
+		}
+	case "plan-only":
+		cfg.Executor = func(*ir.Graph, *planner.Plan) (runtime.Executor, error) { return runtime.PlanOnly{}, nil }
+	default:
+		return fmt.Errorf("--executor %q: want auto, arena or plan-only", *executor)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	res, err := worker.Run(ctx, cfg)
+	log.Info("worker finished", "rank", res.Rank, "epoch", res.Epoch, "plan_hash", res.PlanHash.Short(), "executor", res.Executor,
+		"steps_run", res.StepsRun, "last_step", res.LastStep, "agreement", res.AgreementTime, "err", err)
+	return err
+}

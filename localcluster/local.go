@@ -1,0 +1,232 @@
+// Package localcluster runs a whole tmmu cluster in one process: an
+// embedded NATS server with JetStream, an embedded etcd server and a raft
+// coordinator cluster on loopback (each node with its HTTP API and the
+// leader's agreement loop), to which workers connect as they would to a
+// real one. tmmu demo and the integration tests use it; nothing in it is a
+// mock.
+package localcluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"path/filepath"
+	"sync"
+	"time"
+
+	natsserver "github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
+
+	"github.com/tmmu/tmmu/coord"
+	"github.com/tmmu/tmmu/rendezvous"
+	"github.com/tmmu/tmmu/transport"
+)
+
+// Options configure a local cluster.
+type Options struct {
+	Dir          string // data of etcd, NATS and the coordinators
+	Coordinators int    // default 3
+	Logger       *slog.Logger
+}
+
+// Local is a running local cluster.
+type Local struct {
+	NATS         *natsserver.Server
+	NATSURL      string
+	Etcd         *embed.Etcd
+	EtcdEndpoint string
+	Coord        *coord.Cluster
+
+	log    *slog.Logger
+	mu     sync.Mutex
+	agree  []context.CancelFunc // per coordinator: its agreement loop
+	agreeW sync.WaitGroup
+	conns  []*nats.Conn
+}
+
+// Start starts NATS, etcd and the coordinators, and waits for a leader.
+func Start(o Options) (l *Local, err error) {
+	if o.Coordinators == 0 {
+		o.Coordinators = 3
+	}
+	log := o.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	l = &Local{log: log}
+	defer func() {
+		if err != nil {
+			l.Close()
+		}
+	}()
+	ns, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: -1, JetStream: true,
+		StoreDir: filepath.Join(o.Dir, "nats"), NoLog: true, NoSigs: true})
+	if err != nil {
+		return nil, fmt.Errorf("localcluster: nats: %w", err)
+	}
+	go ns.Start()
+	if !ns.ReadyForConnections(10 * time.Second) {
+		return nil, errors.New("localcluster: nats not ready after 10s")
+	}
+	l.NATS, l.NATSURL = ns, ns.ClientURL()
+
+	cfg := embed.NewConfig()
+	cfg.Dir = filepath.Join(o.Dir, "etcd")
+	curl, purl := freeURL(), freeURL()
+	if curl.Host == "" || purl.Host == "" {
+		return nil, errors.New("localcluster: no free port")
+	}
+	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{curl}, []url.URL{curl}
+	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{purl}, []url.URL{purl}
+	cfg.InitialCluster = cfg.Name + "=" + purl.String()
+	cfg.LogLevel = "error"
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
+	e, err := embed.StartEtcd(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("localcluster: etcd: %w", err)
+	}
+	l.Etcd = e
+	select {
+	case <-e.Server.ReadyNotify():
+	case err := <-e.Err():
+		return nil, fmt.Errorf("localcluster: etcd: %w", err)
+	case <-time.After(20 * time.Second):
+		return nil, errors.New("localcluster: etcd not ready after 20s")
+	}
+	l.EtcdEndpoint = curl.String()
+
+	c, err := coord.StartCluster(filepath.Join(o.Dir, "coord"), o.Coordinators, log)
+	if err != nil {
+		return nil, err
+	}
+	l.Coord = c
+	l.agree = make([]context.CancelFunc, o.Coordinators)
+	for i := range o.Coordinators {
+		if err := l.startAgreement(i); err != nil {
+			return nil, err
+		}
+	}
+	if _, err := c.Leader(20 * time.Second); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+func freeURL() url.URL {
+	a, err := coord.FreeAddr()
+	if err != nil {
+		return url.URL{}
+	}
+	return url.URL{Scheme: "http", Host: a}
+}
+
+// startAgreement runs coordinator i's agreement loop on its own NATS
+// connection.
+func (l *Local) startAgreement(i int) error {
+	nc, t, err := l.Transport()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	l.mu.Lock()
+	l.agree[i] = func() { cancel(); nc.Close() }
+	l.mu.Unlock()
+	node := l.Coord.Nodes[i]
+	l.agreeW.Add(1)
+	go func() {
+		defer l.agreeW.Done()
+		node.RunAgreement(ctx, t)
+	}()
+	return nil
+}
+
+// StopCoordinator stops coordinator i without a leadership transfer.
+func (l *Local) StopCoordinator(i int) error {
+	l.mu.Lock()
+	stop := l.agree[i]
+	l.agree[i] = nil
+	l.mu.Unlock()
+	if stop != nil {
+		stop()
+	}
+	return l.Coord.Stop(i)
+}
+
+// RestartCoordinator starts coordinator i again from its bolt files.
+func (l *Local) RestartCoordinator(i int) error {
+	if err := l.Coord.Start(i); err != nil {
+		return err
+	}
+	return l.startAgreement(i)
+}
+
+// Client returns an HTTP client for the coordinators.
+func (l *Local) Client() *coord.Client { return coord.NewClient(l.Coord.URLs()...) }
+
+// Transport opens a NATS connection and a transport on it; closing the
+// cluster closes the connection too.
+func (l *Local) Transport() (*nats.Conn, *transport.Transport, error) {
+	nc, err := nats.Connect(l.NATSURL, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	if err != nil {
+		return nil, nil, err
+	}
+	t, err := transport.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	l.mu.Lock()
+	l.conns = append(l.conns, nc)
+	l.mu.Unlock()
+	return nc, t, nil
+}
+
+// EtcdClient returns a new etcd client (the caller closes it).
+func (l *Local) EtcdClient() (*clientv3.Client, error) {
+	return clientv3.New(clientv3.Config{Endpoints: []string{l.EtcdEndpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+}
+
+// Rendezvous returns a rendezvous client on a new etcd client with the
+// given lease TTL (seconds); close the etcd client when done.
+func (l *Local) Rendezvous(ttl int64) (*rendezvous.Client, *clientv3.Client, error) {
+	cli, err := l.EtcdClient()
+	if err != nil {
+		return nil, nil, err
+	}
+	return rendezvous.New(cli, "/tmmu", ttl), cli, nil
+}
+
+// Close stops everything.
+func (l *Local) Close() error {
+	l.mu.Lock()
+	for i, stop := range l.agree {
+		if stop != nil {
+			stop()
+			l.agree[i] = nil
+		}
+	}
+	conns := l.conns
+	l.conns = nil
+	l.mu.Unlock()
+	l.agreeW.Wait()
+	var errs []error
+	if l.Coord != nil {
+		errs = append(errs, l.Coord.Close())
+	}
+	for _, nc := range conns {
+		nc.Close()
+	}
+	if l.Etcd != nil {
+		l.Etcd.Close()
+	}
+	if l.NATS != nil {
+		l.NATS.Shutdown()
+		l.NATS.WaitForShutdown()
+	}
+	return errors.Join(errs...)
+}
