@@ -303,6 +303,9 @@ func (n *Node) Barrier(timeout time.Duration) error { return n.raft.Barrier(time
 // Shutdown stops the node without handing leadership over.
 func (n *Node) Shutdown() error {
 	err := n.raft.Shutdown().Error()
+	// Close the pooled outbound connections too: the peers' goroutines
+	// serving them end only when they close.
+	n.trans.CloseStreams()
 	n.trans.Close()
 	if cerr := n.store.Close(); err == nil {
 		err = cerr
