@@ -28,7 +28,32 @@ func NewClient(urls ...string) *Client {
 // ErrNotFound is returned for a job the cluster does not have.
 var ErrNotFound = errors.New("coord: not found")
 
+// Retries is how many times a request goes round all URLs when every
+// node is unreachable or has no leader (an election in progress), with
+// RetryWait between rounds.
+var (
+	Retries   = 20
+	RetryWait = 100 * time.Millisecond
+)
+
 func (c *Client) do(ctx context.Context, method, path string, body []byte, out any) error {
+	var err error
+	for round := 0; round < Retries; round++ {
+		var retry bool
+		if retry, err = c.once(ctx, method, path, body, out); !retry {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(RetryWait):
+		}
+	}
+	return err
+}
+
+// once tries every URL once; retry says the failure may pass.
+func (c *Client) once(ctx context.Context, method, path string, body []byte, out any) (retry bool, err error) {
 	var last error
 	for _, base := range c.URLs {
 		var rd io.Reader
@@ -37,7 +62,7 @@ func (c *Client) do(ctx context.Context, method, path string, body []byte, out a
 		}
 		req, err := http.NewRequestWithContext(ctx, method, base+path, rd)
 		if err != nil {
-			return err
+			return false, err
 		}
 		if body != nil {
 			req.Header.Set("Content-Type", "application/json")
@@ -45,7 +70,7 @@ func (c *Client) do(ctx context.Context, method, path string, body []byte, out a
 		resp, err := c.HTTP.Do(req)
 		if err != nil {
 			if ctx.Err() != nil {
-				return ctx.Err()
+				return false, ctx.Err()
 			}
 			last = err
 			continue
@@ -58,26 +83,26 @@ func (c *Client) do(ctx context.Context, method, path string, body []byte, out a
 		}
 		switch {
 		case resp.StatusCode == http.StatusNotFound:
-			return fmt.Errorf("%w: %s", ErrNotFound, apiMessage(data))
+			return false, fmt.Errorf("%w: %s", ErrNotFound, apiMessage(data))
 		case resp.StatusCode == http.StatusServiceUnavailable || resp.StatusCode >= 500:
 			last = fmt.Errorf("coord: %s %s: %s: %s", method, base+path, resp.Status, apiMessage(data))
 			continue
 		case resp.StatusCode >= 400:
-			return fmt.Errorf("coord: %s: %s", resp.Status, apiMessage(data))
+			return false, fmt.Errorf("coord: %s: %s", resp.Status, apiMessage(data))
 		}
 		if raw, ok := out.(*[]byte); ok {
 			*raw = data
-			return nil
+			return false, nil
 		}
 		if out != nil {
-			return json.Unmarshal(data, out)
+			return false, json.Unmarshal(data, out)
 		}
-		return nil
+		return false, nil
 	}
 	if last == nil {
-		last = errors.New("coord: no coordinator URL")
+		return false, errors.New("coord: no coordinator URL")
 	}
-	return last
+	return true, last
 }
 
 func apiMessage(data []byte) string {
@@ -117,8 +142,36 @@ func (c *Client) Jobs(ctx context.Context) ([]JobSummary, error) {
 	return out, c.do(ctx, http.MethodGet, "/v1/jobs", nil, &out)
 }
 
-// Status returns the status of the first node that answers.
+// Status returns the status of the first node that answers, with the jobs
+// as the leader holds them when that node is a follower and the leader
+// answers too.
 func (c *Client) Status(ctx context.Context) (*Status, error) {
 	var s Status
-	return &s, c.do(ctx, http.MethodGet, "/v1/status", nil, &s)
+	if err := c.do(ctx, http.MethodGet, "/v1/status", nil, &s); err != nil {
+		return nil, err
+	}
+	if s.Leader != "" && s.Leader != s.ID && s.LeaderHTTP != "" {
+		var ls Status
+		lc := &Client{URLs: []string{"http://" + s.LeaderHTTP}, HTTP: c.HTTP}
+		if _, err := lc.once(ctx, http.MethodGet, "/v1/status", nil, &ls); err == nil && ls.ID == s.Leader {
+			s.Jobs, s.JobsFrom = ls.Jobs, ls.JobsFrom
+		}
+	}
+	return &s, nil
+}
+
+// AddVoter adds a voter to the cluster.
+func (c *Client) AddVoter(ctx context.Context, p Peer) (*Status, error) {
+	body, err := json.Marshal(p)
+	if err != nil {
+		return nil, err
+	}
+	var s Status
+	return &s, c.do(ctx, http.MethodPost, "/v1/voters", body, &s)
+}
+
+// RemoveVoter removes a voter from the cluster.
+func (c *Client) RemoveVoter(ctx context.Context, id string) (*Status, error) {
+	var s Status
+	return &s, c.do(ctx, http.MethodDelete, "/v1/voters/"+url.PathEscape(id), nil, &s)
 }

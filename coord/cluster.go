@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"time"
 )
 
@@ -21,6 +22,9 @@ type Cluster struct {
 	servers []*http.Server
 	fast    bool
 	log     *slog.Logger
+	// bootstrapped counts the nodes of the initial configuration;
+	// nodes after them were started by Grow to be added as voters.
+	bootstrapped int
 }
 
 // FreeAddr returns a loopback address with a port that was free a moment
@@ -36,7 +40,7 @@ func FreeAddr() (string, error) {
 
 // StartCluster bootstraps n nodes with data under dir.
 func StartCluster(dir string, n int, log *slog.Logger) (*Cluster, error) {
-	c := &Cluster{dir: dir, fast: true, log: log, Nodes: make([]*Node, n), servers: make([]*http.Server, n)}
+	c := &Cluster{dir: dir, fast: true, log: log, Nodes: make([]*Node, n), servers: make([]*http.Server, n), bootstrapped: n}
 	for i := range n {
 		ra, err := FreeAddr()
 		if err != nil {
@@ -60,8 +64,15 @@ func StartCluster(dir string, n int, log *slog.Logger) (*Cluster, error) {
 // Start (re)starts node i from its data directory.
 func (c *Cluster) Start(i int) error {
 	p := c.Peers[i]
+	boot := i < c.bootstrapped
+	peers := c.Peers[:c.bootstrapped]
+	if !boot {
+		// A joining node knows the cluster's addresses (for redirects)
+		// but does not bootstrap it.
+		peers = slices.Concat(peers, []Peer{p})
+	}
 	node, err := Open(Config{ID: p.ID, RaftAddr: p.RaftAddr, HTTPAddr: p.HTTPAddr, DataDir: filepath.Join(c.dir, p.ID),
-		Bootstrap: true, Peers: c.Peers, Fast: c.fast, Logger: c.log})
+		Bootstrap: boot, Peers: peers, Fast: c.fast, Logger: c.log})
 	if err != nil {
 		return err
 	}
@@ -74,6 +85,24 @@ func (c *Cluster) Start(i int) error {
 	go srv.Serve(l)
 	c.Nodes[i], c.servers[i] = node, srv
 	return nil
+}
+
+// Grow starts one more node, without bootstrap, and returns its index: it
+// serves once a leader adds it as a voter (Node.AddVoter, POST /v1/voters).
+func (c *Cluster) Grow() (int, error) {
+	ra, err := FreeAddr()
+	if err != nil {
+		return -1, err
+	}
+	ha, err := FreeAddr()
+	if err != nil {
+		return -1, err
+	}
+	i := len(c.Nodes)
+	c.Peers = append(c.Peers, Peer{ID: fmt.Sprintf("c%d", i), RaftAddr: ra, HTTPAddr: ha})
+	c.Nodes = append(c.Nodes, nil)
+	c.servers = append(c.servers, nil)
+	return i, c.Start(i)
 }
 
 // Stop shuts node i down without a leadership transfer (a crash, as far as

@@ -98,3 +98,55 @@ func TestRaftClusterSurvivesLeaderLossAndRestarts(t *testing.T) {
 		return j != nil && j.LastStep == 1 && j.Current().Outcome != nil
 	})
 }
+
+// TestVotersJoinAndLeave: a node started without bootstrap joins as a
+// voter through a follower's API (redirected to the leader), catches up
+// on the jobs, and leaves again.
+func TestVotersJoinAndLeave(t *testing.T) {
+	c, err := StartCluster(t.TempDir(), 3, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	li, err := c.Leader(10 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	follower := NewClient(c.URLs()[(li+1)%3])
+	if _, err := follower.Submit(ctx, tinySubmit(t, "before-join")); err != nil {
+		t.Fatal(err)
+	}
+	ni, err := c.Grow()
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := follower.AddVoter(ctx, c.Peers[ni])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Voters) != 4 {
+		t.Fatalf("voters after the join: %+v", st.Voters)
+	}
+	waitFor(t, "the new voter to catch up", 10*time.Second, func() bool {
+		s, _ := c.Nodes[ni].applied()
+		return s.Jobs["before-join"] != nil && s.Peers[c.Peers[ni].ID].HTTPAddr == c.Peers[ni].HTTPAddr
+	})
+	// The new voter knows the leader's HTTP address and redirects writes.
+	if _, err := NewClient(c.URLs()[ni]).Submit(ctx, tinySubmit(t, "after-join")); err != nil {
+		t.Fatal(err)
+	}
+	st, err = follower.RemoveVoter(ctx, c.Peers[ni].ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Voters) != 3 {
+		t.Fatalf("voters after the removal: %+v", st.Voters)
+	}
+	for _, v := range st.Voters {
+		if v.ID == c.Peers[ni].ID {
+			t.Fatalf("removed voter still listed: %+v", st.Voters)
+		}
+	}
+}

@@ -83,9 +83,11 @@ type Mismatch struct {
 	Got      ir.Hash `json:"got" cbor:"got"`
 }
 
-// State is the replicated state: every job by name.
+// State is the replicated state: every job by name, and the HTTP
+// addresses of voters added after the cluster was bootstrapped.
 type State struct {
-	Jobs map[string]*Job `json:"jobs" cbor:"jobs"`
+	Jobs  map[string]*Job `json:"jobs" cbor:"jobs"`
+	Peers map[string]Peer `json:"peers,omitempty" cbor:"peers"`
 }
 
 // Command kinds.
@@ -95,6 +97,7 @@ const (
 	CmdProgress = "progress" // the highest step every rank finished
 	CmdEpoch    = "epoch"    // a new epoch (replan)
 	CmdFail     = "fail"     // fail a job with a reason
+	CmdPeer     = "peer"     // record (or, with Remove, forget) a voter's addresses
 )
 
 // Command is one replicated log entry. Commands are idempotent and keyed
@@ -112,6 +115,8 @@ type Command struct {
 	Outcome *Outcome `cbor:"outcome,omitempty"`
 	Step    uint64   `cbor:"step"`
 	Reason  string   `cbor:"reason"`
+	Peer    *Peer    `cbor:"peer,omitempty"`
+	Remove  bool     `cbor:"remove"`
 }
 
 // Result is what applying a command returns: Changed is false for a
@@ -127,6 +132,9 @@ type Result struct {
 func (s *State) Apply(c *Command) Result {
 	if s.Jobs == nil {
 		s.Jobs = map[string]*Job{}
+	}
+	if c.Kind == CmdPeer {
+		return s.applyPeer(c)
 	}
 	j := s.Jobs[c.Job]
 	if c.Kind != CmdSubmit && j == nil {
@@ -205,6 +213,28 @@ func (s *State) Apply(c *Command) Result {
 	return Result{Err: fmt.Errorf("coord: unknown command %q", c.Kind)}
 }
 
+func (s *State) applyPeer(c *Command) Result {
+	if c.Peer == nil || c.Peer.ID == "" {
+		return Result{Err: fmt.Errorf("coord: malformed peer command")}
+	}
+	if s.Peers == nil {
+		s.Peers = map[string]Peer{}
+	}
+	old, had := s.Peers[c.Peer.ID]
+	if c.Remove {
+		if !had {
+			return Result{}
+		}
+		delete(s.Peers, c.Peer.ID)
+		return Result{Changed: true}
+	}
+	if had && old == *c.Peer {
+		return Result{}
+	}
+	s.Peers[c.Peer.ID] = *c.Peer
+	return Result{Changed: true}
+}
+
 func describe(o *Outcome) string {
 	if o.Reason != "" {
 		return o.Reason
@@ -221,7 +251,7 @@ func describe(o *Outcome) string {
 
 // Clone returns a deep copy of s (for snapshots and readers).
 func (s *State) Clone() *State {
-	c := &State{Jobs: make(map[string]*Job, len(s.Jobs))}
+	c := &State{Jobs: make(map[string]*Job, len(s.Jobs)), Peers: maps.Clone(s.Peers)}
 	for name, j := range s.Jobs {
 		jj := *j
 		jj.Epochs = slices.Clone(j.Epochs)

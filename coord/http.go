@@ -29,6 +29,10 @@ type Status struct {
 	AppliedIndex uint64       `json:"applied_index"`
 	Voters       []Peer       `json:"voters"`
 	Jobs         []JobSummary `json:"jobs"`
+	// JobsFrom names the node whose applied state Jobs comes from (a
+	// follower's may trail the leader's; Client.Status takes the jobs
+	// from the leader).
+	JobsFrom string `json:"jobs_from"`
 }
 
 // JobSummary is a job's line in status and job lists.
@@ -95,15 +99,23 @@ func newMetrics(n *Node) *metrics {
 //	GET  /v1/jobs/{name}        a job with its epochs and expected plan hashes
 //	GET  /v1/jobs/{name}/ir     the job's global IR (canonical CBOR)
 //	GET  /v1/status             raft state, leader, term, voters, jobs
+//	POST /v1/voters             add a voter {id, raft_addr, http_addr} (its node runs without bootstrap)
+//	DELETE /v1/voters/{id}      remove a voter
 //	GET  /livez, /readyz        liveness; readiness (a leader is known)
 //	GET  /metrics               Prometheus metrics
 //
-// Reads are answered from this node's applied state, which may trail the
-// leader's by a few entries; Status says who leads.
+// Job reads on a follower point to the leader (307), so a read sees every
+// write acknowledged before it; with ?local=1, or while no leader is known,
+// the follower answers from its own applied state, which may trail the
+// leader's by a few entries (the response then carries X-Tmmu-Stale: 1).
+// /v1/status always answers for the node asked, naming the leader.
 func (n *Node) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/jobs", n.handleSubmit)
 	mux.HandleFunc("GET /v1/jobs", func(w http.ResponseWriter, r *http.Request) {
+		if n.readRedirect(w, r) {
+			return
+		}
 		s, _ := n.State()
 		out := []JobSummary{}
 		for _, name := range s.Names() {
@@ -112,6 +124,9 @@ func (n *Node) Handler() http.Handler {
 		writeJSON(w, http.StatusOK, out)
 	})
 	mux.HandleFunc("GET /v1/jobs/{name}", func(w http.ResponseWriter, r *http.Request) {
+		if n.readRedirect(w, r) {
+			return
+		}
 		s, _ := n.State()
 		j, ok := s.Jobs[r.PathValue("name")]
 		if !ok {
@@ -121,6 +136,9 @@ func (n *Node) Handler() http.Handler {
 		writeJSON(w, http.StatusOK, j)
 	})
 	mux.HandleFunc("GET /v1/jobs/{name}/ir", func(w http.ResponseWriter, r *http.Request) {
+		if n.readRedirect(w, r) {
+			return
+		}
 		s, _ := n.State()
 		j, ok := s.Jobs[r.PathValue("name")]
 		if !ok {
@@ -129,6 +147,33 @@ func (n *Node) Handler() http.Handler {
 		}
 		w.Header().Set("Content-Type", "application/cbor")
 		w.Write(j.Spec.Model)
+	})
+	mux.HandleFunc("POST /v1/voters", func(w http.ResponseWriter, r *http.Request) {
+		if n.redirect(w, r) {
+			return
+		}
+		var p Peer
+		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<16))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&p); err != nil {
+			writeError(w, http.StatusBadRequest, err)
+			return
+		}
+		if err := n.AddVoter(p, 10*time.Second); err != nil {
+			writeError(w, http.StatusConflict, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, n.Status())
+	})
+	mux.HandleFunc("DELETE /v1/voters/{id}", func(w http.ResponseWriter, r *http.Request) {
+		if n.redirect(w, r) {
+			return
+		}
+		if err := n.RemoveVoter(r.PathValue("id"), 10*time.Second); err != nil {
+			writeError(w, http.StatusConflict, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, n.Status())
 	})
 	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, n.Status()) })
 	mux.HandleFunc("GET /livez", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
@@ -147,12 +192,12 @@ func (n *Node) Handler() http.Handler {
 func (n *Node) Status() Status {
 	s, idx := n.State()
 	lid, lhttp := n.Leader()
-	st := Status{ID: n.cfg.ID, State: n.raft.State().String(), Leader: lid, LeaderHTTP: lhttp, AppliedIndex: idx, Jobs: []JobSummary{}}
+	st := Status{ID: n.cfg.ID, State: n.raft.State().String(), Leader: lid, LeaderHTTP: lhttp, AppliedIndex: idx, Jobs: []JobSummary{}, JobsFrom: n.cfg.ID}
 	st.Term, _ = strconv.ParseUint(n.raft.Stats()["term"], 10, 64)
 	if f := n.raft.GetConfiguration(); f.Error() == nil {
 		for _, sv := range f.Configuration().Servers {
 			if sv.Suffrage == raft.Voter {
-				st.Voters = append(st.Voters, Peer{ID: string(sv.ID), RaftAddr: string(sv.Address), HTTPAddr: n.peers[string(sv.ID)].HTTPAddr})
+				st.Voters = append(st.Voters, Peer{ID: string(sv.ID), RaftAddr: string(sv.Address), HTTPAddr: n.httpAddr(string(sv.ID))})
 			}
 		}
 	}
@@ -162,14 +207,38 @@ func (n *Node) Status() Status {
 	return st
 }
 
-func (n *Node) handleSubmit(w http.ResponseWriter, r *http.Request) {
-	if !n.IsLeader() {
-		_, addr := n.Leader()
-		if addr == "" {
-			writeError(w, http.StatusServiceUnavailable, errors.New("no leader known; retry"))
-			return
-		}
+// redirect sends a write to the leader (307, which clients follow with
+// the body) and reports whether it did; with no leader known it answers
+// 503.
+func (n *Node) redirect(w http.ResponseWriter, r *http.Request) bool {
+	if n.IsLeader() {
+		return false
+	}
+	_, addr := n.Leader()
+	if addr == "" {
+		writeError(w, http.StatusServiceUnavailable, errors.New("no leader known; retry"))
+		return true
+	}
+	http.Redirect(w, r, "http://"+addr+r.URL.RequestURI(), http.StatusTemporaryRedirect)
+	return true
+}
+
+// readRedirect points a job read on a follower to the leader, unless the
+// client asked for a local answer or no leader is known.
+func (n *Node) readRedirect(w http.ResponseWriter, r *http.Request) bool {
+	if n.IsLeader() {
+		return false
+	}
+	if _, addr := n.Leader(); addr != "" && r.URL.Query().Get("local") == "" {
 		http.Redirect(w, r, "http://"+addr+r.URL.RequestURI(), http.StatusTemporaryRedirect)
+		return true
+	}
+	w.Header().Set("X-Tmmu-Stale", "1")
+	return false
+}
+
+func (n *Node) handleSubmit(w http.ResponseWriter, r *http.Request) {
+	if n.redirect(w, r) {
 		return
 	}
 	var req SubmitRequest

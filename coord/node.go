@@ -36,7 +36,12 @@ type Config struct {
 	// voters, this node among them) when its store is empty; a node
 	// restarted from its files ignores it.
 	Bootstrap bool
-	Peers     []Peer
+	// Peers lists the cluster's nodes: the voters to bootstrap, and the
+	// HTTP addresses this node redirects writes to. A node that joins an
+	// existing cluster (Bootstrap false; a leader adds it with AddVoter)
+	// lists the cluster's nodes too. Voters added later are known by
+	// their recorded addresses.
+	Peers []Peer
 	// Fast shortens raft's timeouts for loopback clusters (tests, demo).
 	Fast   bool
 	Logger *slog.Logger
@@ -113,6 +118,9 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 	}
 	if s.Jobs == nil {
 		s.Jobs = map[string]*Job{}
+	}
+	if len(s.Peers) == 0 {
+		s.Peers = nil
 	}
 	f.mu.Lock()
 	f.state = &s
@@ -244,7 +252,49 @@ func (n *Node) IsLeader() bool { return n.raft.State() == raft.Leader }
 func (n *Node) Leader() (id, httpAddr string) {
 	_, lid := n.raft.LeaderWithID()
 	id = string(lid)
-	return id, n.peers[id].HTTPAddr
+	return id, n.httpAddr(id)
+}
+
+// httpAddr returns a voter's HTTP address: from the configuration, or as
+// recorded when it was added.
+func (n *Node) httpAddr(id string) string {
+	if p, ok := n.peers[id]; ok {
+		return p.HTTPAddr
+	}
+	n.fsm.mu.RLock()
+	defer n.fsm.mu.RUnlock()
+	return n.fsm.state.Peers[id].HTTPAddr
+}
+
+// AddVoter adds p to the cluster as a voter (leader only) and records its
+// HTTP address. p's node must be running, started without bootstrap.
+func (n *Node) AddVoter(p Peer, timeout time.Duration) error {
+	if !n.IsLeader() {
+		return ErrNotLeader
+	}
+	if p.ID == "" || p.RaftAddr == "" {
+		return fmt.Errorf("coord: a voter needs an id and a raft address")
+	}
+	if err := n.raft.AddVoter(raft.ServerID(p.ID), raft.ServerAddress(p.RaftAddr), 0, timeout).Error(); err != nil {
+		return fmt.Errorf("coord: adding voter %s: %w", p.ID, err)
+	}
+	_, err := n.Apply(&Command{Kind: CmdPeer, Peer: &p}, timeout)
+	return err
+}
+
+// RemoveVoter removes a voter (leader only; removing the leader itself
+// makes it step down).
+func (n *Node) RemoveVoter(id string, timeout time.Duration) error {
+	if !n.IsLeader() {
+		return ErrNotLeader
+	}
+	if _, err := n.Apply(&Command{Kind: CmdPeer, Peer: &Peer{ID: id}, Remove: true}, timeout); err != nil {
+		return err
+	}
+	if err := n.raft.RemoveServer(raft.ServerID(id), 0, timeout).Error(); err != nil {
+		return fmt.Errorf("coord: removing voter %s: %w", id, err)
+	}
+	return nil
 }
 
 // State returns a copy of the replicated state as applied on this node.

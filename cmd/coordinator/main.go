@@ -9,7 +9,10 @@
 //
 // Every flag can come from the environment instead: TMMU_ID,
 // TMMU_RAFT_ADDR, TMMU_HTTP_ADDR, TMMU_DATA_DIR, TMMU_NATS, TMMU_PEERS,
-// TMMU_BOOTSTRAP. On SIGTERM or SIGINT it hands leadership to another
+// TMMU_BOOTSTRAP, TMMU_FAST_FAILOVER. A node joining an existing cluster
+// starts without --bootstrap (with --peers listing the cluster, for
+// redirects) and is added by an operator: tmmu voter add ID RAFT HTTP. On
+// SIGTERM or SIGINT it hands leadership to another
 // voter, then stops.
 package main
 
@@ -64,7 +67,8 @@ func run(args []string) error {
 	dataDir := fs.String("data-dir", "tmmu-coordinator", "raft log, stable store and snapshots")
 	natsURL := fs.String("nats", nats.DefaultURL, "NATS server URL (JetStream enabled)")
 	peers := fs.String("peers", "", "the cluster's voters: id=raft_addr=http_addr,... (this node included)")
-	bootstrap := fs.Bool("bootstrap", false, "bootstrap a new cluster of --peers when the data dir is empty")
+	bootstrap := fs.Bool("bootstrap", false, "bootstrap a new cluster of --peers when the data dir is empty (every initial voter gets the same --peers; a node joining later runs without --bootstrap and is added with tmmu voter add)")
+	fast := fs.Bool("fast-failover", false, "raft heartbeat and election timeouts of 300 ms instead of 1 s, for clusters on one LAN")
 	verbose := fs.Bool("v", false, "debug logging")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -85,7 +89,7 @@ func run(args []string) error {
 		ps = []coord.Peer{{ID: *id, RaftAddr: *raftAddr, HTTPAddr: *httpAddr}}
 	}
 	node, err := coord.Open(coord.Config{ID: *id, RaftAddr: *raftAddr, HTTPAddr: *httpAddr, DataDir: *dataDir,
-		Bootstrap: *bootstrap, Peers: ps, Logger: log})
+		Bootstrap: *bootstrap, Peers: ps, Fast: *fast, Logger: log})
 	if err != nil {
 		return err
 	}

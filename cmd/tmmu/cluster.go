@@ -224,7 +224,7 @@ func printStatus(w io.Writer, st *coord.Status) {
 	if leader == "" {
 		leader = "(none)"
 	}
-	fmt.Fprintf(w, "cluster: leader %s  term %d  (answered by %s, %s, applied index %d)\n", leader, st.Term, st.ID, st.State, st.AppliedIndex)
+	fmt.Fprintf(w, "cluster: leader %s  term %d  (answered by %s, %s, applied index %d; jobs as %s holds them)\n", leader, st.Term, st.ID, st.State, st.AppliedIndex, st.JobsFrom)
 	t := &table{align: "lll"}
 	t.add("VOTER", "RAFT", "HTTP")
 	for _, v := range st.Voters {
@@ -237,4 +237,55 @@ func printStatus(w io.Writer, st *coord.Status) {
 	t.write(w)
 	fmt.Fprintln(w)
 	printJobs(w, st.Jobs)
+}
+
+var voterCmd = &command{
+	name:    "voter",
+	summary: "Add a coordinator to the raft cluster as a voter, or remove one.",
+	usage:   "voter add ID RAFT_ADDR HTTP_ADDR [cluster flags] [-o text|json]\n       tmmu voter remove ID [cluster flags] [-o text|json]",
+	run:     runVoter,
+}
+
+func runVoter(c *command, e *env, args []string) error {
+	if len(args) == 0 || (args[0] != "add" && args[0] != "remove") {
+		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help") {
+			fmt.Fprintf(e.stderr, "Usage: tmmu %s\n\n%s\n", c.usage, c.summary)
+			return flag.ErrHelp
+		}
+		return usagef("voter needs a subcommand: add or remove")
+	}
+	sub := args[0]
+	fs := newFlags(e, &command{name: "voter " + sub, usage: c.usage, summary: c.summary})
+	cf := addClusterFlags(fs)
+	out := fs.String("o", "text", "output: text or json")
+	pos, err := parse(fs, args[1:])
+	if err != nil {
+		return err
+	}
+	if err := outputFormat(e, *out, "text", "json"); err != nil {
+		return err
+	}
+	if (sub == "add" && len(pos) != 3) || (sub == "remove" && len(pos) != 1) {
+		return usagef("usage: tmmu %s", c.usage)
+	}
+	cl, err := cf.client(e, fs)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), *cf.timeout)
+	defer cancel()
+	var st *coord.Status
+	if sub == "add" {
+		st, err = cl.AddVoter(ctx, coord.Peer{ID: pos[0], RaftAddr: pos[1], HTTPAddr: pos[2]})
+	} else {
+		st, err = cl.RemoveVoter(ctx, pos[0])
+	}
+	if err != nil {
+		return err
+	}
+	if *out == "json" {
+		return writeJSON(e.stdout, st)
+	}
+	printStatus(e.stdout, st)
+	return nil
 }

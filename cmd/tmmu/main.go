@@ -11,6 +11,10 @@
 //	tmmu verify IR PLAN             check a plan against its graph
 //	tmmu bench [flags]              compare strategies on a suite, every plan verified
 //	tmmu viz IR|PLAN|CSV --out F    draw a plan's memory timeline as SVG or HTML
+//	tmmu demo [flags]               run a whole cluster in this process and a sharded job on it
+//	tmmu job submit|list            submit jobs to a coordinator cluster, list them
+//	tmmu status                     the cluster (leader, term, voters) and its jobs
+//	tmmu voter add|remove           change the coordinators' raft membership
 //
 // Run "tmmu help COMMAND" for a command's flags.
 package main
@@ -41,7 +45,7 @@ type command struct {
 var commands []*command
 
 func init() {
-	commands = []*command{genCmd, planCmd, shardCmd, verifyCmd, benchCmd, vizCmd, demoCmd, jobCmd, statusCmd}
+	commands = []*command{genCmd, planCmd, shardCmd, verifyCmd, benchCmd, vizCmd, demoCmd, jobCmd, statusCmd, voterCmd}
 }
 
 // env carries the process's streams so tests can run commands in-process.
