@@ -10,6 +10,8 @@ import (
 	"net/http"
 	"net/url"
 	"time"
+
+	"github.com/tmmu/tmmu/shard"
 )
 
 // Client talks to a coordinator cluster's HTTP API. It tries the URLs in
@@ -174,4 +176,10 @@ func (c *Client) AddVoter(ctx context.Context, p Peer) (*Status, error) {
 func (c *Client) RemoveVoter(ctx context.Context, id string) (*Status, error) {
 	var s Status
 	return &s, c.do(ctx, http.MethodDelete, "/v1/voters/"+url.PathEscape(id), nil, &s)
+}
+
+// RankPlan returns a rank's plan of a job.
+func (c *Client) RankPlan(ctx context.Context, job string, rank uint64) (*shard.RankPlan, error) {
+	var rp shard.RankPlan
+	return &rp, c.do(ctx, http.MethodGet, fmt.Sprintf("/v1/jobs/%s/ranks/%d/plan", url.PathEscape(job), rank), nil, &rp)
 }

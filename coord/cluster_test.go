@@ -56,6 +56,14 @@ func TestRaftClusterSurvivesLeaderLossAndRestarts(t *testing.T) {
 	if job.Status != StatusAgreeing || len(job.Current().Expected) != 4 {
 		t.Fatalf("submitted job: %+v", job)
 	}
+	// Any node serves a rank's plan, equal to the committed expectation.
+	rp, err := cl.RankPlan(ctx, "gpt2-tiny", 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rp.Plan.PlanHash != job.Current().Expected[3] || rp.Rank != 3 {
+		t.Fatalf("rank 3's plan %s, expected %s", rp.Plan.PlanHash.Short(), job.Current().Expected[3].Short())
+	}
 	// A retry of the same submission is a no-op.
 	if _, err := cl.Submit(ctx, tinySubmit(t, "gpt2-tiny")); err != nil {
 		t.Fatalf("resubmitting: %v", err)
@@ -148,5 +156,33 @@ func TestVotersJoinAndLeave(t *testing.T) {
 		if v.ID == c.Peers[ni].ID {
 			t.Fatalf("removed voter still listed: %+v", st.Voters)
 		}
+	}
+}
+
+// TestTransferOnShutdown: a leader that stops with TransferAndShutdown
+// (SIGTERM) hands leadership over; the cluster keeps taking writes.
+func TestTransferOnShutdown(t *testing.T) {
+	c, err := StartCluster(t.TempDir(), 3, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	li, err := c.Leader(10 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := c.Nodes[li].TransferAndShutdown(); err != nil {
+		t.Fatal(err)
+	}
+	c.Nodes[li] = nil // already shut down
+	c.servers[li].Close()
+	nl, err := c.Leader(10 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("leadership moved from node %d to node %d in %s", li, nl, time.Since(start))
+	if _, err := c.Nodes[nl].Apply(&Command{Kind: CmdSubmit, Job: "after", Spec: &JobSpec{Name: "after"}, New: &Epoch{}}, 5*time.Second); err != nil {
+		t.Fatal(err)
 	}
 }

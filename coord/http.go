@@ -98,6 +98,8 @@ func newMetrics(n *Node) *metrics {
 //	GET  /v1/jobs               job summaries
 //	GET  /v1/jobs/{name}        a job with its epochs and expected plan hashes
 //	GET  /v1/jobs/{name}/ir     the job's global IR (canonical CBOR)
+//	GET  /v1/jobs/{name}/ranks/{rank}/plan
+//	                            a rank's plan under the current epoch (planned on request)
 //	GET  /v1/status             raft state, leader, term, voters, jobs
 //	POST /v1/voters             add a voter {id, raft_addr, http_addr} (its node runs without bootstrap)
 //	DELETE /v1/voters/{id}      remove a voter
@@ -147,6 +149,28 @@ func (n *Node) Handler() http.Handler {
 		}
 		w.Header().Set("Content-Type", "application/cbor")
 		w.Write(j.Spec.Model)
+	})
+	mux.HandleFunc("GET /v1/jobs/{name}/ranks/{rank}/plan", func(w http.ResponseWriter, r *http.Request) {
+		if n.readRedirect(w, r) {
+			return
+		}
+		s, _ := n.State()
+		j, ok := s.Jobs[r.PathValue("name")]
+		if !ok {
+			writeError(w, http.StatusNotFound, fmt.Errorf("no job %q", r.PathValue("name")))
+			return
+		}
+		rank, err := strconv.ParseUint(r.PathValue("rank"), 10, 64)
+		if err != nil || rank >= j.Spec.ShardSpec.WorldSize {
+			writeError(w, http.StatusNotFound, fmt.Errorf("job %q has no rank %q", j.Spec.Name, r.PathValue("rank")))
+			return
+		}
+		rp, err := j.PlanRank(rank)
+		if err != nil {
+			writeError(w, http.StatusInternalServerError, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, rp)
 	})
 	mux.HandleFunc("POST /v1/voters", func(w http.ResponseWriter, r *http.Request) {
 		if n.redirect(w, r) {

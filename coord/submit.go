@@ -86,3 +86,13 @@ func (s *JobSpec) PlanOptions() planner.Options {
 
 // Graph decodes the job's global IR.
 func (s *JobSpec) Graph() (*ir.Model, error) { return ir.DecodeCBOR(s.Model) }
+
+// PlanRank plans one rank of the job as its workers do (the current
+// epoch's options).
+func (j *Job) PlanRank(rank uint64) (*shard.RankPlan, error) {
+	m, err := j.Spec.Graph()
+	if err != nil {
+		return nil, err
+	}
+	return shard.PlanRank(m, &j.Spec.ShardSpec, rank, j.Spec.PlanOptions())
+}

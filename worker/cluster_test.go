@@ -76,6 +76,7 @@ type fleet struct {
 	job     string
 	mu      sync.Mutex
 	results map[string]error
+	ranks   map[string][]uint64 // per identity, the rank of each run
 	cancel  map[string]context.CancelFunc
 	conns   map[string]func()
 	wg      sync.WaitGroup
@@ -111,6 +112,7 @@ func (f *fleet) start(identity string, adjust func(*planner.Options)) {
 		f.t.Logf("worker %s: rank %d steps %d..%d (%d run), agreement %s, err %v", identity, res.Rank, res.FirstStep, res.LastStep, res.StepsRun, res.AgreementTime, err)
 		f.mu.Lock()
 		f.results[identity] = err
+		f.ranks[identity] = append(f.ranks[identity], res.Rank)
 		f.mu.Unlock()
 	}()
 }
@@ -192,7 +194,7 @@ func TestClusterAgreesAndSurvives(t *testing.T) {
 	if _, err := l.Client().Submit(ctx, submission(t, "train", world, steps, `{"world_size": 8, "data_parallel": {"degree": 4, "zero_stage": 3}, "tensor_parallel": {"degree": 2}, "preset": "gpt2"}`)); err != nil {
 		t.Fatal(err)
 	}
-	f := &fleet{t: t, l: l, rec: rec, job: "train", results: map[string]error{}, cancel: map[string]context.CancelFunc{}, conns: map[string]func(){}}
+	f := &fleet{t: t, l: l, rec: rec, job: "train", results: map[string]error{}, ranks: map[string][]uint64{}, cancel: map[string]context.CancelFunc{}, conns: map[string]func(){}}
 	for i := range world {
 		f.start(fmt.Sprintf("w%d", i), nil)
 	}
@@ -267,6 +269,9 @@ func TestClusterAgreesAndSurvives(t *testing.T) {
 			t.Errorf("worker %s: %v", id, err)
 		}
 	}
+	if r := f.ranks["w3"]; len(r) != 2 || r[0] != r[1] || r[0] != missing[0] {
+		t.Errorf("w3 ran as ranks %v; the missing rank was %d", r, missing[0])
+	}
 	// The old leader restarts from its bolt files.
 	if err := l.RestartCoordinator(li); err != nil {
 		t.Fatal(err)
@@ -288,7 +293,7 @@ func TestClusterAgreesAndSurvives(t *testing.T) {
 	if _, err := l.Client().Submit(ctx, submission(t, "mismatch", 4, 3, `{"world_size": 4, "data_parallel": {"zero_stage": 1}}`)); err != nil {
 		t.Fatal(err)
 	}
-	g := &fleet{t: t, l: l, rec: rec, job: "mismatch", results: map[string]error{}, cancel: map[string]context.CancelFunc{}, conns: map[string]func(){}}
+	g := &fleet{t: t, l: l, rec: rec, job: "mismatch", results: map[string]error{}, ranks: map[string][]uint64{}, cancel: map[string]context.CancelFunc{}, conns: map[string]func(){}}
 	for i := range 4 {
 		var adjust func(*planner.Options)
 		if i == 2 {
