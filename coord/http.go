@@ -126,38 +126,21 @@ func (n *Node) Handler() http.Handler {
 		writeJSON(w, http.StatusOK, out)
 	})
 	mux.HandleFunc("GET /v1/jobs/{name}", func(w http.ResponseWriter, r *http.Request) {
-		if n.readRedirect(w, r) {
-			return
+		if j := n.job(w, r); j != nil {
+			writeJSON(w, http.StatusOK, j)
 		}
-		s, _ := n.State()
-		j, ok := s.Jobs[r.PathValue("name")]
-		if !ok {
-			writeError(w, http.StatusNotFound, fmt.Errorf("no job %q", r.PathValue("name")))
-			return
-		}
-		writeJSON(w, http.StatusOK, j)
 	})
 	mux.HandleFunc("GET /v1/jobs/{name}/ir", func(w http.ResponseWriter, r *http.Request) {
-		if n.readRedirect(w, r) {
-			return
-		}
-		s, _ := n.State()
-		j, ok := s.Jobs[r.PathValue("name")]
-		if !ok {
-			writeError(w, http.StatusNotFound, fmt.Errorf("no job %q", r.PathValue("name")))
+		j := n.job(w, r)
+		if j == nil {
 			return
 		}
 		w.Header().Set("Content-Type", "application/cbor")
 		w.Write(j.Spec.Model)
 	})
 	mux.HandleFunc("GET /v1/jobs/{name}/ranks/{rank}/plan", func(w http.ResponseWriter, r *http.Request) {
-		if n.readRedirect(w, r) {
-			return
-		}
-		s, _ := n.State()
-		j, ok := s.Jobs[r.PathValue("name")]
-		if !ok {
-			writeError(w, http.StatusNotFound, fmt.Errorf("no job %q", r.PathValue("name")))
+		j := n.job(w, r)
+		if j == nil {
 			return
 		}
 		rank, err := strconv.ParseUint(r.PathValue("rank"), 10, 64)
@@ -245,6 +228,21 @@ func (n *Node) redirect(w http.ResponseWriter, r *http.Request) bool {
 	}
 	http.Redirect(w, r, "http://"+addr+r.URL.RequestURI(), http.StatusTemporaryRedirect)
 	return true
+}
+
+// job answers a read of job {name}: it redirects to the leader or writes
+// a 404 and returns nil, or returns the job.
+func (n *Node) job(w http.ResponseWriter, r *http.Request) *Job {
+	if n.readRedirect(w, r) {
+		return nil
+	}
+	s, _ := n.State()
+	j, ok := s.Jobs[r.PathValue("name")]
+	if !ok {
+		writeError(w, http.StatusNotFound, fmt.Errorf("no job %q", r.PathValue("name")))
+		return nil
+	}
+	return j
 }
 
 // readRedirect points a job read on a follower to the leader, unless the

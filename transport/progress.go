@@ -36,40 +36,15 @@ func (t *Transport) WatchProgress(ctx context.Context, job string) (<-chan StepD
 	if err := ValidJob(job); err != nil {
 		return nil, err
 	}
-	wctx, cancel := context.WithCancel(ctx)
-	w, err := t.progress.Watch(wctx, job+".*", jetstream.IgnoreDeletes())
-	if err != nil {
-		cancel()
-		return nil, fmt.Errorf("transport: watch progress of %s: %w", job, err)
-	}
-	out := make(chan StepDone, reportBuffer)
-	go func() {
-		defer close(out)
-		defer cancel()
-		defer stopWatcher(w)
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case e, ok := <-w.Updates():
-				if !ok {
-					return
-				}
-				if e == nil || e.Operation() != jetstream.KeyValuePut {
-					continue
-				}
-				var d StepDone
-				if Decode(e.Value(), &d) != nil || d.Job != job || e.Key() != progressKey(job, d.Rank) {
-					t.dropped.Add(1)
-					continue
-				}
-				select {
-				case out <- d:
-				case <-ctx.Done():
-					return
-				}
-			}
+	return watch(ctx, t.progress, job+".*", func(e jetstream.KeyValueEntry) (StepDone, bool) {
+		var d StepDone
+		if e.Operation() != jetstream.KeyValuePut {
+			return d, false
 		}
-	}()
-	return out, nil
+		if Decode(e.Value(), &d) != nil || d.Job != job || e.Key() != progressKey(job, d.Rank) {
+			t.dropped.Add(1)
+			return d, false
+		}
+		return d, true
+	})
 }

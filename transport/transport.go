@@ -220,14 +220,23 @@ func (t *Transport) WatchReports(ctx context.Context, job string, epoch uint64) 
 	if err := ValidJob(job); err != nil {
 		return nil, err
 	}
-	// See Reports: the watch's own context must always end.
+	return watch(ctx, t.kv, epochFilter(job, epoch), func(e jetstream.KeyValueEntry) (PlanReport, bool) {
+		return t.entryReport(e, job, epoch)
+	})
+}
+
+// watch streams the values decode accepts from a KV watch on filter: the
+// stored ones, then each update. The watch's own context always ends (see
+// Reports), and the watch is stopped and drained before the channel
+// closes.
+func watch[T any](ctx context.Context, kv jetstream.KeyValue, filter string, decode func(jetstream.KeyValueEntry) (T, bool)) (<-chan T, error) {
 	wctx, cancel := context.WithCancel(ctx)
-	w, err := t.kv.Watch(wctx, epochFilter(job, epoch), jetstream.IgnoreDeletes())
+	w, err := kv.Watch(wctx, filter, jetstream.IgnoreDeletes())
 	if err != nil {
 		cancel()
-		return nil, fmt.Errorf("transport: watch %s: %w", epochFilter(job, epoch), err)
+		return nil, fmt.Errorf("transport: watch %s: %w", filter, err)
 	}
-	out := make(chan PlanReport, reportBuffer)
+	out := make(chan T, reportBuffer)
 	go func() {
 		defer close(out)
 		defer cancel()
@@ -243,12 +252,12 @@ func (t *Transport) WatchReports(ctx context.Context, job string, epoch uint64) 
 				if e == nil {
 					continue // end of initial values
 				}
-				r, ok := t.entryReport(e, job, epoch)
+				v, ok := decode(e)
 				if !ok {
 					continue
 				}
 				select {
-				case out <- r:
+				case out <- v:
 				case <-ctx.Done():
 					return
 				}

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
@@ -77,15 +78,23 @@ func (c clusterFlags) client(e *env, fs *flag.FlagSet) (*coord.Client, error) {
 	return coord.NewClient(strings.Split(urls, ",")...), nil
 }
 
-func runJob(c *command, e *env, args []string) error {
-	if len(args) == 0 || (args[0] != "submit" && args[0] != "list") {
-		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help") {
-			fmt.Fprintf(e.stderr, "Usage: tmmu %s\n\n%s\n", c.usage, c.summary)
-			return flag.ErrHelp
-		}
-		return usagef("job needs a subcommand: submit or list")
+// subcommand returns args[0] when it is one of subs; -h prints c's usage.
+func subcommand(c *command, e *env, args []string, subs ...string) (string, error) {
+	if len(args) > 0 && slices.Contains(subs, args[0]) {
+		return args[0], nil
 	}
-	sub := args[0]
+	if len(args) > 0 && (args[0] == "-h" || args[0] == "--help") {
+		fmt.Fprintf(e.stderr, "Usage: tmmu %s\n\n%s\n", c.usage, c.summary)
+		return "", flag.ErrHelp
+	}
+	return "", usagef("%s needs a subcommand: %s", c.name, strings.Join(subs, " or "))
+}
+
+func runJob(c *command, e *env, args []string) error {
+	sub, err := subcommand(c, e, args, "submit", "list")
+	if err != nil {
+		return err
+	}
 	fs := newFlags(e, &command{name: "job " + sub, usage: c.usage, summary: c.summary})
 	cf := addClusterFlags(fs)
 	out := fs.String("o", "text", "output: text or json")
@@ -247,14 +256,10 @@ var voterCmd = &command{
 }
 
 func runVoter(c *command, e *env, args []string) error {
-	if len(args) == 0 || (args[0] != "add" && args[0] != "remove") {
-		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help") {
-			fmt.Fprintf(e.stderr, "Usage: tmmu %s\n\n%s\n", c.usage, c.summary)
-			return flag.ErrHelp
-		}
-		return usagef("voter needs a subcommand: add or remove")
+	sub, err := subcommand(c, e, args, "add", "remove")
+	if err != nil {
+		return err
 	}
-	sub := args[0]
 	fs := newFlags(e, &command{name: "voter " + sub, usage: c.usage, summary: c.summary})
 	cf := addClusterFlags(fs)
 	out := fs.String("o", "text", "output: text or json")
