@@ -27,7 +27,7 @@ import (
 // Leadership lost, it stops its watchers; commands are idempotent, so a
 // commit that raced a leadership change is harmless.
 func (n *Node) RunAgreement(ctx context.Context, t *transport.Transport) {
-	a := &agreement{n: n, t: t, watch: map[string]context.CancelFunc{}}
+	a := &agreement{n: n, t: t, watch: map[string]context.CancelFunc{}, replans: map[string]*jobReplans{}}
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
 	defer a.stopAll()
@@ -37,6 +37,15 @@ func (n *Node) RunAgreement(ctx context.Context, t *transport.Transport) {
 			return
 		case <-tick.C:
 		case <-n.Commits():
+		case ev := <-n.replans:
+			if !n.IsLeader() {
+				if ev.reply != nil {
+					ev.reply <- replyOrErr{err: ErrNotLeader}
+				}
+				continue
+			}
+			a.sync(ctx)
+			a.handleReplan(ev)
 		}
 		if !n.IsLeader() {
 			a.stopAll()
@@ -52,6 +61,8 @@ type agreement struct {
 	mu    sync.Mutex
 	watch map[string]context.CancelFunc // "job/epoch" or "job/progress" → watcher
 	wg    sync.WaitGroup
+	// replans holds the replan state of each live job (leader only).
+	replans map[string]*jobReplans
 }
 
 func (a *agreement) stopAll() {
@@ -59,6 +70,10 @@ func (a *agreement) stopAll() {
 	for k, cancel := range a.watch {
 		cancel()
 		delete(a.watch, k)
+	}
+	for k, jr := range a.replans {
+		jr.sub.Unsubscribe()
+		delete(a.replans, k)
 	}
 	a.mu.Unlock()
 	a.wg.Wait()
@@ -83,8 +98,9 @@ func (a *agreement) sync(ctx context.Context) {
 				}()
 			}
 		}
+		live := j.Status == StatusRunning || j.Status == StatusAgreeing
 		pkey := name + "/progress"
-		if _, ok := a.watch[pkey]; j.Status == StatusRunning && !ok {
+		if _, ok := a.watch[pkey]; live && !ok {
 			wctx, cancel := context.WithCancel(ctx)
 			a.watch[pkey] = cancel
 			a.wg.Add(1)
@@ -92,11 +108,12 @@ func (a *agreement) sync(ctx context.Context) {
 				defer a.wg.Done()
 				a.progress(wctx, name, j.Spec.ShardSpec.WorldSize, j.LastStep)
 			}()
-		} else if ok && j.Status != StatusRunning {
+		} else if ok && !live {
 			a.watch[pkey]()
 			delete(a.watch, pkey)
 		}
 	}
+	a.syncReplans(s)
 }
 
 // agree tallies one epoch's reports and commits the outcome.
@@ -166,5 +183,11 @@ func (a *agreement) progress(ctx context.Context, job string, world, committed u
 			continue
 		}
 		committed = low
+		// Tell the ranks how far they may run now.
+		if s, _ := a.n.applied(); s.Jobs[job] != nil {
+			j := s.Jobs[job]
+			e := j.EpochFor(low + 1)
+			a.t.PublishAnnouncement(transport.Announcement{Job: job, Epoch: e.Epoch, Kind: transport.KindGrant, StartStep: j.Horizon(e.Epoch)})
+		}
 	}
 }

@@ -132,10 +132,10 @@ func (c *Client) Job(ctx context.Context, name string) (*Job, error) {
 	return &j, c.do(ctx, http.MethodGet, "/v1/jobs/"+url.PathEscape(name), nil, &j)
 }
 
-// IR returns a job's global IR as canonical CBOR.
-func (c *Client) IR(ctx context.Context, name string) ([]byte, error) {
+// IR returns a job's global IR under epoch e as canonical CBOR.
+func (c *Client) IR(ctx context.Context, name string, e uint64) ([]byte, error) {
 	var b []byte
-	return b, c.do(ctx, http.MethodGet, "/v1/jobs/"+url.PathEscape(name)+"/ir", nil, &b)
+	return b, c.do(ctx, http.MethodGet, fmt.Sprintf("/v1/jobs/%s/ir?epoch=%d", url.PathEscape(name), e), nil, &b)
 }
 
 // Jobs lists the jobs.
@@ -182,4 +182,35 @@ func (c *Client) RemoveVoter(ctx context.Context, id string) (*Status, error) {
 func (c *Client) RankPlan(ctx context.Context, job string, rank uint64) (*shard.RankPlan, error) {
 	var rp shard.RankPlan
 	return &rp, c.do(ctx, http.MethodGet, fmt.Sprintf("/v1/jobs/%s/ranks/%d/plan", url.PathEscape(job), rank), nil, &rp)
+}
+
+// Replan sends an operator's replan request; token is the operator token
+// ("" when the cluster needs none).
+func (c *Client) Replan(ctx context.Context, job, token string, req *ReplanRequest) (*ReplanReply, error) {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return nil, err
+	}
+	var out ReplanReply
+	cc := *c
+	if token != "" {
+		cc.HTTP = &http.Client{Timeout: c.HTTP.Timeout, Transport: bearer{token, c.HTTP.Transport}}
+	}
+	return &out, cc.do(ctx, http.MethodPost, "/v1/jobs/"+url.PathEscape(job)+"/replan", body, &out)
+}
+
+// bearer adds an Authorization header.
+type bearer struct {
+	token string
+	next  http.RoundTripper
+}
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.token)
+	next := b.next
+	if next == nil {
+		next = http.DefaultTransport
+	}
+	return next.RoundTrip(r)
 }

@@ -30,7 +30,23 @@ type JobSpec struct {
 	ReplayToken  ir.Hash             `json:"replay_token" cbor:"replay_token"`
 	ReplanPolicy string              `json:"replan_policy" cbor:"replan_policy"`
 	Steps        uint64              `json:"steps" cbor:"steps"` // steps to run; 0 = until stopped
+	// Window is how many steps ranks may run beyond the committed
+	// progress (default DefaultWindow). A replan's boundary is always
+	// past that horizon, so no rank can have started it under the old
+	// epoch.
+	Window uint64 `json:"window" cbor:"window"`
+	// Source, when set, is the generator the IR came from, with the
+	// job's dynamic dimensions: a shape replan regenerates the IR at the
+	// new envelope. Jobs submitted as a bare IR replan only for operator
+	// requests and membership changes.
+	Source *ModelSource `json:"source,omitempty" cbor:"source,omitempty"`
+	// Elastic lets a membership change replan the job for the new world
+	// size (not built yet: accepted and recorded only).
+	Elastic bool `json:"elastic,omitempty" cbor:"elastic"`
 }
+
+// DefaultWindow is JobSpec.Window's default.
+const DefaultWindow = 2
 
 // Job statuses.
 const (
@@ -66,6 +82,64 @@ type Epoch struct {
 	Expected       []ir.Hash `json:"expected" cbor:"expected"` // per rank
 	// Outcome is nil until the leader commits the agreement outcome.
 	Outcome *Outcome `json:"outcome,omitempty" cbor:"outcome"`
+	// The plan inputs an epoch changes; empty means as in the epoch
+	// before (the first epoch's come from the spec).
+	Model       []byte                 `json:"-" cbor:"model,omitempty"` // a regenerated IR, canonical CBOR
+	IRHash      ir.Hash                `json:"ir_hash" cbor:"ir_hash"`
+	ArenaConfig planner.ArenaConfig    `json:"arena_config,omitempty" cbor:"arena_config,omitempty"`
+	Strategy    planner.Strategy       `json:"strategy,omitempty" cbor:"strategy,omitempty"`
+	Envelope    map[string]ir.DimRange `json:"envelope,omitempty" cbor:"envelope,omitempty"`
+	// CommittedAt is the leader's clock (Unix ns) when it proposed the
+	// epoch; it is data, not read by Apply.
+	CommittedAt int64 `json:"committed_at_unix_nano" cbor:"committed_at"`
+}
+
+// Inputs returns the plan inputs of epoch i: its IR (canonical CBOR) and
+// planner options, as changed by the epochs up to i.
+func (j *Job) Inputs(i uint64) (model []byte, opts planner.Options, env map[string]ir.DimRange) {
+	model, opts = j.Spec.Model, j.Spec.PlanOptions()
+	for k := uint64(0); k <= i && k < uint64(len(j.Epochs)); k++ {
+		e := &j.Epochs[k]
+		if e.Model != nil {
+			model = e.Model
+		}
+		if e.ArenaConfig != nil {
+			opts.Arenas = e.ArenaConfig
+		}
+		if e.Strategy != "" {
+			opts.Strategy = e.Strategy
+		}
+		if e.Envelope != nil {
+			env = e.Envelope
+		}
+	}
+	return model, opts, env
+}
+
+// EpochFor returns the epoch that runs step s: the latest whose StartStep
+// is at most s.
+func (j *Job) EpochFor(s uint64) *Epoch {
+	for i := len(j.Epochs) - 1; i > 0; i-- {
+		if j.Epochs[i].StartStep <= s {
+			return &j.Epochs[i]
+		}
+	}
+	return &j.Epochs[0]
+}
+
+// Horizon returns the last step ranks may run under epoch i: the
+// committed progress plus the window, and never the next epoch's
+// boundary or beyond.
+func (j *Job) Horizon(i uint64) uint64 {
+	w := j.Spec.Window
+	if w == 0 {
+		w = DefaultWindow
+	}
+	h := j.LastStep + w
+	if i+1 < uint64(len(j.Epochs)) {
+		h = min(h, j.Epochs[i+1].StartStep-1)
+	}
+	return h
 }
 
 // Outcome is the committed result of an epoch's agreement.
@@ -74,6 +148,8 @@ type Outcome struct {
 	Mismatches []Mismatch `json:"mismatches,omitempty" cbor:"mismatches"`
 	Missing    []uint64   `json:"missing,omitempty" cbor:"missing"`
 	Reason     string     `json:"reason,omitempty" cbor:"reason"`
+	// At is the leader's clock (Unix ns) when it proposed the outcome.
+	At int64 `json:"at_unix_nano" cbor:"at"`
 }
 
 // Mismatch is a rank whose plan hash differs from the expected one.
@@ -165,11 +241,12 @@ func (s *State) Apply(c *Command) Result {
 		}
 		o := *c.Outcome
 		e.Outcome = &o
-		if c.Epoch == uint64(len(j.Epochs))-1 && j.Status == StatusAgreeing {
-			if o.Agreed {
-				j.Status = StatusRunning
-			} else {
+		if j.Status == StatusAgreeing || j.Status == StatusRunning {
+			if !o.Agreed {
 				j.Status, j.Reason = StatusFailed, fmt.Sprintf("epoch %d not agreed: %s", c.Epoch, describe(&o))
+			} else if c.Epoch == uint64(len(j.Epochs))-1 {
+				j.Status = StatusRunning
+				j.finish()
 			}
 		}
 		return Result{Changed: true}
@@ -178,9 +255,7 @@ func (s *State) Apply(c *Command) Result {
 			return Result{}
 		}
 		j.LastStep = c.Step
-		if j.Spec.Steps > 0 && j.LastStep >= j.Spec.Steps && j.Status == StatusRunning {
-			j.Status = StatusDone
-		}
+		j.finish()
 		return Result{Changed: true}
 	case CmdEpoch:
 		if c.New == nil {
@@ -198,8 +273,15 @@ func (s *State) Apply(c *Command) Result {
 		if j.Status == StatusFailed || j.Status == StatusDone {
 			return Result{Err: fmt.Errorf("coord: job %q is %s", c.Job, j.Status)}
 		}
+		if prev := j.Current(); prev.Outcome == nil || !prev.Outcome.Agreed {
+			return Result{Err: fmt.Errorf("coord: job %q: epoch %d is not agreed yet", c.Job, prev.Epoch)}
+		}
 		e := *c.New
 		e.Outcome = nil
+		// The boundary lies past every step a rank may already run
+		// under the epoch before (its horizon), whatever progress was
+		// committed since the leader chose it.
+		e.StartStep = max(e.StartStep, j.Horizon(uint64(len(j.Epochs))-1)+1)
 		j.Epochs = append(j.Epochs, e)
 		j.Status = StatusAgreeing
 		return Result{Changed: true}
@@ -211,6 +293,13 @@ func (s *State) Apply(c *Command) Result {
 		return Result{Changed: true}
 	}
 	return Result{Err: fmt.Errorf("coord: unknown command %q", c.Kind)}
+}
+
+// finish marks a running job done once its last step is committed.
+func (j *Job) finish() {
+	if j.Spec.Steps > 0 && j.LastStep >= j.Spec.Steps && j.Status == StatusRunning {
+		j.Status = StatusDone
+	}
 }
 
 func (s *State) applyPeer(c *Command) Result {
@@ -257,6 +346,7 @@ func (s *State) Clone() *State {
 		jj.Epochs = slices.Clone(j.Epochs)
 		for i := range jj.Epochs {
 			jj.Epochs[i].Expected = slices.Clone(jj.Epochs[i].Expected)
+			jj.Epochs[i].Envelope = maps.Clone(jj.Epochs[i].Envelope)
 			if o := jj.Epochs[i].Outcome; o != nil {
 				oo := *o
 				oo.Mismatches, oo.Missing = slices.Clone(o.Mismatches), slices.Clone(o.Missing)

@@ -97,10 +97,11 @@ func newMetrics(n *Node) *metrics {
 //	POST /v1/jobs               submit (the leader plans every rank and commits epoch 0; followers redirect with 307)
 //	GET  /v1/jobs               job summaries
 //	GET  /v1/jobs/{name}        a job with its epochs and expected plan hashes
-//	GET  /v1/jobs/{name}/ir     the job's global IR (canonical CBOR)
+//	GET  /v1/jobs/{name}/ir     the job's global IR (canonical CBOR) under the latest epoch, or ?epoch=E
 //	GET  /v1/jobs/{name}/ranks/{rank}/plan
 //	                            a rank's plan under the current epoch (planned on request)
 //	GET  /v1/status             raft state, leader, term, voters, jobs
+//	POST /v1/jobs/{name}/replan an operator's replan request (bearer token when configured)
 //	POST /v1/voters             add a voter {id, raft_addr, http_addr} (its node runs without bootstrap)
 //	DELETE /v1/voters/{id}      remove a voter
 //	GET  /livez, /readyz        liveness; readiness (a leader is known)
@@ -135,8 +136,18 @@ func (n *Node) Handler() http.Handler {
 		if j == nil {
 			return
 		}
+		i := j.Current().Epoch
+		if q := r.URL.Query().Get("epoch"); q != "" {
+			e, err := strconv.ParseUint(q, 10, 64)
+			if err != nil || e >= uint64(len(j.Epochs)) {
+				writeError(w, http.StatusNotFound, fmt.Errorf("job %q has no epoch %q", j.Spec.Name, q))
+				return
+			}
+			i = e
+		}
+		model, _, _ := j.Inputs(i)
 		w.Header().Set("Content-Type", "application/cbor")
-		w.Write(j.Spec.Model)
+		w.Write(model)
 	})
 	mux.HandleFunc("GET /v1/jobs/{name}/ranks/{rank}/plan", func(w http.ResponseWriter, r *http.Request) {
 		j := n.job(w, r)
@@ -148,12 +159,34 @@ func (n *Node) Handler() http.Handler {
 			writeError(w, http.StatusNotFound, fmt.Errorf("job %q has no rank %q", j.Spec.Name, r.PathValue("rank")))
 			return
 		}
-		rp, err := j.PlanRank(rank)
+		rp, err := j.PlanRank(j.Current().Epoch, rank)
 		if err != nil {
 			writeError(w, http.StatusInternalServerError, err)
 			return
 		}
 		writeJSON(w, http.StatusOK, rp)
+	})
+	mux.HandleFunc("POST /v1/jobs/{name}/replan", func(w http.ResponseWriter, r *http.Request) {
+		if tok := n.cfg.ReplanToken; tok != "" && r.Header.Get("Authorization") != "Bearer "+tok {
+			writeError(w, http.StatusUnauthorized, errors.New("replan requests need the operator token (Authorization: Bearer …)"))
+			return
+		}
+		if n.redirect(w, r) {
+			return
+		}
+		var req ReplanRequest
+		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&req); err != nil {
+			writeError(w, http.StatusBadRequest, err)
+			return
+		}
+		out, err := n.OperatorReplan(r.PathValue("name"), &req, 30*time.Second)
+		if err != nil {
+			writeError(w, http.StatusConflict, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, out)
 	})
 	mux.HandleFunc("POST /v1/voters", func(w http.ResponseWriter, r *http.Request) {
 		if n.redirect(w, r) {

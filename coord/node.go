@@ -43,8 +43,11 @@ type Config struct {
 	// their recorded addresses.
 	Peers []Peer
 	// Fast shortens raft's timeouts for loopback clusters (tests, demo).
-	Fast   bool
-	Logger *slog.Logger
+	Fast bool
+	// ReplanToken, when set, is the bearer token POST
+	// /v1/jobs/{name}/replan requires.
+	ReplanToken string
+	Logger      *slog.Logger
 }
 
 // Validate reports every problem of c at once.
@@ -152,6 +155,8 @@ type Node struct {
 
 	commits chan struct{} // signalled (non-blocking) after every applied command
 	metrics *metrics
+	// replans carries replan events to the agreement loop.
+	replans chan replanEvent
 	// caughtUpTerm is the term in which this node, as leader, last
 	// applied everything committed before it took over (see State).
 	caughtUpTerm atomic.Uint64
@@ -170,7 +175,7 @@ func Open(cfg Config) (*Node, error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("coord: %w", err)
 	}
-	n := &Node{cfg: cfg, log: log.With("node", cfg.ID), peers: map[string]Peer{}, commits: make(chan struct{}, 1)}
+	n := &Node{cfg: cfg, log: log.With("node", cfg.ID), peers: map[string]Peer{}, commits: make(chan struct{}, 1), replans: make(chan replanEvent, 256)}
 	for _, p := range cfg.Peers {
 		n.peers[p.ID] = p
 	}

@@ -14,8 +14,10 @@ import (
 // SubmitRequest is the body of POST /v1/jobs.
 type SubmitRequest struct {
 	Name string `json:"name"`
-	// IR is the global graph as a UML_Model_IR JSON object.
-	IR json.RawMessage `json:"ir"`
+	// IR is the global graph as a UML_Model_IR JSON object; or Model
+	// names a generator with dynamic dimensions (shape replans need one).
+	IR    json.RawMessage `json:"ir,omitempty"`
+	Model *ModelSource    `json:"model,omitempty"`
 	// ShardSpec is a shard spec JSON object (see package shard).
 	ShardSpec    json.RawMessage     `json:"shard_spec"`
 	ArenaConfig  planner.ArenaConfig `json:"arena_config,omitempty"`
@@ -24,6 +26,8 @@ type SubmitRequest struct {
 	Steps        uint64              `json:"steps"`
 	ReplanPolicy string              `json:"replan_policy,omitempty"` // default replan_at_safepoint
 	ReplayToken  string              `json:"replay_token,omitempty"`  // 64 hex digits
+	Window       uint64              `json:"window,omitempty"`        // default DefaultWindow
+	Elastic      bool                `json:"elastic,omitempty"`
 }
 
 var jobName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
@@ -35,7 +39,19 @@ func PrepareSubmit(req *SubmitRequest) (*Command, *shard.GlobalPlan, error) {
 	if !jobName.MatchString(req.Name) {
 		return nil, nil, failure.New(failure.InvalidOptions, "tmmu.coordinator", fmt.Sprintf("job name %q: use 1 to 64 of A-Z a-z 0-9 _ -", req.Name))
 	}
-	m, err := ir.DecodeJSON(req.IR)
+	var m *ir.Model
+	var err error
+	switch {
+	case (req.IR == nil) == (req.Model == nil):
+		return nil, nil, failure.New(failure.InvalidOptions, "tmmu.coordinator", "a submission has either an ir or a model source")
+	case req.Model != nil:
+		if err := req.Model.Validate(); err != nil {
+			return nil, nil, failure.New(failure.InvalidOptions, "tmmu.coordinator", err.Error())
+		}
+		m, err = req.Model.Generate(req.Model.Envelope())
+	default:
+		m, err = ir.DecodeJSON(req.IR)
+	}
 	if err != nil {
 		return nil, nil, err
 	}
@@ -55,7 +71,10 @@ func PrepareSubmit(req *SubmitRequest) (*Command, *shard.GlobalPlan, error) {
 		return nil, nil, failure.New(failure.InvalidOptions, "tmmu.coordinator", fmt.Sprintf("replan_policy %q: want %s or %s", policy, ReplanAtSafepoint, ReplanAbort))
 	}
 	js := &JobSpec{Name: req.Name, ShardSpec: *rs, ArenaConfig: req.ArenaConfig, Mode: req.Mode, Strategy: req.Strategy,
-		ReplanPolicy: policy, Steps: req.Steps}
+		ReplanPolicy: policy, Steps: req.Steps, Window: req.Window, Source: req.Model, Elastic: req.Elastic}
+	if js.Window == 0 {
+		js.Window = DefaultWindow
+	}
 	if js.Strategy == "" {
 		js.Strategy = planner.Packed
 	}
@@ -71,7 +90,10 @@ func PrepareSubmit(req *SubmitRequest) (*Command, *shard.GlobalPlan, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	e := &Epoch{Epoch: 0, StartStep: 1, Reason: "submitted", GlobalPlanHash: gp.Hash}
+	e := &Epoch{Epoch: 0, StartStep: 1, Reason: "submitted", GlobalPlanHash: gp.Hash, IRHash: gp.IRHash}
+	if req.Model != nil {
+		e.Envelope = req.Model.Envelope()
+	}
 	for _, r := range gp.Ranks {
 		e.Expected = append(e.Expected, r.PlanHash)
 	}
@@ -84,15 +106,12 @@ func (s *JobSpec) PlanOptions() planner.Options {
 	return planner.Options{Mode: s.Mode, Strategy: s.Strategy, ReplayToken: s.ReplayToken, Arenas: s.ArenaConfig}
 }
 
-// Graph decodes the job's global IR.
-func (s *JobSpec) Graph() (*ir.Model, error) { return ir.DecodeCBOR(s.Model) }
-
-// PlanRank plans one rank of the job as its workers do (the current
-// epoch's options).
-func (j *Job) PlanRank(rank uint64) (*shard.RankPlan, error) {
-	m, err := j.Spec.Graph()
+// PlanRank plans one rank of the job under epoch i, as its workers do.
+func (j *Job) PlanRank(i, rank uint64) (*shard.RankPlan, error) {
+	data, opts, _ := j.Inputs(i)
+	m, err := ir.DecodeCBOR(data)
 	if err != nil {
 		return nil, err
 	}
-	return shard.PlanRank(m, &j.Spec.ShardSpec, rank, j.Spec.PlanOptions())
+	return shard.PlanRank(m, &j.Spec.ShardSpec, rank, opts)
 }

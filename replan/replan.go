@@ -462,6 +462,10 @@ func (r *Replanner) Applied() {
 	r.obs = keep
 }
 
+// SetPending records a decided epoch that is not in effect yet (a
+// replanner rebuilt by a new leader while an epoch awaits agreement).
+func (r *Replanner) SetPending(e Epoch) { p := e; r.pending = &p }
+
 // Cancel drops the pending epoch (it was not agreed); the current epoch
 // stays in effect.
 func (r *Replanner) Cancel() { r.pending = nil }

@@ -32,6 +32,9 @@ const (
 	KindReplan = "replan"
 	// KindAbort announces that the job is aborted; workers stop.
 	KindAbort = "abort"
+	// KindGrant announces that ranks may run epoch Epoch up to step
+	// StartStep (the horizon the committed progress allows).
+	KindGrant = "grant"
 )
 
 // PlanReport is a worker's proof that it computed plan hash PlanHash for rank
@@ -95,6 +98,9 @@ type ReplanRequest struct {
 	Step     uint64 `cbor:"step" json:"step"`
 	Reason   string `cbor:"reason" json:"reason"`
 	DedupeID string `cbor:"dedupe_id" json:"dedupe_id"`
+	// Dims are the dynamic dimension sizes the rank observed at the end
+	// of Step ("seq": 2048), for an envelope exit.
+	Dims map[string]uint64 `cbor:"dims,omitempty" json:"dims,omitempty"`
 }
 
 // Announcement is a leader broadcast to every worker of a job: a new epoch
@@ -255,6 +261,14 @@ func (r ReplanRequest) Validate() error {
 	if err := checkText("dedupe_id", r.DedupeID, MaxDedupeIDLen, true); err != nil {
 		return invalid("replan request", "%v", err)
 	}
+	if len(r.Dims) > 16 {
+		return invalid("replan request", "%d dims (at most 16)", len(r.Dims))
+	}
+	for d := range r.Dims {
+		if err := checkText("dim name", d, 64, true); err != nil {
+			return invalid("replan request", "%v", err)
+		}
+	}
 	return nil
 }
 
@@ -264,7 +278,7 @@ func (a Announcement) Validate() error {
 		return invalid("announcement", "%v", err)
 	}
 	switch a.Kind {
-	case KindEpoch, KindReplan, KindAbort:
+	case KindEpoch, KindReplan, KindAbort, KindGrant:
 	default:
 		return invalid("announcement", "unknown kind %q", a.Kind)
 	}

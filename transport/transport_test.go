@@ -347,7 +347,7 @@ func TestForget(t *testing.T) {
 
 // roundTrip subscribes with sub on one connection, publishes want with pub
 // on another, and checks that exactly want arrives.
-func roundTrip[T comparable](t *testing.T, want T,
+func roundTrip[T any](t *testing.T, want T,
 	sub func(string, func(T)) (*nats.Subscription, error), subNC *nats.Conn,
 	pub func(T) error, pubNC *nats.Conn) {
 	t.Helper()
@@ -368,7 +368,7 @@ func roundTrip[T comparable](t *testing.T, want T,
 	}
 	select {
 	case v := <-got:
-		if v != want {
+		if !reflect.DeepEqual(v, want) {
 			t.Fatalf("got %+v, want %+v", v, want)
 		}
 	case <-time.After(10 * time.Second):
@@ -418,7 +418,7 @@ func TestPublishSubscribeRoundTrip(t *testing.T) {
 			b.SubscribeStepDone, bnc, a.PublishStepDone, anc)
 	})
 	t.Run("replan", func(t *testing.T) {
-		roundTrip(t, ReplanRequest{Job: "job", Epoch: 4, Rank: 2, Step: 101, Reason: "oom", DedupeID: "r2-s101"},
+		roundTrip(t, ReplanRequest{Job: "job", Epoch: 4, Rank: 2, Step: 101, Reason: "oom", DedupeID: "r2-s101", Dims: map[string]uint64{"seq": 2048}},
 			b.SubscribeReplanRequests, bnc, a.PublishReplanRequest, anc)
 	})
 	t.Run("announce", func(t *testing.T) {

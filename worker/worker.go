@@ -33,8 +33,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
+	"strings"
 	"sync"
 	"time"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/tmmu/tmmu/coord"
 	"github.com/tmmu/tmmu/ir"
@@ -60,6 +65,9 @@ type Config struct {
 	// worker plans (an operator's local override; a different plan is
 	// detected as a mismatch).
 	AdjustOptions func(*planner.Options)
+	// Observe, if set, returns the dynamic dimension sizes ("seq") seen
+	// at the end of a step (the data pipeline's batch shapes).
+	Observe func(step uint64) map[string]uint64
 	// OnStep is called just before each step runs (a test's safety
 	// recorder).
 	OnStep func(Event)
@@ -83,25 +91,55 @@ type Event struct {
 // Result is what a worker did.
 type Result struct {
 	Rank          uint64
-	Epoch         uint64
+	Epoch         uint64 // the last epoch it ran under
+	Epochs        uint64 // epochs it ran steps under
 	PlanHash      ir.Hash
 	Executor      string
 	StepsRun      uint64
 	FirstStep     uint64
 	LastStep      uint64
 	PlanTime      time.Duration
-	AgreementTime time.Duration // from reporting to seeing the committed outcome
+	AgreementTime time.Duration // from reporting to seeing the committed outcome (first epoch)
 	StepTime      time.Duration // total time running steps (barriers excluded)
 	Model         shard.ModelState
 	Bytes         uint64 // the plan's reserved bytes
+	Replans       uint64 // replan requests this worker sent
 }
 
-// ErrNotAgreed is returned when the epoch was committed as not agreed.
+// ErrNotAgreed is returned when an epoch was committed as not agreed.
 var ErrNotAgreed = errors.New("worker: the epoch was not agreed")
 
-// Run runs the worker until the job's steps are done, the epoch is not
-// agreed, or ctx ends (a drain: the current step finishes first).
-func Run(ctx context.Context, cfg Config) (res Result, err error) {
+// ErrAborted is returned when the job was failed or aborted.
+var ErrAborted = errors.New("worker: the job was aborted")
+
+// epochPlan is this rank's plan under one epoch.
+type epochPlan struct {
+	epoch    uint64
+	hash     ir.Hash
+	plan     *shard.RankPlan
+	graph    *ir.Graph
+	exec     runtime.Executor
+	reported time.Time
+	barrier  *barrier
+}
+
+type run struct {
+	cfg     Config
+	log     *slog.Logger
+	rank    uint64
+	world   uint64
+	models  map[ir.Hash]*ir.Model
+	plans   map[uint64]*epochPlan
+	wake    chan struct{} // announcements and outcomes: refresh the job
+	mu      sync.Mutex
+	res     Result
+	started bool
+}
+
+// Run runs the worker until the job's steps are done, an epoch is not
+// agreed, the job is aborted, or ctx ends (a drain: the current step
+// finishes first).
+func Run(ctx context.Context, cfg Config) (Result, error) {
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -112,138 +150,291 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 	if cfg.Resend == 0 {
 		cfg.Resend = 100 * time.Millisecond
 	}
-	log = log.With("job", cfg.Job, "identity", cfg.Identity)
+	w := &run{cfg: cfg, log: log.With("job", cfg.Job, "identity", cfg.Identity), models: map[ir.Hash]*ir.Model{},
+		plans: map[uint64]*epochPlan{}, wake: make(chan struct{}, 1)}
+	err := w.run(ctx)
+	return w.res, err
+}
 
+func (w *run) poke() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (w *run) run(ctx context.Context) error {
+	cfg := w.cfg
 	job, err := waitJob(ctx, cfg)
 	if err != nil {
-		return res, err
+		return err
 	}
-	data, err := cfg.Coordinator.IR(ctx, cfg.Job)
+	w.world = job.Spec.ShardSpec.WorldSize
+	claim, err := cfg.Rendezvous.Claim(ctx, cfg.Job, w.world, cfg.Identity)
 	if err != nil {
-		return res, fmt.Errorf("worker: fetching the IR: %w", err)
-	}
-	model, err := ir.DecodeCBOR(data)
-	if err != nil {
-		return res, fmt.Errorf("worker: the job's IR: %w", err)
-	}
-	world := job.Spec.ShardSpec.WorldSize
-	claim, err := cfg.Rendezvous.Claim(ctx, cfg.Job, world, cfg.Identity)
-	if err != nil {
-		return res, err
+		return err
 	}
 	defer func() {
 		rctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		if rerr := claim.Release(rctx); rerr != nil {
-			log.Warn("releasing the rank", "err", rerr)
+			w.log.Warn("releasing the rank", "err", rerr)
 		}
 	}()
-	rank := claim.Rank
-	res.Rank = rank
-	log = log.With("rank", rank)
+	w.rank, w.res.Rank = claim.Rank, claim.Rank
+	w.log = w.log.With("rank", w.rank)
 
-	e := job.Current()
-	res.Epoch = e.Epoch
-	opts := job.Spec.PlanOptions()
-	if cfg.AdjustOptions != nil {
-		cfg.AdjustOptions(&opts)
-	}
-	t0 := time.Now()
-	rp, err := shard.PlanRank(model, &job.Spec.ShardSpec, rank, opts)
-	if err != nil {
-		return res, fmt.Errorf("worker: planning rank %d: %w", rank, err)
-	}
-	res.PlanTime = time.Since(t0)
-	res.PlanHash, res.Model, res.Bytes = rp.Plan.PlanHash, rp.ModelState, rp.Plan.Metrics.ReservedBytes
-
-	// Listen for the outcome before reporting, so it cannot be missed.
-	outcomes := make(chan transport.Outcome, 4)
-	sub, err := cfg.Transport.SubscribeOutcomes(cfg.Job, func(o transport.Outcome) {
-		if o.Epoch == e.Epoch {
-			select {
-			case outcomes <- o:
-			default:
-			}
+	// Listen before reporting anything, so nothing is missed.
+	for _, sub := range []func() (*nats.Subscription, error){
+		func() (*nats.Subscription, error) {
+			return cfg.Transport.SubscribeOutcomes(cfg.Job, func(transport.Outcome) { w.poke() })
+		},
+		func() (*nats.Subscription, error) {
+			return cfg.Transport.SubscribeAnnouncements(cfg.Job, func(transport.Announcement) { w.poke() })
+		},
+		func() (*nats.Subscription, error) {
+			return cfg.Transport.SubscribeStepReports(cfg.Job, func(r transport.StepReport) {
+				w.mu.Lock()
+				p := w.plans[r.Epoch]
+				w.mu.Unlock()
+				if p != nil {
+					p.barrier.add(r)
+				}
+			})
+		},
+	} {
+		s, err := sub()
+		if err != nil {
+			return err
 		}
-	})
-	if err != nil {
-		return res, err
+		defer s.Unsubscribe()
 	}
-	defer sub.Unsubscribe()
-	t1 := time.Now()
-	if err := cfg.Transport.Report(ctx, transport.PlanReport{Job: cfg.Job, Epoch: e.Epoch, Rank: rank, Identity: cfg.Identity, PlanHash: rp.Plan.PlanHash}); err != nil {
-		return res, fmt.Errorf("worker: reporting the plan hash: %w", err)
-	}
-	committed, err := waitOutcome(ctx, cfg, e.Epoch, outcomes)
-	if err != nil {
-		return res, err
-	}
-	res.AgreementTime = time.Since(t1)
-	if !committed.Agreed {
-		return res, fmt.Errorf("%w: %s", ErrNotAgreed, committed.Reason)
-	}
-	log.Debug("epoch agreed", "epoch", e.Epoch, "plan_hash", rp.Plan.PlanHash.Short())
 
-	view, err := shard.RankView(model, &job.Spec.ShardSpec, rank)
-	if err != nil {
-		return res, err
-	}
-	exec, err := newExecutor(cfg, view.Graph, rp.Plan)
-	if err != nil {
-		return res, err
-	}
-	res.Executor = exec.Name()
-
-	// Steps: start where every rank has finished (a replacement worker
-	// joins the others there).
-	latest, err := cfg.Coordinator.Job(ctx, cfg.Job)
-	if err != nil {
-		return res, err
-	}
-	step := max(e.StartStep, latest.LastStep+1)
-	res.FirstStep = step
-	b := newBarrier(world, e.Expected)
-	stepSub, err := cfg.Transport.SubscribeStepReports(cfg.Job, func(r transport.StepReport) {
-		if r.Epoch == e.Epoch {
-			b.add(r)
-		}
-	})
-	if err != nil {
-		return res, err
-	}
-	defer stepSub.Unsubscribe()
+	// Start where every rank has finished (a replacement joins the
+	// others there).
+	step := max(job.Epochs[0].StartStep, job.LastStep+1)
+	w.res.FirstStep = step
 	for job.Spec.Steps == 0 || step <= job.Spec.Steps {
-		if err := b.wait(ctx, step, cfg.Resend, func() error {
-			return cfg.Transport.PublishStepReport(transport.StepReport{Job: cfg.Job, Epoch: e.Epoch, Rank: rank, Step: step, PlanHash: rp.Plan.PlanHash})
-		}); err != nil {
+		p, err := w.await(ctx, step)
+		if err != nil {
 			if ctx.Err() != nil {
-				return res, nil // drained between steps
+				return nil // drained between steps
 			}
-			return res, err
+			return err
 		}
 		if cfg.OnStep != nil {
-			cfg.OnStep(Event{Job: cfg.Job, Identity: cfg.Identity, Rank: rank, Epoch: e.Epoch, Step: step, PlanHash: rp.Plan.PlanHash})
+			cfg.OnStep(Event{Job: cfg.Job, Identity: cfg.Identity, Rank: w.rank, Epoch: p.epoch, Step: step, PlanHash: p.hash})
 		}
 		t := time.Now()
-		if _, err := exec.Step(context.WithoutCancel(ctx), step); err != nil {
-			return res, fmt.Errorf("worker: step %d: %w", step, err)
+		if _, err := p.exec.Step(context.WithoutCancel(ctx), step); err != nil {
+			return fmt.Errorf("worker: step %d: %w", step, err)
 		}
 		took := time.Since(t)
-		res.StepTime += took
-		res.StepsRun++
-		res.LastStep = step
-		if err := cfg.Transport.PutProgress(context.WithoutCancel(ctx), transport.StepDone{Job: cfg.Job, Epoch: e.Epoch, Rank: rank, Step: step, Nanos: took.Nanoseconds()}); err != nil {
-			log.Warn("publishing progress", "step", step, "err", err)
+		w.res.StepTime += took
+		w.res.StepsRun++
+		w.res.LastStep = step
+		if err := cfg.Transport.PutProgress(context.WithoutCancel(ctx), transport.StepDone{Job: cfg.Job, Epoch: p.epoch, Rank: w.rank, Step: step, Nanos: took.Nanoseconds()}); err != nil {
+			w.log.Warn("recording progress", "step", step, "err", err)
 		}
+		w.observe(p, step)
 		step++
 		if ctx.Err() != nil {
-			return res, nil
+			return nil
 		}
 	}
-	// Keep answering the barrier of the last step briefly, so a rank
-	// that is still waiting sees this one pass it.
-	cfg.Transport.PublishStepReport(transport.StepReport{Job: cfg.Job, Epoch: e.Epoch, Rank: rank, Step: step, PlanHash: rp.Plan.PlanHash})
-	return res, nil
+	return nil
+}
+
+// observe asks for a replan when the step saw dimensions outside its
+// epoch's envelope.
+func (w *run) observe(p *epochPlan, step uint64) {
+	if w.cfg.Observe == nil {
+		return
+	}
+	dims := w.cfg.Observe(step)
+	if len(dims) == 0 {
+		return
+	}
+	job, err := w.cfg.Coordinator.Job(context.Background(), w.cfg.Job)
+	if err != nil {
+		return
+	}
+	_, _, env := job.Inputs(p.epoch)
+	var out []string
+	for _, d := range slices.Sorted(maps.Keys(dims)) {
+		if r, ok := env[d]; ok && (dims[d] < r.Min || dims[d] > r.Max) {
+			out = append(out, fmt.Sprintf("%s=%d outside [%d,%d]", d, dims[d], r.Min, r.Max))
+		}
+	}
+	if len(out) == 0 {
+		return
+	}
+	req := transport.ReplanRequest{Job: w.cfg.Job, Epoch: p.epoch, Rank: w.rank, Step: step, Reason: strings.Join(out, ", "),
+		DedupeID: fmt.Sprintf("%s/%d/%d", w.cfg.Identity, p.epoch, step), Dims: dims}
+	if err := w.cfg.Transport.PublishReplanRequest(req); err != nil {
+		w.log.Warn("asking for a replan", "err", err)
+		return
+	}
+	w.res.Replans++
+}
+
+// await returns the plan to run step under, once the step may run.
+func (w *run) await(ctx context.Context, step uint64) (*epochPlan, error) {
+	poll := time.NewTicker(w.cfg.Poll)
+	defer poll.Stop()
+	var lastSent time.Time
+	var job *coord.Job
+	fresh := true
+	for {
+		if fresh {
+			j, err := w.cfg.Coordinator.Job(ctx, w.cfg.Job)
+			if err != nil {
+				return nil, err
+			}
+			job = j
+			fresh = false
+		}
+		if job.Status == coord.StatusFailed {
+			if e := job.EpochFor(step); e.Outcome != nil && !e.Outcome.Agreed {
+				return nil, fmt.Errorf("%w: %s", ErrNotAgreed, job.Reason)
+			}
+			return nil, fmt.Errorf("%w: %s", ErrAborted, job.Reason)
+		}
+		e := job.EpochFor(step)
+		// Plan and report every epoch from e on as soon as it exists.
+		for i := e.Epoch; i < uint64(len(job.Epochs)); i++ {
+			if _, err := w.prepare(ctx, job, i); err != nil {
+				return nil, err
+			}
+		}
+		w.mu.Lock()
+		p := w.plans[e.Epoch]
+		w.mu.Unlock()
+		ready := false
+		if e.Outcome != nil {
+			if !e.Outcome.Agreed {
+				return nil, fmt.Errorf("%w: %s", ErrNotAgreed, job.Reason)
+			}
+			if err := w.start(p); err != nil {
+				return nil, err
+			}
+			if job.Horizon(e.Epoch) >= step {
+				if time.Since(lastSent) >= w.cfg.Resend {
+					lastSent = time.Now()
+					if err := w.cfg.Transport.PublishStepReport(transport.StepReport{Job: w.cfg.Job, Epoch: e.Epoch, Rank: w.rank, Step: step, PlanHash: p.hash}); err != nil {
+						return nil, err
+					}
+				}
+				ready = p.barrier.ready(step)
+			}
+		}
+		if ready {
+			return p, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-w.wake:
+			fresh = true
+		case <-poll.C:
+			fresh = true
+		case <-p.barrier.changed:
+		}
+	}
+}
+
+// prepare plans this rank under epoch i and reports the hash, once.
+func (w *run) prepare(ctx context.Context, job *coord.Job, i uint64) (*epochPlan, error) {
+	w.mu.Lock()
+	p := w.plans[i]
+	w.mu.Unlock()
+	if p != nil {
+		return p, nil
+	}
+	e := &job.Epochs[i]
+	model, err := w.model(ctx, job, i)
+	if err != nil {
+		return nil, err
+	}
+	_, opts, _ := job.Inputs(i)
+	if w.cfg.AdjustOptions != nil {
+		w.cfg.AdjustOptions(&opts)
+	}
+	t := time.Now()
+	rp, err := shard.PlanRank(model, &job.Spec.ShardSpec, w.rank, opts)
+	if err != nil {
+		return nil, fmt.Errorf("worker: planning rank %d under epoch %d: %w", w.rank, i, err)
+	}
+	view, err := shard.RankView(model, &job.Spec.ShardSpec, w.rank)
+	if err != nil {
+		return nil, err
+	}
+	if i == 0 || w.res.PlanTime == 0 {
+		w.res.PlanTime = time.Since(t)
+	}
+	p = &epochPlan{epoch: i, hash: rp.Plan.PlanHash, plan: rp, graph: view.Graph, barrier: newBarrier(w.world, e.Expected)}
+	w.mu.Lock()
+	w.plans[i] = p
+	w.mu.Unlock()
+	if err := w.cfg.Transport.Report(ctx, transport.PlanReport{Job: w.cfg.Job, Epoch: i, Rank: w.rank, Identity: w.cfg.Identity, PlanHash: p.hash}); err != nil {
+		return nil, fmt.Errorf("worker: reporting the plan hash of epoch %d: %w", i, err)
+	}
+	p.reported = time.Now()
+	w.log.Debug("planned and reported", "epoch", i, "plan_hash", p.hash.Short())
+	return p, nil
+}
+
+// model returns the job's IR under epoch i (fetched once per IR hash).
+func (w *run) model(ctx context.Context, job *coord.Job, i uint64) (*ir.Model, error) {
+	h := job.Epochs[0].IRHash
+	for k := uint64(0); k <= i; k++ {
+		if !job.Epochs[k].IRHash.IsZero() {
+			h = job.Epochs[k].IRHash
+		}
+	}
+	if m, ok := w.models[h]; ok && !h.IsZero() {
+		return m, nil
+	}
+	data, err := w.cfg.Coordinator.IR(ctx, w.cfg.Job, i)
+	if err != nil {
+		return nil, fmt.Errorf("worker: fetching the IR of epoch %d: %w", i, err)
+	}
+	m, err := ir.DecodeCBOR(data)
+	if err != nil {
+		return nil, fmt.Errorf("worker: the IR of epoch %d: %w", i, err)
+	}
+	if !h.IsZero() {
+		w.models[h] = m
+	}
+	return m, nil
+}
+
+// start makes p the running epoch: its executor is built (the previous
+// epoch's is dropped: its last step has finished).
+func (w *run) start(p *epochPlan) error {
+	if p.exec != nil {
+		return nil
+	}
+	if !w.started {
+		w.res.AgreementTime = time.Since(p.reported)
+		w.started = true
+	}
+	exec, err := newExecutor(w.cfg, p.graph, p.plan.Plan)
+	if err != nil {
+		return err
+	}
+	w.mu.Lock()
+	for i, q := range w.plans {
+		if i < p.epoch {
+			q.exec = nil
+		}
+	}
+	w.mu.Unlock()
+	p.exec = exec
+	w.res.Epoch, w.res.PlanHash, w.res.Executor = p.epoch, p.hash, exec.Name()
+	w.res.Model, w.res.Bytes = p.plan.ModelState, p.plan.Plan.Metrics.ReservedBytes
+	w.res.Epochs++
+	return nil
 }
 
 func newExecutor(cfg Config, g *ir.Graph, p *planner.Plan) (runtime.Executor, error) {
@@ -270,41 +461,9 @@ func waitJob(ctx context.Context, cfg Config) (*coord.Job, error) {
 	}
 }
 
-// waitOutcome waits for the epoch's committed outcome: from the leader's
-// announcement (published after the commit) or from the job state.
-func waitOutcome(ctx context.Context, cfg Config, epoch uint64, outcomes <-chan transport.Outcome) (*coord.Outcome, error) {
-	tick := time.NewTicker(cfg.Poll)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case o := <-outcomes:
-			out := &coord.Outcome{Agreed: o.Agreed, Missing: o.Missing, Reason: o.Reason}
-			for _, m := range o.Mismatches {
-				out.Mismatches = append(out.Mismatches, coord.Mismatch{Rank: m.Rank, Expected: m.Expected, Got: m.Got})
-			}
-			if !out.Agreed && out.Reason == "" {
-				out.Reason = fmt.Sprintf("mismatches %v, missing %v", out.Mismatches, out.Missing)
-			}
-			return out, nil
-		case <-tick.C:
-			j, err := cfg.Coordinator.Job(ctx, cfg.Job)
-			if err != nil || uint64(len(j.Epochs)) <= epoch {
-				continue
-			}
-			if o := j.Epochs[epoch].Outcome; o != nil {
-				if !o.Agreed && o.Reason == "" {
-					o.Reason = j.Reason
-				}
-				return o, nil
-			}
-		}
-	}
-}
-
-// barrier is the go/no-go barrier before each step: rank r has passed step
-// s once it reported s or a later step with its expected hash.
+// barrier is the go/no-go barrier before each step of one epoch: rank r
+// has passed step s once it reported s or a later step with its expected
+// hash.
 type barrier struct {
 	mu       sync.Mutex
 	expected []ir.Hash
@@ -337,26 +496,4 @@ func (b *barrier) ready(step uint64) bool {
 		}
 	}
 	return true
-}
-
-// wait publishes this rank's report for step (again every resend) until
-// every rank has passed it.
-func (b *barrier) wait(ctx context.Context, step uint64, resend time.Duration, publish func() error) error {
-	if err := publish(); err != nil {
-		return err
-	}
-	tick := time.NewTicker(resend)
-	defer tick.Stop()
-	for !b.ready(step) {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-b.changed:
-		case <-tick.C:
-			if err := publish(); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
 }
