@@ -111,9 +111,10 @@ func (c *Cluster) Stop(i int) error {
 	if c.Nodes[i] == nil {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer cancel()
 	c.servers[i].Shutdown(ctx)
+	c.servers[i].Close() // connections Shutdown leaves open (new ones, for 5 s)
 	err := c.Nodes[i].Shutdown()
 	c.Nodes[i], c.servers[i] = nil, nil
 	return err

@@ -165,6 +165,10 @@ func (a *agreement) handleReplan(ev replanEvent) {
 	reply := func(r ReplanReply, err error) {
 		if ev.reply != nil {
 			ev.reply <- replyOrErr{r, err}
+		} else if err != nil {
+			a.n.log.Warn("acting on a replan request", "job", ev.job, "err", err)
+		} else {
+			a.n.log.Debug("replan request", "job", ev.job, "rank", ev.worker.Rank, "step", ev.worker.Step, "ack", r.Ack, "decision", r.Decision)
 		}
 	}
 	s, _ := a.n.State()

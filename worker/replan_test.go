@@ -1,0 +1,201 @@
+package worker_test
+
+import (
+	"context"
+	"log/slog"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tmmu/tmmu/coord"
+	"github.com/tmmu/tmmu/ir"
+	"github.com/tmmu/tmmu/localcluster"
+	"github.com/tmmu/tmmu/planner"
+	"github.com/tmmu/tmmu/runtime"
+	"github.com/tmmu/tmmu/worker"
+)
+
+// checkBoundaries fails the test if a step ran under an epoch other than
+// the one whose range holds it: once epoch e+1 is committed with boundary
+// b, no rank runs b or later under e.
+func (r *recorder) checkBoundaries(t *testing.T, s *coord.State) {
+	t.Helper()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, e := range r.events {
+		j := s.Jobs[e.Job]
+		if j == nil {
+			continue
+		}
+		if got := j.EpochFor(e.Step).Epoch; got != e.Epoch {
+			t.Errorf("SAFETY: %s rank %d ran step %d under epoch %d; epoch %d holds that step", e.Job, e.Rank, e.Step, e.Epoch, got)
+		}
+	}
+}
+
+// TestReplansAtSafepoints: a GPT-2 job with a dynamic sequence length
+// (envelope [1,8], buckets 8, 16, 32) on 4 workers. At the end of step 5
+// rank 2 sees sequences of 12 tokens: exactly one replan follows, to the
+// 16-token bucket, and every rank switches at the same boundary step
+// without a restart. Then an operator asks for the slots strategy: a
+// second replan. Step numbering runs on; the history has both epochs with
+// their reasons and plan hashes; the safety recorder checks every step.
+func TestReplansAtSafepoints(t *testing.T) {
+	l, err := localcluster.Start(localcluster.Options{Dir: t.TempDir(), Logger: slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	const world = 4
+	cfg, _ := json.Marshal(map[string]any{"layers": 2, "hidden": 32, "heads": 2, "seq": 8, "context": 8, "batch": 1, "vocab": 64, "dtype": "bf16", "train": true})
+	// Steps 0: the job runs until the test drains the workers.
+	sub := &coord.SubmitRequest{Name: "dyn", Steps: 0, ShardSpec: json.RawMessage(`{"world_size": 4, "data_parallel": {"zero_stage": 1}}`),
+		Model: &coord.ModelSource{Model: "gpt2", Config: cfg, Dims: map[string]coord.DimSpec{"seq": {Min: 1, Max: 8, Buckets: []uint64{8, 16, 32}}}}}
+	if _, err := l.Client().Submit(ctx, sub); err != nil {
+		t.Fatal(err)
+	}
+	rec := &recorder{}
+	var mu sync.Mutex
+	results := map[string]worker.Result{}
+	var wg sync.WaitGroup
+	var opOnce sync.Once
+	wctx, drain := context.WithCancel(ctx)
+	defer drain()
+	for i := range world {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			nc, tr, err := l.Transport()
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer nc.Close()
+			rv, cli, err := l.Rendezvous(5)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer cli.Close()
+			var rank uint64
+			res, err := worker.Run(wctx, worker.Config{
+				Identity: fmt.Sprintf("w%d", i), Job: "dyn", Coordinator: l.Client(), Transport: tr, Rendezvous: rv,
+				Poll: 20 * time.Millisecond, Resend: 20 * time.Millisecond,
+				OnStep: func(e worker.Event) {
+					rank = e.Rank
+					rec.record(e)
+					// The operator acts once the first replan is in effect.
+					if e.Epoch == 1 && e.Step >= l1(l)+3 {
+						opOnce.Do(func() {
+							go func() {
+								out, err := l.Client().Replan(ctx, "dyn", "", &coord.ReplanRequest{ID: "op-1", Reason: "try the spec's slot layout", Strategy: planner.Slots})
+								if err != nil {
+									t.Error(err)
+									return
+								}
+								t.Logf("operator replan: %+v", out)
+							}()
+						})
+					}
+				},
+				Observe: func(step uint64) map[string]uint64 {
+					if rank == 2 && step >= 5 {
+						return map[string]uint64{"seq": 12}
+					}
+					return map[string]uint64{"seq": 8}
+				},
+				Executor: func(g *ir.Graph, p *planner.Plan) (runtime.Executor, error) {
+					x, err := runtime.NewArenaExecutor(g, p, 0)
+					return slow{x, 20 * time.Millisecond}, err
+				},
+			})
+			mu.Lock()
+			results[fmt.Sprintf("w%d", i)] = res
+			mu.Unlock()
+			if err != nil {
+				t.Errorf("worker w%d: %v", i, err)
+			}
+		}()
+	}
+	// Drain once the operator's epoch has run a few steps.
+	waitJob(t, l, "the operator's epoch to run", 60*time.Second, func(j *coord.Job) bool {
+		return len(j.Epochs) == 3 && j.Epochs[2].Outcome != nil && j.LastStep >= j.Epochs[2].StartStep+3
+	})
+	drain()
+	wg.Wait()
+	s := leaderState(t, l)
+	j := s.Jobs["dyn"]
+	for id, res := range results {
+		t.Logf("%s: rank %d, %d replan requests, %d epochs, steps %d..%d", id, res.Rank, res.Replans, res.Epochs, res.FirstStep, res.LastStep)
+	}
+	if len(j.Epochs) != 3 {
+		t.Fatalf("%d epochs, want 3 (submit, the sequence replan, the operator's)", len(j.Epochs))
+	}
+	for i, e := range j.Epochs {
+		_, opts, env := j.Inputs(uint64(i))
+		t.Logf("epoch %d from step %d: %s; seq %v, strategy %s, global plan %s, agreed %v", e.Epoch, e.StartStep, e.Reason, env["seq"], opts.Strategy, e.GlobalPlanHash.Short(), e.Outcome != nil && e.Outcome.Agreed)
+	}
+	if _, _, env := j.Inputs(1); env["seq"] != (ir.DimRange{Min: 1, Max: 16}) {
+		t.Errorf("epoch 1 envelope %v, want seq [1,16]", env)
+	}
+	if _, opts, _ := j.Inputs(2); opts.Strategy != planner.Slots {
+		t.Errorf("epoch 2 strategy %s", opts.Strategy)
+	}
+	// Every rank ran every step from 1 once, switching epochs at the same
+	// steps, in one Run (no restart).
+	for id, res := range results {
+		if res.FirstStep != 1 || res.StepsRun != res.LastStep || res.Epochs != 3 || res.Epoch != 2 {
+			t.Errorf("%s: %+v", id, res)
+		}
+	}
+	switched := map[uint64]map[uint64]bool{} // epoch → first step per rank
+	first := map[[2]uint64]uint64{}
+	rec.mu.Lock()
+	for _, e := range rec.events {
+		k := [2]uint64{e.Rank, e.Epoch}
+		if f, ok := first[k]; !ok || e.Step < f {
+			first[k] = e.Step
+		}
+	}
+	rec.mu.Unlock()
+	for k, f := range first {
+		if switched[k[1]] == nil {
+			switched[k[1]] = map[uint64]bool{}
+		}
+		switched[k[1]][f] = true
+	}
+	for e, firsts := range switched {
+		if len(firsts) != 1 || !firsts[j.Epochs[e].StartStep] {
+			t.Errorf("epoch %d: ranks started it at steps %v, boundary %d", e, firsts, j.Epochs[e].StartStep)
+		}
+	}
+	rec.check(t, s)
+	rec.checkBoundaries(t, s)
+	t.Logf("safety recorder: %d steps checked", len(rec.events))
+}
+
+// tWriter sends log lines to the test log.
+type tWriter struct{ t *testing.T }
+
+func (w tWriter) Write(p []byte) (int, error) {
+	w.t.Log(string(p))
+	return len(p), nil
+}
+
+// l1 returns the boundary of epoch 1 of job dyn as the leader holds it
+// (0 before it exists).
+func l1(l *localcluster.Local) uint64 {
+	for _, n := range l.Coord.Nodes {
+		if n != nil && n.IsLeader() {
+			s, _ := n.State()
+			if j := s.Jobs["dyn"]; j != nil && len(j.Epochs) > 1 {
+				return j.Epochs[1].StartStep
+			}
+		}
+	}
+	return 0
+}
