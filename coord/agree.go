@@ -133,7 +133,7 @@ func (a *agreement) agree(ctx context.Context, job string, e Epoch) {
 		}
 		o := tally.Outcome()
 		o.StartStep = e.StartStep
-		out := &Outcome{Agreed: o.Agreed, Missing: o.Missing, Reason: o.Reason}
+		out := &Outcome{Agreed: o.Agreed, Missing: o.Missing, Reason: o.Reason, At: time.Now().UnixNano()}
 		for _, m := range o.Mismatches {
 			out.Mismatches = append(out.Mismatches, Mismatch{Rank: m.Rank, Expected: m.Expected, Got: m.Got})
 		}

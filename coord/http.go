@@ -167,7 +167,7 @@ func (n *Node) Handler() http.Handler {
 		writeJSON(w, http.StatusOK, rp)
 	})
 	mux.HandleFunc("POST /v1/jobs/{name}/replan", func(w http.ResponseWriter, r *http.Request) {
-		if tok := n.cfg.ReplanToken; tok != "" && r.Header.Get("Authorization") != "Bearer "+tok {
+		if tok := *n.token.Load(); tok != "" && r.Header.Get("Authorization") != "Bearer "+tok {
 			writeError(w, http.StatusUnauthorized, errors.New("replan requests need the operator token (Authorization: Bearer …)"))
 			return
 		}
@@ -308,6 +308,7 @@ func (n *Node) handleSubmit(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err)
 		return
 	}
+	cmd.New.CommittedAt = time.Now().UnixNano()
 	res, err := n.Apply(cmd, 10*time.Second)
 	if errors.Is(err, ErrNotLeader) {
 		writeError(w, http.StatusServiceUnavailable, err)

@@ -157,6 +157,8 @@ type Node struct {
 	metrics *metrics
 	// replans carries replan events to the agreement loop.
 	replans chan replanEvent
+	// token is the operator token replan requests need ("" for none).
+	token atomic.Pointer[string]
 	// caughtUpTerm is the term in which this node, as leader, last
 	// applied everything committed before it took over (see State).
 	caughtUpTerm atomic.Uint64
@@ -240,8 +242,13 @@ func Open(cfg Config) (*Node, error) {
 	}
 	n.raft, n.trans, n.store = r, trans, store
 	n.metrics = newMetrics(n)
+	n.SetReplanToken(cfg.ReplanToken)
 	return n, nil
 }
+
+// SetReplanToken sets the bearer token POST /v1/jobs/{name}/replan
+// requires ("" for none).
+func (n *Node) SetReplanToken(tok string) { n.token.Store(&tok) }
 
 // ID returns the node's raft id.
 func (n *Node) ID() string { return n.cfg.ID }

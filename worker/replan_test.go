@@ -151,6 +151,17 @@ func TestReplansAtSafepoints(t *testing.T) {
 		if res.FirstStep != 1 || res.StepsRun != res.LastStep || res.Epochs != 3 || res.Epoch != 2 {
 			t.Errorf("%s: %+v", id, res)
 		}
+		// The trace records carry the old and new plan hashes.
+		if len(res.Switches) != 2 {
+			t.Errorf("%s: switches %+v", id, res.Switches)
+			continue
+		}
+		for k, sw := range res.Switches {
+			e := j.Epochs[k+1]
+			if sw.Epoch != e.Epoch || sw.Step != e.StartStep || sw.New != e.Expected[res.Rank] || sw.Old != j.Epochs[k].Expected[res.Rank] {
+				t.Errorf("%s: switch %+v, epoch %d from step %d", id, sw, e.Epoch, e.StartStep)
+			}
+		}
 	}
 	switched := map[uint64]map[uint64]bool{} // epoch → first step per rank
 	first := map[[2]uint64]uint64{}

@@ -104,6 +104,18 @@ type Result struct {
 	Model         shard.ModelState
 	Bytes         uint64 // the plan's reserved bytes
 	Replans       uint64 // replan requests this worker sent
+	// Switches are the trace records of the plan changes this worker
+	// made at epoch boundaries, in the same process.
+	Switches []Switch
+}
+
+// Switch is a plan change at a safepoint: from Step on the rank runs
+// epoch Epoch with plan New instead of Old.
+type Switch struct {
+	Epoch uint64  `json:"epoch"`
+	Step  uint64  `json:"step"`
+	Old   ir.Hash `json:"old_plan_hash"`
+	New   ir.Hash `json:"new_plan_hash"`
 }
 
 // ErrNotAgreed is returned when an epoch was committed as not agreed.
@@ -315,7 +327,7 @@ func (w *run) await(ctx context.Context, step uint64) (*epochPlan, error) {
 			if !e.Outcome.Agreed {
 				return nil, fmt.Errorf("%w: %s", ErrNotAgreed, job.Reason)
 			}
-			if err := w.start(p); err != nil {
+			if err := w.start(p, step); err != nil {
 				return nil, err
 			}
 			if job.Horizon(e.Epoch) >= step {
@@ -411,13 +423,17 @@ func (w *run) model(ctx context.Context, job *coord.Job, i uint64) (*ir.Model, e
 
 // start makes p the running epoch: its executor is built (the previous
 // epoch's is dropped: its last step has finished).
-func (w *run) start(p *epochPlan) error {
+func (w *run) start(p *epochPlan, step uint64) error {
 	if p.exec != nil {
 		return nil
 	}
 	if !w.started {
 		w.res.AgreementTime = time.Since(p.reported)
 		w.started = true
+	} else {
+		sw := Switch{Epoch: p.epoch, Step: step, Old: w.res.PlanHash, New: p.hash}
+		w.res.Switches = append(w.res.Switches, sw)
+		w.log.Info("switched plans at a safepoint", "epoch", sw.Epoch, "step", sw.Step, "old_plan_hash", sw.Old.Short(), "new_plan_hash", sw.New.Short())
 	}
 	exec, err := newExecutor(w.cfg, p.graph, p.plan.Plan)
 	if err != nil {

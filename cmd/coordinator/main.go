@@ -9,7 +9,7 @@
 //
 // Every flag can come from the environment instead: TMMU_ID,
 // TMMU_RAFT_ADDR, TMMU_HTTP_ADDR, TMMU_DATA_DIR, TMMU_NATS, TMMU_PEERS,
-// TMMU_BOOTSTRAP, TMMU_FAST_FAILOVER. A node joining an existing cluster
+// TMMU_BOOTSTRAP, TMMU_FAST_FAILOVER, TMMU_REPLAN_TOKEN. A node joining an existing cluster
 // starts without --bootstrap (with --peers listing the cluster, for
 // redirects) and is added by an operator: tmmu voter add ID RAFT HTTP. On
 // SIGTERM or SIGINT it hands leadership to another
@@ -68,6 +68,7 @@ func run(args []string) error {
 	natsURL := fs.String("nats", nats.DefaultURL, "NATS server URL (JetStream enabled)")
 	peers := fs.String("peers", "", "the cluster's voters: id=raft_addr=http_addr,... (this node included)")
 	bootstrap := fs.Bool("bootstrap", false, "bootstrap a new cluster of --peers when the data dir is empty (every initial voter gets the same --peers; a node joining later runs without --bootstrap and is added with tmmu voter add)")
+	token := fs.String("replan-token", "", "bearer token operators' replan requests must carry (empty: none)")
 	fast := fs.Bool("fast-failover", false, "raft heartbeat and election timeouts of 300 ms instead of 1 s, for clusters on one LAN")
 	verbose := fs.Bool("v", false, "debug logging")
 	if err := fs.Parse(args); err != nil {
@@ -89,7 +90,7 @@ func run(args []string) error {
 		ps = []coord.Peer{{ID: *id, RaftAddr: *raftAddr, HTTPAddr: *httpAddr}}
 	}
 	node, err := coord.Open(coord.Config{ID: *id, RaftAddr: *raftAddr, HTTPAddr: *httpAddr, DataDir: *dataDir,
-		Bootstrap: *bootstrap, Peers: ps, Fast: *fast, Logger: log})
+		Bootstrap: *bootstrap, Peers: ps, Fast: *fast, ReplanToken: *token, Logger: log})
 	if err != nil {
 		return err
 	}

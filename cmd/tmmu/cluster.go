@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/tmmu/tmmu/coord"
 	"github.com/tmmu/tmmu/failure"
 	"github.com/tmmu/tmmu/internal/cli"
+	"github.com/tmmu/tmmu/ir"
 	"github.com/tmmu/tmmu/planner"
 )
 
@@ -21,7 +23,8 @@ var jobCmd = &command{
 	name:    "job",
 	summary: "Submit jobs to a coordinator cluster and list them.",
 	usage: "job submit IR --shard-spec SPEC --name NAME [--steps N] [--mode M] [--strategy S] [--arena-config FILE] [--replan-policy P] [cluster flags] [-o text|json]\n" +
-		"       tmmu job list [cluster flags] [-o text|json]",
+		"       tmmu job list [cluster flags] [-o text|json]\n" +
+		"       tmmu job history NAME [cluster flags] [-o text|json]",
 	run: runJob,
 }
 
@@ -91,7 +94,7 @@ func subcommand(c *command, e *env, args []string, subs ...string) (string, erro
 }
 
 func runJob(c *command, e *env, args []string) error {
-	sub, err := subcommand(c, e, args, "submit", "list")
+	sub, err := subcommand(c, e, args, "submit", "list", "history")
 	if err != nil {
 		return err
 	}
@@ -122,6 +125,21 @@ func runJob(c *command, e *env, args []string) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), *cf.timeout)
 	defer cancel()
+	if sub == "history" {
+		if len(pos) != 1 {
+			return usagef("job history takes one job name")
+		}
+		j, err := cl.Job(ctx, pos[0])
+		if err != nil {
+			return err
+		}
+		h := history(j)
+		if *out == "json" {
+			return writeJSON(e.stdout, h)
+		}
+		printHistory(e.stdout, j.Spec.Name, h)
+		return nil
+	}
 	if sub == "list" {
 		if len(pos) != 0 {
 			return usagef("job list takes no arguments")
@@ -292,5 +310,135 @@ func runVoter(c *command, e *env, args []string) error {
 		return writeJSON(e.stdout, st)
 	}
 	printStatus(e.stdout, st)
+	return nil
+}
+
+// epochRecord is one line of tmmu job history.
+type epochRecord struct {
+	Epoch       uint64                 `json:"epoch"`
+	StartStep   uint64                 `json:"start_step"`
+	Reason      string                 `json:"reason"`
+	OldPlanHash string                 `json:"old_global_plan_hash,omitempty"`
+	NewPlanHash string                 `json:"new_global_plan_hash"`
+	Strategy    planner.Strategy       `json:"strategy"`
+	Envelope    map[string]ir.DimRange `json:"envelope,omitempty"`
+	Agreed      *bool                  `json:"agreed,omitempty"` // nil while agreeing
+	AgreementMs float64                `json:"agreement_ms,omitempty"`
+}
+
+func history(j *coord.Job) []epochRecord {
+	var out []epochRecord
+	for i, e := range j.Epochs {
+		_, opts, env := j.Inputs(uint64(i))
+		r := epochRecord{Epoch: e.Epoch, StartStep: e.StartStep, Reason: e.Reason, NewPlanHash: e.GlobalPlanHash.String(), Strategy: opts.Strategy, Envelope: env}
+		if i > 0 {
+			r.OldPlanHash = j.Epochs[i-1].GlobalPlanHash.String()
+		}
+		if o := e.Outcome; o != nil {
+			agreed := o.Agreed
+			r.Agreed = &agreed
+			if o.At > 0 && e.CommittedAt > 0 {
+				r.AgreementMs = float64(o.At-e.CommittedAt) / 1e6
+			}
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+func printHistory(w io.Writer, name string, h []epochRecord) {
+	t := &table{align: "rrlllrl"}
+	t.add("EPOCH", "FROM STEP", "OLD PLAN", "NEW PLAN", "STRATEGY", "AGREEMENT", "REASON")
+	for _, r := range h {
+		old := "-"
+		if r.OldPlanHash != "" {
+			old = r.OldPlanHash[:12]
+		}
+		agreement := "agreeing"
+		if r.Agreed != nil {
+			agreement = fmt.Sprintf("%.1f ms", r.AgreementMs)
+			if !*r.Agreed {
+				agreement = "NOT AGREED"
+			}
+		}
+		reason := r.Reason
+		if len(r.Envelope) > 0 {
+			var dims []string
+			for _, d := range slices.Sorted(maps.Keys(r.Envelope)) {
+				dims = append(dims, fmt.Sprintf("%s=[%d,%d]", d, r.Envelope[d].Min, r.Envelope[d].Max))
+			}
+			reason += " (" + strings.Join(dims, " ") + ")"
+		}
+		t.add(r.Epoch, r.StartStep, old, r.NewPlanHash[:12], r.Strategy, agreement, reason)
+	}
+	fmt.Fprintf(w, "job %s: %d epochs\n", name, len(h))
+	t.write(w)
+}
+
+var replanCmd = &command{
+	name:    "replan",
+	summary: "Ask the coordinators for a new plan epoch at the next safepoint: a new arena config, strategy or envelope, or just a fresh agreement.",
+	usage:   "replan --job NAME --reason TEXT [--arena-config FILE] [--strategy S] [--envelope FILE] [--id ID] [--token T] [cluster flags] [-o text|json]",
+	run:     runReplan,
+}
+
+func runReplan(c *command, e *env, args []string) error {
+	fs := newFlags(e, c)
+	cf := addClusterFlags(fs)
+	job := fs.String("job", "", "job name (required)")
+	reason := fs.String("reason", "", "why (required; recorded in the job history)")
+	arenaFile := fs.String("arena-config", "", "new arena config file")
+	strategy := fs.String("strategy", "", "new placement strategy")
+	envFile := fs.String("envelope", "", "JSON file {\"seq\": [min, max], ...}: new ranges for the job's dynamic dimensions")
+	id := fs.String("id", "", "request id; a retry with the same id is not acted on twice")
+	token := fs.String("token", "", "operator token, when the coordinators require one (TMMU_TOKEN)")
+	out := fs.String("o", "text", "output: text or json")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := outputFormat(e, *out, "text", "json"); err != nil {
+		return err
+	}
+	if len(pos) != 0 || *job == "" || *reason == "" {
+		return usagef("replan takes --job and --reason")
+	}
+	cl, err := cf.client(e, fs)
+	if err != nil {
+		return err
+	}
+	req := &coord.ReplanRequest{ID: *id, Reason: *reason, Strategy: planner.Strategy(*strategy)}
+	if *arenaFile != "" {
+		if req.ArenaConfig, err = loadArenaConfig(e, *arenaFile); err != nil {
+			return err
+		}
+	}
+	if *envFile != "" {
+		data, err := readInput(e, *envFile)
+		if err != nil {
+			return err
+		}
+		if err := json.Unmarshal(data, &req.Envelope); err != nil {
+			return failure.New(failure.InvalidEncoding, opIO, fmt.Sprintf("envelope %s: %v", *envFile, err), "file", *envFile)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), *cf.timeout)
+	defer cancel()
+	r, err := cl.Replan(ctx, *job, *token, req)
+	if err != nil {
+		return err
+	}
+	if *out == "json" {
+		return writeJSON(e.stdout, r)
+	}
+	switch r.Decision {
+	case "replan":
+		fmt.Fprintf(e.stdout, "job %s: epoch %d committed; every rank switches at step %d\n", *job, r.Epoch, r.Boundary)
+	default:
+		fmt.Fprintf(e.stdout, "job %s: request %s, decision %s\n", *job, r.Ack, r.Decision)
+	}
+	for _, x := range r.Reasons {
+		fmt.Fprintf(e.stdout, "  %s\n", x)
+	}
 	return nil
 }

@@ -1,14 +1,22 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/tmmu/tmmu/coord"
+	"github.com/tmmu/tmmu/ir"
 	"github.com/tmmu/tmmu/localcluster"
+	"github.com/tmmu/tmmu/planner"
+	"github.com/tmmu/tmmu/runtime"
+	"github.com/tmmu/tmmu/worker"
 )
 
 // TestDemo runs tmmu demo small: the whole cluster in process, a job
@@ -82,4 +90,97 @@ func TestClusterCommands(t *testing.T) {
 	if status != 1 || !strings.Contains(stderr, "job name") {
 		t.Errorf("bad name: exit %d, %s", status, stderr)
 	}
+}
+
+// TestReplanCommands: tmmu replan (with the operator token) on a running
+// job, and tmmu job history with the old and new plan hashes.
+func TestReplanCommands(t *testing.T) {
+	l, err := localcluster.Start(localcluster.Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	for _, n := range l.Coord.Nodes {
+		n.SetReplanToken("s3cret")
+	}
+	dir := t.TempDir()
+	irFile, specFile := filepath.Join(dir, "gpt2.json"), filepath.Join(dir, "spec.json")
+	mustRun(t, "", "gen", "gpt2", "--layers", "1", "--hidden", "32", "--heads", "2", "--seq", "8", "--vocab", "64", "--train", "--dtype", "bf16", "--out", irFile)
+	os.WriteFile(specFile, []byte(`{"world_size": 2, "data_parallel": {"zero_stage": 1}}`), 0o644)
+	urls := strings.Join(l.Coord.URLs(), ",")
+	mustRun(t, "", "job", "submit", irFile, "--shard-spec", specFile, "--name", "ops", "--steps", "0", "--coordinators", urls)
+
+	ctx, drain := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for i := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			nc, tr, err := l.Transport()
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer nc.Close()
+			rv, cli, err := l.Rendezvous(5)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer cli.Close()
+			if _, err := worker.Run(ctx, worker.Config{Identity: fmt.Sprint("w", i), Job: "ops", Coordinator: l.Client(), Transport: tr, Rendezvous: rv,
+				Poll: 20 * time.Millisecond, Resend: 20 * time.Millisecond,
+				Executor: func(*ir.Graph, *planner.Plan) (runtime.Executor, error) { return pause{}, nil }}); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	defer func() { drain(); wg.Wait() }()
+	for {
+		var jobs []coord.JobSummary
+		json.Unmarshal([]byte(mustRun(t, "", "job", "list", "--coordinators", urls, "-o", "json")), &jobs)
+		if len(jobs) == 1 && jobs[0].Agreed && jobs[0].LastStep >= 2 {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	status, _, stderr := runCLI(t, "", "replan", "--job", "ops", "--reason", "slots please", "--strategy", "slots", "--coordinators", urls)
+	if status != 1 || !strings.Contains(stderr, "operator token") {
+		t.Errorf("replan without the token: exit %d, %s", status, stderr)
+	}
+	t.Setenv("TMMU_TOKEN", "s3cret")
+	out := mustRun(t, "", "replan", "--job", "ops", "--reason", "slots please", "--strategy", "slots", "--id", "r1", "--coordinators", urls)
+	if !strings.Contains(out, "epoch 1 committed; every rank switches at step") || !strings.Contains(out, "operator r1: slots please") {
+		t.Errorf("replan:\n%s", out)
+	}
+	again := mustRun(t, "", "replan", "--job", "ops", "--reason", "slots please", "--strategy", "slots", "--id", "r1", "--coordinators", urls, "-o", "json")
+	if !strings.Contains(again, `"ack": "duplicate"`) {
+		t.Errorf("a retried request:\n%s", again)
+	}
+	hist := mustRun(t, "", "job", "history", "ops", "--coordinators", urls)
+	var h []struct {
+		Epoch       uint64 `json:"epoch"`
+		OldPlanHash string `json:"old_global_plan_hash"`
+		NewPlanHash string `json:"new_global_plan_hash"`
+		Strategy    string `json:"strategy"`
+	}
+	if err := json.Unmarshal([]byte(mustRun(t, "", "job", "history", "ops", "--coordinators", urls, "-o", "json")), &h); err != nil {
+		t.Fatal(err)
+	}
+	if len(h) != 2 || h[1].OldPlanHash != h[0].NewPlanHash || h[1].NewPlanHash == h[0].NewPlanHash || h[1].Strategy != "slots" {
+		t.Errorf("history: %+v\n%s", h, hist)
+	}
+	if !strings.Contains(hist, "job ops: 2 epochs") || !strings.Contains(hist, h[1].NewPlanHash[:12]) {
+		t.Errorf("history text:\n%s", hist)
+	}
+}
+
+// pause is an executor that only takes a little time.
+type pause struct{}
+
+func (pause) Name() string { return "pause" }
+
+func (pause) Step(context.Context, uint64) (runtime.StepStats, error) {
+	time.Sleep(10 * time.Millisecond)
+	return runtime.StepStats{}, nil
 }

@@ -12,7 +12,8 @@
 //	tmmu bench [flags]              compare strategies on a suite, every plan verified
 //	tmmu viz IR|PLAN|CSV --out F    draw a plan's memory timeline as SVG or HTML
 //	tmmu demo [flags]               run a whole cluster in this process and a sharded job on it
-//	tmmu job submit|list            submit jobs to a coordinator cluster, list them
+//	tmmu job submit|list|history    submit jobs to a coordinator cluster, list them, show their epochs
+//	tmmu replan --job J --reason R  ask for a new plan epoch at the next safepoint
 //	tmmu status                     the cluster (leader, term, voters) and its jobs
 //	tmmu voter add|remove           change the coordinators' raft membership
 //
@@ -45,7 +46,7 @@ type command struct {
 var commands []*command
 
 func init() {
-	commands = []*command{genCmd, planCmd, shardCmd, verifyCmd, benchCmd, vizCmd, demoCmd, jobCmd, statusCmd, voterCmd}
+	commands = []*command{genCmd, planCmd, shardCmd, verifyCmd, benchCmd, vizCmd, demoCmd, jobCmd, replanCmd, statusCmd, voterCmd}
 }
 
 // env carries the process's streams so tests can run commands in-process.
