@@ -26,6 +26,9 @@ type instance struct {
 	lb        uint64
 	// minAlign is the smallest alignment: every offset is a multiple of it.
 	minAlign uint64
+	// goal is the best peak the searches aim at: the lower bound lb, or
+	// more when alignment makes lb unreachable (see newInstance).
+	goal uint64
 }
 
 func newInstance(p *Problem) (*instance, error) {
@@ -59,21 +62,38 @@ func newInstance(p *Problem) (*instance, error) {
 	}
 	diff := make([]uint64, in.positions+1)
 	sub := make([]uint64, in.positions+1)
+	// The same with every size rounded up to the smallest alignment.
+	adiff := make([]uint64, in.positions+1)
+	asub := make([]uint64, in.positions+1)
+	var maxPad uint64
 	for i, b := range p.Buffers {
 		diff[in.start[i]] += b.Size
 		sub[in.end[i]] += b.Size
+		r, ok := alignUp(b.Size, in.minAlign)
+		if !ok {
+			return nil, fmt.Errorf("%w: buffer %d rounded to its alignment", ErrOverflow, i)
+		}
+		adiff[in.start[i]] += r
+		asub[in.end[i]] += r
+		maxPad = max(maxPad, r-b.Size)
 	}
 	in.liveBytes = make([]uint64, in.positions)
-	var live uint64
+	var live, alive, amax uint64
 	for t := range in.positions {
-		var c uint64
+		var c, c2 uint64
 		live, c = bits.Add64(live-sub[t], diff[t], 0)
-		if c != 0 {
+		alive, c2 = bits.Add64(alive-asub[t], adiff[t], 0)
+		if c != 0 || c2 != 0 {
 			return nil, fmt.Errorf("%w: bytes live at position %d", ErrOverflow, t)
 		}
 		in.liveBytes[t] = live
 		in.lb = max(in.lb, live)
+		amax = max(amax, alive)
 	}
+	// Live buffers sit at multiples of minAlign, so each but the highest
+	// takes its size rounded up to minAlign: no placement peaks below the
+	// rounded sum less the highest one's padding, at most maxPad.
+	in.goal = max(in.lb, amax-maxPad)
 	return in, nil
 }
 

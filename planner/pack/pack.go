@@ -173,7 +173,7 @@ func Pack(p *Problem, o Options) (*Result, error) {
 	f := in.features()
 	pl := newPlacer(in)
 	for k, m := range portfolio {
-		if k > 0 && (pl.merged >= b.portfolio || res.Peak == in.lb) {
+		if k > 0 && (pl.merged >= b.portfolio || res.Peak <= in.goal) {
 			break
 		}
 		peak, err := pl.run(in.order(f, m.keys...), m.fit)
@@ -186,12 +186,12 @@ func Pack(p *Problem, o Options) (*Result, error) {
 		}
 	}
 	res.Merged = pl.merged
-	res.Optimal = res.Peak == in.lb
+	res.Optimal = res.Peak <= in.goal
 	target := res.Peak
 	if p.Capacity > 0 && p.Capacity < target {
 		target = p.Capacity + 1 // the search must get within the capacity
 	}
-	far := target > in.lb && target-in.lb > in.lb/1_000_000*b.above
+	far := target > in.goal && target-in.goal > in.lb/1_000_000*b.above
 	if far && len(in.bufs) <= b.maxBuffers {
 		if adj, ok := in.adjacency(b.maxPairs); ok {
 			improve(in, adj, f, b.nodes, target, res)
@@ -241,7 +241,7 @@ func improve(in *instance, adj [][]int32, f *features, nodes int64, target uint6
 		}
 		return false, false
 	}
-	lo, hi := in.lb, target-1
+	lo, hi := in.goal, target-1
 	if found, complete := attempt(lo, left/2); found {
 		res.Optimal = true
 		return

@@ -247,3 +247,57 @@ func TestValidate(t *testing.T) {
 		t.Errorf("overflow: %v", err)
 	}
 }
+
+// TestPropertyGoalIsALowerBound: the aligned goal the searches aim at is
+// never above the true optimum, found by trying every aligned offset of
+// up to four buffers.
+func TestPropertyGoalIsALowerBound(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		n := rapid.IntRange(1, 4).Draw(t, "n")
+		p := &Problem{}
+		var bound uint64
+		for range n {
+			s := rapid.Int64Range(0, 4).Draw(t, "start")
+			b := Buffer{Start: s, End: s + rapid.Int64Range(1, 4).Draw(t, "len"), Size: rapid.Uint64Range(1, 10).Draw(t, "size"),
+				Align: 1 << rapid.IntRange(0, 3).Draw(t, "align")}
+			p.Buffers = append(p.Buffers, b)
+			bound += b.Size + 8
+		}
+		in, err := newInstance(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		best := ^uint64(0)
+		offs := make([]uint64, n)
+		var try func(i int)
+		try = func(i int) {
+			if i == n {
+				peak := uint64(0)
+				for k, b := range p.Buffers {
+					peak = max(peak, offs[k]+b.Size)
+				}
+				best = min(best, peak)
+				return
+			}
+			b := p.Buffers[i]
+			for o := uint64(0); o <= bound; o += b.Align {
+				ok := true
+				for k := range i {
+					c := p.Buffers[k]
+					if b.Start < c.End && c.Start < b.End && o < offs[k]+c.Size && offs[k] < o+b.Size {
+						ok = false
+						break
+					}
+				}
+				if ok {
+					offs[i] = o
+					try(i + 1)
+				}
+			}
+		}
+		try(0)
+		if in.goal > best {
+			t.Fatalf("goal %d above the optimum %d (lower bound %d) for %+v", in.goal, best, in.lb, p.Buffers)
+		}
+	})
+}
