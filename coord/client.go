@@ -132,6 +132,13 @@ func (c *Client) Job(ctx context.Context, name string) (*Job, error) {
 	return &j, c.do(ctx, http.MethodGet, "/v1/jobs/"+url.PathEscape(name), nil, &j)
 }
 
+// RecentJob returns a job with the expected plan hashes of its last two
+// epochs only (what a worker needs; smaller for long histories).
+func (c *Client) RecentJob(ctx context.Context, name string) (*Job, error) {
+	var j Job
+	return &j, c.do(ctx, http.MethodGet, "/v1/jobs/"+url.PathEscape(name)+"?expected=recent", nil, &j)
+}
+
 // IR returns a job's global IR under epoch e as canonical CBOR.
 func (c *Client) IR(ctx context.Context, name string, e uint64) ([]byte, error) {
 	var b []byte

@@ -96,7 +96,7 @@ func newMetrics(n *Node) *metrics {
 //
 //	POST /v1/jobs               submit (the leader plans every rank and commits epoch 0; followers redirect with 307)
 //	GET  /v1/jobs               job summaries
-//	GET  /v1/jobs/{name}        a job with its epochs and expected plan hashes
+//	GET  /v1/jobs/{name}        a job with its epochs and expected plan hashes (?expected=recent: of the last two epochs only)
 //	GET  /v1/jobs/{name}/ir     the job's global IR (canonical CBOR) under the latest epoch, or ?epoch=E
 //	GET  /v1/jobs/{name}/ranks/{rank}/plan
 //	                            a rank's plan under the current epoch (planned on request)
@@ -127,9 +127,18 @@ func (n *Node) Handler() http.Handler {
 		writeJSON(w, http.StatusOK, out)
 	})
 	mux.HandleFunc("GET /v1/jobs/{name}", func(w http.ResponseWriter, r *http.Request) {
-		if j := n.job(w, r); j != nil {
-			writeJSON(w, http.StatusOK, j)
+		j := n.job(w, r)
+		if j == nil {
+			return
 		}
+		if r.URL.Query().Get("expected") == "recent" {
+			// Workers need the expected hashes of the last two epochs
+			// only; a long history would make every poll large.
+			for i := range len(j.Epochs) - 2 {
+				j.Epochs[i].Expected = nil
+			}
+		}
+		writeJSON(w, http.StatusOK, j)
 	})
 	mux.HandleFunc("GET /v1/jobs/{name}/ir", func(w http.ResponseWriter, r *http.Request) {
 		j := n.job(w, r)
@@ -330,9 +339,7 @@ func (n *Node) handleSubmit(w http.ResponseWriter, r *http.Request) {
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	enc.Encode(v)
+	json.NewEncoder(w).Encode(v) // compact: workers poll these
 }
 
 // APIError is the body of every error response.

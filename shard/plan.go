@@ -24,6 +24,9 @@ type RankPlan struct {
 	// (View.Collective) live at one position of the plan.
 	CollectivePeakBytes uint64        `json:"collective_peak_bytes"`
 	Plan                *planner.Plan `json:"plan"`
+	// View is the rank's view the plan was made for (PlanRank only;
+	// PlanRanks shares one view per stage and leaves it nil).
+	View *View `json:"-"`
 }
 
 // GlobalPlan ties a job's rank plans together: the global IR, the shard
@@ -83,7 +86,12 @@ func PlanRank(m *ir.Model, spec *Spec, rank uint64, opts planner.Options) (*Rank
 	if err != nil {
 		return nil, err
 	}
-	return planView(v, rs, opts)
+	rp, err := planView(v, rs, opts)
+	if err != nil {
+		return nil, err
+	}
+	rp.View = v
+	return rp, nil
 }
 
 // PlanRanks plans every rank of the job and returns the global plan with

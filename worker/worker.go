@@ -72,9 +72,10 @@ type Config struct {
 	// recorder).
 	OnStep func(Event)
 	Logger *slog.Logger
-	// Poll is how often the worker polls the coordinators while waiting
-	// (default 100 ms); Resend how often it repeats its StepReport
-	// while waiting at a barrier (default 100 ms).
+	// Poll is how often the worker polls the coordinators while waiting,
+	// in case announcements are lost (default 1 s; grants and epochs
+	// normally arrive as NATS announcements); Resend how often it
+	// repeats its StepReport while waiting at a barrier (default 100 ms).
 	Poll, Resend time.Duration
 }
 
@@ -143,6 +144,11 @@ type run struct {
 	models  map[ir.Hash]*ir.Model
 	plans   map[uint64]*epochPlan
 	wake    chan struct{} // announcements and outcomes: refresh the job
+	granted chan struct{} // a grant raised a horizon or an epoch was agreed
+	grants  map[uint64]uint64
+	// agreed holds the outcomes the leader announced (it announces only
+	// committed ones), so a worker need not fetch the job to learn them.
+	agreed  map[uint64]transport.Outcome
 	mu      sync.Mutex
 	res     Result
 	started bool
@@ -157,13 +163,13 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	if cfg.Poll == 0 {
-		cfg.Poll = 100 * time.Millisecond
+		cfg.Poll = time.Second
 	}
 	if cfg.Resend == 0 {
 		cfg.Resend = 100 * time.Millisecond
 	}
 	w := &run{cfg: cfg, log: log.With("job", cfg.Job, "identity", cfg.Identity), models: map[ir.Hash]*ir.Model{},
-		plans: map[uint64]*epochPlan{}, wake: make(chan struct{}, 1)}
+		plans: map[uint64]*epochPlan{}, wake: make(chan struct{}, 1), granted: make(chan struct{}, 1), grants: map[uint64]uint64{}, agreed: map[uint64]transport.Outcome{}}
 	err := w.run(ctx)
 	return w.res, err
 }
@@ -199,10 +205,37 @@ func (w *run) run(ctx context.Context) error {
 	// Listen before reporting anything, so nothing is missed.
 	for _, sub := range []func() (*nats.Subscription, error){
 		func() (*nats.Subscription, error) {
-			return cfg.Transport.SubscribeOutcomes(cfg.Job, func(transport.Outcome) { w.poke() })
+			return cfg.Transport.SubscribeOutcomes(cfg.Job, func(o transport.Outcome) {
+				w.mu.Lock()
+				w.agreed[o.Epoch] = o
+				w.mu.Unlock()
+				if !o.Agreed {
+					w.poke() // fetch the job for the committed reason
+					return
+				}
+				select {
+				case w.granted <- struct{}{}:
+				default:
+				}
+			})
 		},
 		func() (*nats.Subscription, error) {
-			return cfg.Transport.SubscribeAnnouncements(cfg.Job, func(transport.Announcement) { w.poke() })
+			return cfg.Transport.SubscribeAnnouncements(cfg.Job, func(a transport.Announcement) {
+				if a.Kind != transport.KindGrant {
+					w.poke()
+					return
+				}
+				// A grant raises the epoch's horizon without a fetch.
+				w.mu.Lock()
+				if a.StartStep > w.grants[a.Epoch] {
+					w.grants[a.Epoch] = a.StartStep
+				}
+				w.mu.Unlock()
+				select {
+				case w.granted <- struct{}{}:
+				default:
+				}
+			})
 		},
 		func() (*nats.Subscription, error) {
 			return cfg.Transport.SubscribeStepReports(cfg.Job, func(r transport.StepReport) {
@@ -299,7 +332,7 @@ func (w *run) await(ctx context.Context, step uint64) (*epochPlan, error) {
 	fresh := true
 	for {
 		if fresh {
-			j, err := w.cfg.Coordinator.Job(ctx, w.cfg.Job)
+			j, err := w.cfg.Coordinator.RecentJob(ctx, w.cfg.Job)
 			if err != nil {
 				return nil, err
 			}
@@ -323,14 +356,25 @@ func (w *run) await(ctx context.Context, step uint64) (*epochPlan, error) {
 		p := w.plans[e.Epoch]
 		w.mu.Unlock()
 		ready := false
-		if e.Outcome != nil {
-			if !e.Outcome.Agreed {
+		outcome := e.Outcome
+		if outcome == nil {
+			w.mu.Lock()
+			if o, ok := w.agreed[e.Epoch]; ok && o.Agreed {
+				outcome = &coord.Outcome{Agreed: true}
+			}
+			w.mu.Unlock()
+		}
+		if outcome != nil {
+			if !outcome.Agreed {
 				return nil, fmt.Errorf("%w: %s", ErrNotAgreed, job.Reason)
 			}
 			if err := w.start(p, step); err != nil {
 				return nil, err
 			}
-			if job.Horizon(e.Epoch) >= step {
+			w.mu.Lock()
+			horizon := max(job.Horizon(e.Epoch), w.grants[e.Epoch])
+			w.mu.Unlock()
+			if horizon >= step {
 				if time.Since(lastSent) >= w.cfg.Resend {
 					lastSent = time.Now()
 					if err := w.cfg.Transport.PublishStepReport(transport.StepReport{Job: w.cfg.Job, Epoch: e.Epoch, Rank: w.rank, Step: step, PlanHash: p.hash}); err != nil {
@@ -351,6 +395,7 @@ func (w *run) await(ctx context.Context, step uint64) (*epochPlan, error) {
 		case <-poll.C:
 			fresh = true
 		case <-p.barrier.changed:
+		case <-w.granted:
 		}
 	}
 }
@@ -362,6 +407,18 @@ func (w *run) prepare(ctx context.Context, job *coord.Job, i uint64) (*epochPlan
 	w.mu.Unlock()
 	if p != nil {
 		return p, nil
+	}
+	if uint64(len(job.Epochs[i].Expected)) != w.world {
+		// A job fetched with the recent epochs' hashes only, and an old
+		// epoch to run: fetch it whole.
+		full, err := w.cfg.Coordinator.Job(ctx, w.cfg.Job)
+		if err != nil {
+			return nil, err
+		}
+		if i >= uint64(len(full.Epochs)) || uint64(len(full.Epochs[i].Expected)) != w.world {
+			return nil, fmt.Errorf("worker: epoch %d has no expected plan hash for each of %d ranks", i, w.world)
+		}
+		job = full
 	}
 	e := &job.Epochs[i]
 	model, err := w.model(ctx, job, i)
@@ -377,14 +434,10 @@ func (w *run) prepare(ctx context.Context, job *coord.Job, i uint64) (*epochPlan
 	if err != nil {
 		return nil, fmt.Errorf("worker: planning rank %d under epoch %d: %w", w.rank, i, err)
 	}
-	view, err := shard.RankView(model, &job.Spec.ShardSpec, w.rank)
-	if err != nil {
-		return nil, err
-	}
 	if i == 0 || w.res.PlanTime == 0 {
 		w.res.PlanTime = time.Since(t)
 	}
-	p = &epochPlan{epoch: i, hash: rp.Plan.PlanHash, plan: rp, graph: view.Graph, barrier: newBarrier(w.world, e.Expected)}
+	p = &epochPlan{epoch: i, hash: rp.Plan.PlanHash, plan: rp, graph: rp.View.Graph, barrier: newBarrier(w.world, e.Expected)}
 	w.mu.Lock()
 	w.plans[i] = p
 	w.mu.Unlock()

@@ -1,0 +1,163 @@
+package worker_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tmmu/tmmu/coord"
+	"github.com/tmmu/tmmu/ir"
+	"github.com/tmmu/tmmu/localcluster"
+	"github.com/tmmu/tmmu/models"
+	"github.com/tmmu/tmmu/planner"
+	"github.com/tmmu/tmmu/runtime"
+	"github.com/tmmu/tmmu/worker"
+)
+
+// BenchmarkReplan times operator replans on a running job: from the
+// request until every rank has run a step under the new epoch. Ranks are
+// goroutines with their own NATS, etcd and HTTP clients against a local
+// cluster; steps take 2 ms; the operator alternates the slots and
+// greedy-size strategies (the second time on, from the replan cache). The latency includes planning every rank,
+// the raft commit, every rank's report and the agreement, and waiting for
+// the boundary, which lies past the window of 2 steps the ranks may run
+// ahead of the committed progress.
+func BenchmarkReplan(b *testing.B) {
+	for _, ranks := range []int{8, 64} {
+		b.Run(fmt.Sprintf("ranks=%d", ranks), func(b *testing.B) { benchReplan(b, ranks) })
+	}
+}
+
+type stepping struct{}
+
+func (stepping) Name() string { return "stepping" }
+func (stepping) Step(context.Context, uint64) (runtime.StepStats, error) {
+	time.Sleep(2 * time.Millisecond)
+	return runtime.StepStats{}, nil
+}
+
+func benchReplan(b *testing.B, ranks int) {
+	l, err := localcluster.Start(localcluster.Options{Dir: b.TempDir()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	m, err := models.GPT2(models.GPT2Config{Layers: 1, Hidden: 16, Heads: 2, Seq: 8, Context: 8, Batch: 1, Vocab: 32, DType: ir.BF16, Train: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	irJSON, _ := json.Marshal(m)
+	ctx := context.Background()
+	if _, err := l.Client().Submit(ctx, &coord.SubmitRequest{Name: "bench", IR: irJSON, Steps: 0, Strategy: planner.GreedySize,
+		ShardSpec: json.RawMessage(fmt.Sprintf(`{"world_size": %d, "data_parallel": {"zero_stage": 1}}`, ranks))}); err != nil {
+		b.Fatal(err)
+	}
+	var mu sync.Mutex
+	running := map[uint64]map[uint64]time.Time{} // epoch → rank → first step under it
+	wctx, drain := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	for i := range ranks {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			nc, tr, err := l.Transport()
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			defer nc.Close()
+			rv, cli, err := l.Rendezvous(10)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			defer cli.Close()
+			_, err = worker.Run(wctx, worker.Config{Identity: fmt.Sprint("w", i), Job: "bench", Coordinator: l.Client(), Transport: tr, Rendezvous: rv,
+				Resend:   20 * time.Millisecond,
+				Executor: func(*ir.Graph, *planner.Plan) (runtime.Executor, error) { return stepping{}, nil },
+				OnStep: func(e worker.Event) {
+					mu.Lock()
+					if running[e.Epoch] == nil {
+						running[e.Epoch] = map[uint64]time.Time{}
+					}
+					if _, ok := running[e.Epoch][e.Rank]; !ok {
+						running[e.Epoch][e.Rank] = time.Now()
+					}
+					mu.Unlock()
+				}})
+			if err != nil {
+				b.Error(err)
+			}
+		}()
+	}
+	defer func() { drain(); wg.Wait() }()
+	all := func(e uint64) (time.Time, bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(running[e]) < ranks {
+			return time.Time{}, false
+		}
+		var last time.Time
+		for _, t := range running[e] {
+			if t.After(last) {
+				last = t
+			}
+		}
+		return last, true
+	}
+	for {
+		if _, ok := all(0); ok {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	var lat []time.Duration
+	// Two cheap strategies, so the time is the protocol's: every rank
+	// plans for itself, and 64 packed plans of this toy graph (about
+	// 20 ms each) on the 2 cores all ranks share here would dominate.
+	strategies := []planner.Strategy{planner.Slots, planner.GreedySize}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		start := time.Now()
+		out, err := l.Client().Replan(ctx, "bench", "", &coord.ReplanRequest{ID: fmt.Sprint("bench-", i), Reason: "bench", Strategy: strategies[i%2]})
+		if err != nil || out.Decision != "replan" {
+			b.Fatalf("replan %d: %+v %v", i, out, err)
+		}
+		committed := time.Since(start)
+		var agreed, reported time.Duration
+		_, btr, _ := l.Transport()
+		for {
+			if reported == 0 {
+				if rs, err := btr.Reports(ctx, "bench", out.Epoch); err == nil && len(rs) == ranks {
+					reported = time.Since(start)
+				}
+			}
+			if agreed == 0 {
+				for _, n := range l.Coord.Nodes {
+					if n != nil && n.IsLeader() {
+						s, _ := n.State()
+						if j := s.Jobs["bench"]; uint64(len(j.Epochs)) > out.Epoch && j.Epochs[out.Epoch].Outcome != nil {
+							agreed = time.Since(start)
+						}
+					}
+				}
+			}
+			if t, ok := all(out.Epoch); ok {
+				lat = append(lat, t.Sub(start))
+				if i < 3 || i == b.N-1 {
+					b.Logf("replan %d: committed %s, all reported %s, agreed %s, all running %s (boundary %d)", i, committed, reported, agreed, t.Sub(start), out.Boundary)
+				}
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	b.StopTimer()
+	slices.Sort(lat)
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
+	b.ReportMetric(float64(lat[min(len(lat)-1, len(lat)*99/100)].Microseconds())/1000, "p99-ms")
+}
