@@ -3,8 +3,10 @@ package worker_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -209,4 +211,66 @@ func l1(l *localcluster.Local) uint64 {
 		}
 	}
 	return 0
+}
+
+// TestAbortPolicy: under replan_policy abort, an envelope exit fails the
+// job with a named reason at the safepoint and every worker stops with
+// ErrAborted; no step runs past the committed failure's horizon.
+func TestAbortPolicy(t *testing.T) {
+	l, err := localcluster.Start(localcluster.Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cfg, _ := json.Marshal(map[string]any{"layers": 1, "hidden": 32, "heads": 2, "seq": 8, "context": 8, "batch": 1, "vocab": 64, "dtype": "bf16", "train": true})
+	if _, err := l.Client().Submit(ctx, &coord.SubmitRequest{Name: "strict", Steps: 0, ReplanPolicy: coord.ReplanAbort,
+		ShardSpec: json.RawMessage(`{"world_size": 2}`),
+		Model:     &coord.ModelSource{Model: "gpt2", Config: cfg, Dims: map[string]coord.DimSpec{"seq": {Min: 1, Max: 8}}}}); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for i := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			nc, tr, err := l.Transport()
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer nc.Close()
+			rv, cli, err := l.Rendezvous(5)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer cli.Close()
+			_, errs[i] = worker.Run(ctx, worker.Config{Identity: fmt.Sprint("s", i), Job: "strict", Coordinator: l.Client(), Transport: tr, Rendezvous: rv,
+				Resend: 20 * time.Millisecond,
+				Executor: func(g *ir.Graph, p *planner.Plan) (runtime.Executor, error) {
+					x, err := runtime.NewArenaExecutor(g, p, 0)
+					return slow{x, 10 * time.Millisecond}, err
+				},
+				Observe: func(step uint64) map[string]uint64 {
+					if step == 4 {
+						return map[string]uint64{"seq": 9}
+					}
+					return nil
+				}})
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if !errors.Is(err, worker.ErrAborted) {
+			t.Errorf("worker s%d: %v, want ErrAborted", i, err)
+		}
+	}
+	j := leaderState(t, l).Jobs["strict"]
+	if j.Status != coord.StatusFailed || !strings.Contains(j.Reason, "seq=9 exceeds the envelope [1,8] (policy abort)") || len(j.Epochs) != 1 {
+		t.Fatalf("job: %s, %q, %d epochs", j.Status, j.Reason, len(j.Epochs))
+	}
+	t.Logf("job failed: %s (last step %d)", j.Reason, j.LastStep)
 }
