@@ -25,6 +25,7 @@ import (
 	"github.com/tmmu/tmmu/coord"
 	"github.com/tmmu/tmmu/rendezvous"
 	"github.com/tmmu/tmmu/transport"
+	"github.com/tmmu/tmmu/worker"
 )
 
 // Options configure a local cluster.
@@ -229,4 +230,22 @@ func (l *Local) Close() error {
 		l.NATS.WaitForShutdown()
 	}
 	return errors.Join(errs...)
+}
+
+// RunWorker runs a worker against the cluster on its own NATS, etcd and
+// HTTP clients (closed when it returns): cfg's Coordinator, Transport and
+// Rendezvous are filled in, with rank leases of leaseTTL seconds.
+func (l *Local) RunWorker(ctx context.Context, cfg worker.Config, leaseTTL int64) (worker.Result, error) {
+	nc, tr, err := l.Transport()
+	if err != nil {
+		return worker.Result{}, err
+	}
+	defer nc.Close()
+	rv, cli, err := l.Rendezvous(leaseTTL)
+	if err != nil {
+		return worker.Result{}, err
+	}
+	defer cli.Close()
+	cfg.Coordinator, cfg.Transport, cfg.Rendezvous = l.Client(), tr, rv
+	return worker.Run(ctx, cfg)
 }

@@ -64,19 +64,7 @@ func benchReplan(b *testing.B, ranks int) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			nc, tr, err := l.Transport()
-			if err != nil {
-				b.Error(err)
-				return
-			}
-			defer nc.Close()
-			rv, cli, err := l.Rendezvous(10)
-			if err != nil {
-				b.Error(err)
-				return
-			}
-			defer cli.Close()
-			_, err = worker.Run(wctx, worker.Config{Identity: fmt.Sprint("w", i), Job: "bench", Coordinator: l.Client(), Transport: tr, Rendezvous: rv,
+			_, err := l.RunWorker(wctx, worker.Config{Identity: fmt.Sprint("w", i), Job: "bench",
 				Resend:   20 * time.Millisecond,
 				Executor: func(*ir.Graph, *planner.Plan) (runtime.Executor, error) { return stepping{}, nil },
 				OnStep: func(e worker.Event) {
@@ -88,7 +76,7 @@ func benchReplan(b *testing.B, ranks int) {
 						running[e.Epoch][e.Rank] = time.Now()
 					}
 					mu.Unlock()
-				}})
+				}}, 10)
 			if err != nil {
 				b.Error(err)
 			}

@@ -71,21 +71,9 @@ func TestReplansAtSafepoints(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			nc, tr, err := l.Transport()
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			defer nc.Close()
-			rv, cli, err := l.Rendezvous(5)
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			defer cli.Close()
 			var rank uint64
-			res, err := worker.Run(wctx, worker.Config{
-				Identity: fmt.Sprintf("w%d", i), Job: "dyn", Coordinator: l.Client(), Transport: tr, Rendezvous: rv,
+			res, err := l.RunWorker(wctx, worker.Config{
+				Identity: fmt.Sprintf("w%d", i), Job: "dyn",
 				Poll: 20 * time.Millisecond, Resend: 20 * time.Millisecond,
 				OnStep: func(e worker.Event) {
 					rank = e.Rank
@@ -114,7 +102,7 @@ func TestReplansAtSafepoints(t *testing.T) {
 					x, err := runtime.NewArenaExecutor(g, p, 0)
 					return slow{x, 20 * time.Millisecond}, err
 				},
-			})
+			}, 5)
 			mu.Lock()
 			results[fmt.Sprintf("w%d", i)] = res
 			mu.Unlock()
@@ -236,19 +224,7 @@ func TestAbortPolicy(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			nc, tr, err := l.Transport()
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			defer nc.Close()
-			rv, cli, err := l.Rendezvous(5)
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			defer cli.Close()
-			_, errs[i] = worker.Run(ctx, worker.Config{Identity: fmt.Sprint("s", i), Job: "strict", Coordinator: l.Client(), Transport: tr, Rendezvous: rv,
+			_, errs[i] = l.RunWorker(ctx, worker.Config{Identity: fmt.Sprint("s", i), Job: "strict",
 				Resend: 20 * time.Millisecond,
 				Executor: func(g *ir.Graph, p *planner.Plan) (runtime.Executor, error) {
 					x, err := runtime.NewArenaExecutor(g, p, 0)
@@ -259,7 +235,7 @@ func TestAbortPolicy(t *testing.T) {
 						return map[string]uint64{"seq": 9}
 					}
 					return nil
-				}})
+				}}, 5)
 		}()
 	}
 	wg.Wait()

@@ -116,21 +116,9 @@ func TestReplanCommands(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			nc, tr, err := l.Transport()
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			defer nc.Close()
-			rv, cli, err := l.Rendezvous(5)
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			defer cli.Close()
-			if _, err := worker.Run(ctx, worker.Config{Identity: fmt.Sprint("w", i), Job: "ops", Coordinator: l.Client(), Transport: tr, Rendezvous: rv,
+			if _, err := l.RunWorker(ctx, worker.Config{Identity: fmt.Sprint("w", i), Job: "ops",
 				Poll: 20 * time.Millisecond, Resend: 20 * time.Millisecond,
-				Executor: func(*ir.Graph, *planner.Plan) (runtime.Executor, error) { return pause{}, nil }}); err != nil {
+				Executor: func(*ir.Graph, *planner.Plan) (runtime.Executor, error) { return pause{}, nil }}, 5); err != nil {
 				t.Error(err)
 			}
 		}()

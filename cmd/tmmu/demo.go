@@ -124,28 +124,11 @@ func runDemo(c *command, e *env, args []string) error {
 		go func() {
 			defer wg.Done()
 			id := fmt.Sprintf("worker-%d", i)
-			nc, tr, err := l.Transport()
-			if err != nil {
-				mu.Lock()
-				errs = append(errs, err)
-				mu.Unlock()
-				return
-			}
-			defer nc.Close()
-			rv, cli, err := l.Rendezvous(10)
-			if err != nil {
-				mu.Lock()
-				errs = append(errs, err)
-				mu.Unlock()
-				return
-			}
-			defer cli.Close()
-			wc := worker.Config{Identity: id, Job: "demo", Coordinator: l.Client(), Transport: tr, Rendezvous: rv,
-				Poll: 20 * time.Millisecond, Resend: 50 * time.Millisecond}
+			wc := worker.Config{Identity: id, Job: "demo", Resend: 50 * time.Millisecond}
 			if *planOnly {
 				wc.Executor = func(*ir.Graph, *planner.Plan) (runtime.Executor, error) { return runtime.PlanOnly{}, nil }
 			}
-			res, err := worker.Run(ctx, wc)
+			res, err := l.RunWorker(ctx, wc, 10)
 			r := demoRank{Identity: id, Rank: res.Rank, PlanHash: res.PlanHash, Executor: res.Executor, ModelState: res.Model.Total(),
 				Reserved: res.Bytes, PlanMs: ms(res.PlanTime), AgreementMs: ms(res.AgreementTime), Steps: res.StepsRun}
 			if res.StepsRun > 0 {
