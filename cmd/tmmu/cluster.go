@@ -21,8 +21,8 @@ import (
 
 var jobCmd = &command{
 	name:    "job",
-	summary: "Submit jobs to a coordinator cluster and list them.",
-	usage: "job submit IR --shard-spec SPEC --name NAME [--steps N] [--mode M] [--strategy S] [--arena-config FILE] [--replan-policy P] [cluster flags] [-o text|json]\n" +
+	summary: "Submit jobs to a coordinator cluster, list them, and show a job's epochs (replan history).",
+	usage: "job submit IR|--source FILE --shard-spec SPEC --name NAME [--steps N] [--mode M] [--strategy S] [--arena-config FILE] [--replan-policy P] [cluster flags] [-o text|json]\n" +
 		"       tmmu job list [cluster flags] [-o text|json]\n" +
 		"       tmmu job history NAME [cluster flags] [-o text|json]",
 	run: runJob,
@@ -101,7 +101,7 @@ func runJob(c *command, e *env, args []string) error {
 	fs := newFlags(e, &command{name: "job " + sub, usage: c.usage, summary: c.summary})
 	cf := addClusterFlags(fs)
 	out := fs.String("o", "text", "output: text or json")
-	var specFile, name, mode, strategy, arenaFile, policy *string
+	var specFile, name, mode, strategy, arenaFile, policy, source *string
 	var steps *uint64
 	if sub == "submit" {
 		specFile = fs.String("shard-spec", "", "shard spec file (required)")
@@ -111,6 +111,7 @@ func runJob(c *command, e *env, args []string) error {
 		strategy = fs.String("strategy", string(planner.Packed), "placement strategy")
 		arenaFile = fs.String("arena-config", "", "arena config file")
 		policy = fs.String("replan-policy", coord.ReplanAtSafepoint, "replan_at_safepoint or abort")
+		source = fs.String("source", "", "instead of an IR file, a model source JSON file: {\"model\": \"gpt2\", \"config\": {...}, \"dims\": {\"seq\": {\"min\": 1, \"max\": 512, \"buckets\": [512, 1024]}}} (dynamic dimensions, for shape replans)")
 	}
 	pos, err := parse(fs, args[1:])
 	if err != nil {
@@ -154,14 +155,10 @@ func runJob(c *command, e *env, args []string) error {
 		printJobs(e.stdout, jobs)
 		return nil
 	}
-	if len(pos) != 1 || *specFile == "" || *name == "" {
-		return usagef("job submit takes one IR file, --shard-spec and --name")
+	if (len(pos) == 1) == (*source != "") || *specFile == "" || *name == "" {
+		return usagef("job submit takes one IR file or --source, and --shard-spec and --name")
 	}
-	m, spec, err := loadModelAndSpec(e, pos[0], *specFile)
-	if err != nil {
-		return err
-	}
-	irJSON, err := json.Marshal(m)
+	spec, err := loadSpec(e, *specFile)
 	if err != nil {
 		return err
 	}
@@ -169,8 +166,28 @@ func runJob(c *command, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	req := &coord.SubmitRequest{Name: *name, IR: irJSON, ShardSpec: specJSON, Mode: planner.Mode(*mode),
+	req := &coord.SubmitRequest{Name: *name, ShardSpec: specJSON, Mode: planner.Mode(*mode),
 		Strategy: planner.Strategy(*strategy), Steps: *steps, ReplanPolicy: *policy}
+	if *source != "" {
+		data, err := readInput(e, *source)
+		if err != nil {
+			return err
+		}
+		req.Model = &coord.ModelSource{}
+		dec := json.NewDecoder(bytes.NewReader(data))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(req.Model); err != nil {
+			return failure.New(failure.InvalidEncoding, opIO, fmt.Sprintf("model source %s: %v", *source, err), "file", *source)
+		}
+	} else {
+		m, err := loadModel(e, pos[0])
+		if err != nil {
+			return err
+		}
+		if req.IR, err = json.Marshal(m); err != nil {
+			return err
+		}
+	}
 	if *arenaFile != "" {
 		if req.ArenaConfig, err = loadArenaConfig(e, *arenaFile); err != nil {
 			return err
@@ -377,7 +394,7 @@ func printHistory(w io.Writer, name string, h []epochRecord) {
 
 var replanCmd = &command{
 	name:    "replan",
-	summary: "Ask the coordinators for a new plan epoch at the next safepoint: a new arena config, strategy or envelope, or just a fresh agreement.",
+	summary: "Ask the coordinators for a new plan epoch at the next safepoint: a new arena config, strategy or envelope (a request that changes nothing is answered with decision none).",
 	usage:   "replan --job NAME --reason TEXT [--arena-config FILE] [--strategy S] [--envelope FILE] [--id ID] [--token T] [cluster flags] [-o text|json]",
 	run:     runReplan,
 }

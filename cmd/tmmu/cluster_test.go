@@ -85,6 +85,16 @@ func TestClusterCommands(t *testing.T) {
 	if !strings.Contains(text, "answered by c1") || !strings.Contains(text, "gpt2") || !strings.Contains(text, "(leader)") {
 		t.Errorf("status from the config file:\n%s", text)
 	}
+	// A model source with a dynamic sequence length.
+	src := filepath.Join(dir, "source.json")
+	os.WriteFile(src, []byte(`{"model": "gpt2", "config": {"layers": 1, "hidden": 32, "heads": 2, "seq": 8, "context": 8, "batch": 1, "vocab": 64, "dtype": "bf16", "train": true},
+	  "dims": {"seq": {"min": 1, "max": 8, "buckets": [8, 16, 32]}}}`), 0o644)
+	if out := mustRun(t, "", "job", "submit", "--source", src, "--shard-spec", specFile, "--name", "dyn", "--coordinators", urls); !strings.Contains(out, "job dyn submitted") {
+		t.Errorf("submit --source:\n%s", out)
+	}
+	if h := mustRun(t, "", "job", "history", "dyn", "--coordinators", urls); !strings.Contains(h, "seq=[1,8]") {
+		t.Errorf("history of dyn:\n%s", h)
+	}
 	// A bad submission names its problem.
 	status, _, stderr := runCLI(t, "", "job", "submit", irFile, "--shard-spec", specFile, "--name", "bad name", "--coordinators", urls)
 	if status != 1 || !strings.Contains(stderr, "job name") {

@@ -84,7 +84,7 @@ func run(e *env, args []string) int {
 }
 
 func usage(w io.Writer) {
-	fmt.Fprintln(w, "tmmu plans tensor memory: liveness, then byte offsets per arena packed toward the lower bound (or the spec's slot layout), sealed by a plan hash a cluster can agree on.")
+	fmt.Fprintln(w, "tmmu plans tensor memory: liveness, then byte offsets per arena packed toward the lower bound (or the spec's slot layout), sealed by a plan hash a cluster agrees on; and it drives that cluster (jobs, status, replans).")
 	fmt.Fprintln(w, "\nUsage:\n  tmmu COMMAND [arguments]\n\nCommands:")
 	for _, c := range commands {
 		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
