@@ -77,3 +77,39 @@ func TestSnapshotRoundTrip(t *testing.T) {
 		t.Fatalf("restored %+v", back.Jobs["a"])
 	}
 }
+
+// TestBoundaryLiesPastTheHorizon: a new epoch's boundary is raised past
+// every step ranks may already run under the epoch before (committed
+// progress plus the window), and that epoch's horizon stops before it.
+func TestBoundaryLiesPastTheHorizon(t *testing.T) {
+	s := &State{}
+	spec := &JobSpec{Name: "j", Window: 3}
+	s.Apply(&Command{Kind: CmdSubmit, Job: "j", Spec: spec, New: epoch(0, 2, 1)})
+	if r := s.Apply(&Command{Kind: CmdEpoch, Job: "j", New: epoch(1, 2, 2)}); r.Err == nil {
+		t.Fatal("an epoch was committed before the one before it was agreed")
+	}
+	s.Apply(&Command{Kind: CmdOutcome, Job: "j", Epoch: 0, Outcome: &Outcome{Agreed: true}})
+	s.Apply(&Command{Kind: CmdProgress, Job: "j", Step: 10})
+	j := s.Jobs["j"]
+	if h := j.Horizon(0); h != 13 {
+		t.Fatalf("horizon %d, want 13", h)
+	}
+	next := epoch(1, 2, 2)
+	next.StartStep = 5 // chosen from an older view of the progress
+	if r := s.Apply(&Command{Kind: CmdEpoch, Job: "j", New: next}); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	if b := j.Epochs[1].StartStep; b != 14 {
+		t.Fatalf("boundary %d, want 14", b)
+	}
+	s.Apply(&Command{Kind: CmdProgress, Job: "j", Step: 12})
+	if h := j.Horizon(0); h != 13 {
+		t.Fatalf("old epoch's horizon %d after more progress, want 13 (the boundary less one)", h)
+	}
+	if e := j.EpochFor(13).Epoch; e != 0 {
+		t.Fatalf("step 13 runs under epoch %d", e)
+	}
+	if e := j.EpochFor(14).Epoch; e != 1 {
+		t.Fatalf("step 14 runs under epoch %d", e)
+	}
+}
