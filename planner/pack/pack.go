@@ -241,13 +241,18 @@ func improve(in *instance, adj [][]int32, f *features, nodes int64, target uint6
 		}
 		return false, false
 	}
+	// Every capacity below proven is infeasible: the goal is a lower
+	// bound, and a complete search at c rules out c and everything less.
+	// Once the peak found is proven, it is optimal.
+	proven := in.goal
+	settle := func() { res.Optimal = res.Optimal || res.Peak <= proven }
 	lo, hi := in.goal, target-1
 	if found, complete := attempt(lo, left/2); found {
 		res.Optimal = true
 		return
-	} else if complete && lo == hi {
-		res.Optimal = res.Peak == target
-		return
+	} else if complete {
+		proven = lo + 1
+		settle()
 	}
 	lo++
 	for lo <= hi && left > 0 {
@@ -258,11 +263,10 @@ func improve(in *instance, adj [][]int32, f *features, nodes int64, target uint6
 			hi = res.Peak - 1
 		case complete:
 			lo = mid + 1
-			if mid == hi && res.Peak == hi+1 {
-				res.Optimal = true // nothing fits below the peak
-			}
+			proven = max(proven, mid+1)
 		default:
 			lo = mid + 1
 		}
+		settle()
 	}
 }
