@@ -50,3 +50,42 @@ func TestProgressSurvivesWatchers(t *testing.T) {
 		t.Fatalf("latest steps %v, want 3 4 5 6", got)
 	}
 }
+
+// TestStepsAreStored: a watcher started late sees every rank's latest
+// step report of its epoch, and later ones; other epochs stay out.
+func TestStepsAreStored(t *testing.T) {
+	s := startServer(t)
+	tr, _ := newTransport(t, s)
+	ctx := testCtx(t)
+	h := hashOf("plan")
+	for rank := range uint64(3) {
+		for step := uint64(1); step <= 2+rank; step++ {
+			if err := tr.PutStep(ctx, StepReport{Job: "j", Epoch: 1, Rank: rank, Step: step, PlanHash: h}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := tr.PutStep(ctx, StepReport{Job: "j", Epoch: 2, Rank: 0, Step: 50, PlanHash: h}); err != nil {
+		t.Fatal(err)
+	}
+	ch, err := tr.WatchSteps(ctx, "j", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[uint64]uint64{}
+	timeout := time.After(5 * time.Second)
+	for len(got) < 3 || got[2] != 4 {
+		select {
+		case r := <-ch:
+			if r.Epoch != 1 {
+				t.Fatalf("report of epoch %d", r.Epoch)
+			}
+			got[r.Rank] = r.Step
+		case <-timeout:
+			t.Fatalf("replayed %v", got)
+		}
+	}
+	if got[0] != 2 || got[1] != 3 || got[2] != 4 {
+		t.Fatalf("latest steps %v, want 2 3 4", got)
+	}
+}

@@ -57,6 +57,7 @@ type Transport struct {
 	js       jetstream.JetStream
 	kv       jetstream.KeyValue
 	progress jetstream.KeyValue
+	steps    jetstream.KeyValue
 	stream   jetstream.Stream
 	dropped  atomic.Uint64
 }
@@ -88,11 +89,15 @@ func New(nc *nats.Conn, opts ...Option) (*Transport, error) {
 	if err != nil {
 		return nil, err
 	}
+	steps, err := openBucket(ctx, js, StepsBucket, "tmmu step barrier: the step each job.epoch.rank is ready to run", o)
+	if err != nil {
+		return nil, err
+	}
 	stream, err := js.Stream(ctx, bucketStream)
 	if err != nil {
 		return nil, fmt.Errorf("transport: kv stream %s: %w", bucketStream, err)
 	}
-	return &Transport{nc: nc, js: js, kv: kv, progress: progress, stream: stream}, nil
+	return &Transport{nc: nc, js: js, kv: kv, progress: progress, steps: steps, stream: stream}, nil
 }
 
 // openBucket opens a KV bucket, creating it (history 1, MaxValueSize, the

@@ -65,7 +65,6 @@ func benchReplan(b *testing.B, ranks int) {
 		go func() {
 			defer wg.Done()
 			_, err := l.RunWorker(wctx, worker.Config{Identity: fmt.Sprint("w", i), Job: "bench",
-				Resend:   20 * time.Millisecond,
 				Executor: func(*ir.Graph, *planner.Plan) (runtime.Executor, error) { return stepping{}, nil },
 				OnStep: func(e worker.Event) {
 					mu.Lock()

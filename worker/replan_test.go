@@ -74,7 +74,7 @@ func TestReplansAtSafepoints(t *testing.T) {
 			var rank uint64
 			res, err := l.RunWorker(wctx, worker.Config{
 				Identity: fmt.Sprintf("w%d", i), Job: "dyn",
-				Poll: 20 * time.Millisecond, Resend: 20 * time.Millisecond,
+				Poll: 20 * time.Millisecond,
 				OnStep: func(e worker.Event) {
 					rank = e.Rank
 					rec.record(e)
@@ -225,7 +225,6 @@ func TestAbortPolicy(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			_, errs[i] = l.RunWorker(ctx, worker.Config{Identity: fmt.Sprint("s", i), Job: "strict",
-				Resend: 20 * time.Millisecond,
 				Executor: func(g *ir.Graph, p *planner.Plan) (runtime.Executor, error) {
 					x, err := runtime.NewArenaExecutor(g, p, 0)
 					return slow{x, 10 * time.Millisecond}, err

@@ -74,9 +74,8 @@ type Config struct {
 	Logger *slog.Logger
 	// Poll is how often the worker polls the coordinators while waiting,
 	// in case announcements are lost (default 1 s; grants and epochs
-	// normally arrive as NATS announcements); Resend how often it
-	// repeats its StepReport while waiting at a barrier (default 100 ms).
-	Poll, Resend time.Duration
+	// normally arrive as NATS announcements).
+	Poll time.Duration
 }
 
 // Event describes a step about to run.
@@ -134,6 +133,9 @@ type epochPlan struct {
 	exec     runtime.Executor
 	reported time.Time
 	barrier  *barrier
+	put      uint64 // the highest step this rank reported ready under the epoch
+	// stopWatch ends the epoch's step-report watch.
+	stopWatch context.CancelFunc
 }
 
 type run struct {
@@ -152,6 +154,10 @@ type run struct {
 	mu      sync.Mutex
 	res     Result
 	started bool
+	// watches are the step-report watches of the epochs planned; they
+	// end with the run.
+	watchCtx context.Context
+	watches  sync.WaitGroup
 }
 
 // Run runs the worker until the job's steps are done, an epoch is not
@@ -165,12 +171,13 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	if cfg.Poll == 0 {
 		cfg.Poll = time.Second
 	}
-	if cfg.Resend == 0 {
-		cfg.Resend = 100 * time.Millisecond
-	}
 	w := &run{cfg: cfg, log: log.With("job", cfg.Job, "identity", cfg.Identity), models: map[ir.Hash]*ir.Model{},
 		plans: map[uint64]*epochPlan{}, wake: make(chan struct{}, 1), granted: make(chan struct{}, 1), grants: map[uint64]uint64{}, agreed: map[uint64]transport.Outcome{}}
+	wctx, stop := context.WithCancel(ctx)
+	w.watchCtx = wctx
 	err := w.run(ctx)
+	stop()
+	w.watches.Wait()
 	return w.res, err
 }
 
@@ -234,16 +241,6 @@ func (w *run) run(ctx context.Context) error {
 				select {
 				case w.granted <- struct{}{}:
 				default:
-				}
-			})
-		},
-		func() (*nats.Subscription, error) {
-			return cfg.Transport.SubscribeStepReports(cfg.Job, func(r transport.StepReport) {
-				w.mu.Lock()
-				p := w.plans[r.Epoch]
-				w.mu.Unlock()
-				if p != nil {
-					p.barrier.add(r)
 				}
 			})
 		},
@@ -327,7 +324,6 @@ func (w *run) observe(p *epochPlan, step uint64) {
 func (w *run) await(ctx context.Context, step uint64) (*epochPlan, error) {
 	poll := time.NewTicker(w.cfg.Poll)
 	defer poll.Stop()
-	var lastSent time.Time
 	var job *coord.Job
 	fresh := true
 	for {
@@ -375,11 +371,11 @@ func (w *run) await(ctx context.Context, step uint64) (*epochPlan, error) {
 			horizon := max(job.Horizon(e.Epoch), w.grants[e.Epoch])
 			w.mu.Unlock()
 			if horizon >= step {
-				if time.Since(lastSent) >= w.cfg.Resend {
-					lastSent = time.Now()
-					if err := w.cfg.Transport.PublishStepReport(transport.StepReport{Job: w.cfg.Job, Epoch: e.Epoch, Rank: w.rank, Step: step, PlanHash: p.hash}); err != nil {
+				if p.put < step {
+					if err := w.cfg.Transport.PutStep(ctx, transport.StepReport{Job: w.cfg.Job, Epoch: e.Epoch, Rank: w.rank, Step: step, PlanHash: p.hash}); err != nil {
 						return nil, err
 					}
+					p.put = step
 				}
 				ready = p.barrier.ready(step)
 			}
@@ -438,6 +434,20 @@ func (w *run) prepare(ctx context.Context, job *coord.Job, i uint64) (*epochPlan
 		w.res.PlanTime = time.Since(t)
 	}
 	p = &epochPlan{epoch: i, hash: rp.Plan.PlanHash, plan: rp, graph: rp.View.Graph, barrier: newBarrier(w.world, e.Expected)}
+	wctx, stop := context.WithCancel(w.watchCtx)
+	steps, err := w.cfg.Transport.WatchSteps(wctx, w.cfg.Job, i)
+	if err != nil {
+		stop()
+		return nil, err
+	}
+	p.stopWatch = stop
+	w.watches.Add(1)
+	go func() {
+		defer w.watches.Done()
+		for r := range steps {
+			p.barrier.add(r)
+		}
+	}()
 	w.mu.Lock()
 	w.plans[i] = p
 	w.mu.Unlock()
@@ -496,6 +506,7 @@ func (w *run) start(p *epochPlan, step uint64) error {
 	for i, q := range w.plans {
 		if i < p.epoch {
 			q.exec = nil
+			q.stopWatch() // its last step has run
 		}
 	}
 	w.mu.Unlock()

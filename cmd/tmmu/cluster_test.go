@@ -127,7 +127,7 @@ func TestReplanCommands(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			if _, err := l.RunWorker(ctx, worker.Config{Identity: fmt.Sprint("w", i), Job: "ops",
-				Poll: 20 * time.Millisecond, Resend: 20 * time.Millisecond,
+				Poll:     20 * time.Millisecond,
 				Executor: func(*ir.Graph, *planner.Plan) (runtime.Executor, error) { return pause{}, nil }}, 5); err != nil {
 				t.Error(err)
 			}

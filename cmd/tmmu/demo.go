@@ -124,7 +124,7 @@ func runDemo(c *command, e *env, args []string) error {
 		go func() {
 			defer wg.Done()
 			id := fmt.Sprintf("worker-%d", i)
-			wc := worker.Config{Identity: id, Job: "demo", Resend: 50 * time.Millisecond}
+			wc := worker.Config{Identity: id, Job: "demo"}
 			if *planOnly {
 				wc.Executor = func(*ir.Graph, *planner.Plan) (runtime.Executor, error) { return runtime.PlanOnly{}, nil }
 			}

@@ -1,0 +1,48 @@
+package transport
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// StepsBucket is the KV bucket of the step barrier: key
+// "<job>.<epoch>.<rank>" holds the StepReport of the latest step that rank
+// is ready to run under that epoch. Because it is stored, every watcher —
+// a rank at the barrier, a replacement worker catching up, a new leader —
+// sees the same reports, including those made before it started watching.
+const StepsBucket = "tmmu_steps"
+
+// PutStep records that r.Rank is ready to run r.Step under r.Epoch
+// (overwriting its earlier report for the epoch).
+func (t *Transport) PutStep(ctx context.Context, r StepReport) error {
+	data, err := Encode(r)
+	if err != nil {
+		return err
+	}
+	if _, err := t.steps.Put(ctx, reportKey(r.Job, r.Epoch, r.Rank), data); err != nil {
+		return fmt.Errorf("transport: step report of %s epoch %d rank %d: %w", r.Job, r.Epoch, r.Rank, err)
+	}
+	return nil
+}
+
+// WatchSteps streams the step reports of (job, epoch): every rank's latest
+// stored report, then each new one. The channel closes when ctx is done or
+// the connection closes.
+func (t *Transport) WatchSteps(ctx context.Context, job string, epoch uint64) (<-chan StepReport, error) {
+	if err := ValidJob(job); err != nil {
+		return nil, err
+	}
+	return watch(ctx, t.steps, epochFilter(job, epoch), func(e jetstream.KeyValueEntry) (StepReport, bool) {
+		var r StepReport
+		if e.Operation() != jetstream.KeyValuePut {
+			return r, false
+		}
+		if Decode(e.Value(), &r) != nil || r.Job != job || r.Epoch != epoch || e.Key() != reportKey(job, epoch, r.Rank) {
+			t.dropped.Add(1)
+			return r, false
+		}
+		return r, true
+	})
+}
