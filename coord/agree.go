@@ -4,9 +4,11 @@ import (
 	"context"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/tmmu/tmmu/rendezvous"
 	"github.com/tmmu/tmmu/transport"
 )
 
@@ -26,8 +28,11 @@ import (
 //
 // Leadership lost, it stops its watchers; commands are idempotent, so a
 // commit that raced a leadership change is harmless.
-func (n *Node) RunAgreement(ctx context.Context, t *transport.Transport) {
-	a := &agreement{n: n, t: t, watch: map[string]context.CancelFunc{}, replans: map[string]*jobReplans{}}
+//
+// With a rendezvous client (nil: none) it also shrinks elastic jobs whose
+// ranks left for good (see shrink).
+func (n *Node) RunAgreement(ctx context.Context, t *transport.Transport, rv *rendezvous.Client) {
+	a := &agreement{n: n, t: t, rv: rv, watch: map[string]context.CancelFunc{}, replans: map[string]*jobReplans{}}
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
 	defer a.stopAll()
@@ -52,6 +57,9 @@ func (n *Node) RunAgreement(ctx context.Context, t *transport.Transport) {
 			continue
 		}
 		a.sync(ctx)
+		if s, _ := n.applied(); s != nil {
+			a.checkMembership(ctx, s)
+		}
 	}
 }
 
@@ -63,6 +71,9 @@ type agreement struct {
 	wg    sync.WaitGroup
 	// replans holds the replan state of each live job (leader only).
 	replans map[string]*jobReplans
+	// rv, when set, lets the leader see which ranks left elastic jobs.
+	rv        *rendezvous.Client
+	lastCheck time.Time
 }
 
 func (a *agreement) stopAll() {
@@ -99,18 +110,25 @@ func (a *agreement) sync(ctx context.Context) {
 			}
 		}
 		live := j.Status == StatusRunning || j.Status == StatusAgreeing
-		pkey := name + "/progress"
+		// Progress is counted over the ranks of the epoch that runs the
+		// next step (an elastic job's world can shrink).
+		spec, _ := j.World(j.EpochFor(j.LastStep + 1).Epoch)
+		prefix := name + "/progress/"
+		pkey := prefix + strconv.FormatUint(spec.WorldSize, 10)
+		for k, cancel := range a.watch {
+			if strings.HasPrefix(k, prefix) && (k != pkey || !live) {
+				cancel()
+				delete(a.watch, k)
+			}
+		}
 		if _, ok := a.watch[pkey]; live && !ok {
 			wctx, cancel := context.WithCancel(ctx)
 			a.watch[pkey] = cancel
 			a.wg.Add(1)
 			go func() {
 				defer a.wg.Done()
-				a.progress(wctx, name, j.Spec.ShardSpec.WorldSize, j.LastStep)
+				a.progress(wctx, name, spec.WorldSize, j.LastStep)
 			}()
-		} else if ok && !live {
-			a.watch[pkey]()
-			delete(a.watch, pkey)
 		}
 	}
 	a.syncReplans(s)

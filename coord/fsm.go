@@ -40,8 +40,8 @@ type JobSpec struct {
 	// new envelope. Jobs submitted as a bare IR replan only for operator
 	// requests and membership changes.
 	Source *ModelSource `json:"source,omitempty" cbor:"source,omitempty"`
-	// Elastic lets a membership change replan the job for the new world
-	// size (not built yet: accepted and recorded only).
+	// Elastic lets the job shrink when ranks leave for good: the leader
+	// replans it for the live ranks (see RunAgreement).
 	Elastic bool `json:"elastic,omitempty" cbor:"elastic"`
 }
 
@@ -89,6 +89,11 @@ type Epoch struct {
 	ArenaConfig planner.ArenaConfig    `json:"arena_config,omitempty" cbor:"arena_config,omitempty"`
 	Strategy    planner.Strategy       `json:"strategy,omitempty" cbor:"strategy,omitempty"`
 	Envelope    map[string]ir.DimRange `json:"envelope,omitempty" cbor:"envelope,omitempty"`
+	// ShardSpec and Members change the world (an elastic job that lost
+	// ranks): the resolved spec for the new world size, and the
+	// identities of its ranks in rank order.
+	ShardSpec *shard.Spec `json:"shard_spec,omitempty" cbor:"shard_spec,omitempty"`
+	Members   []string    `json:"members,omitempty" cbor:"members,omitempty"`
 	// CommittedAt is the leader's clock (Unix ns) when it proposed the
 	// epoch; it is data, not read by Apply.
 	CommittedAt int64 `json:"committed_at_unix_nano" cbor:"committed_at"`
@@ -114,6 +119,18 @@ func (j *Job) Inputs(i uint64) (model []byte, opts planner.Options, env map[stri
 		}
 	}
 	return model, opts, env
+}
+
+// World returns the shard spec of epoch i and the identities of its ranks
+// in rank order (nil: the ranks are the rendezvous ranks).
+func (j *Job) World(i uint64) (*shard.Spec, []string) {
+	spec, members := &j.Spec.ShardSpec, []string(nil)
+	for k := uint64(0); k <= i && k < uint64(len(j.Epochs)); k++ {
+		if e := &j.Epochs[k]; e.ShardSpec != nil {
+			spec, members = e.ShardSpec, e.Members
+		}
+	}
+	return spec, members
 }
 
 // EpochFor returns the epoch that runs step s: the latest whose StartStep
@@ -193,6 +210,10 @@ type Command struct {
 	Reason  string   `cbor:"reason"`
 	Peer    *Peer    `cbor:"peer,omitempty"`
 	Remove  bool     `cbor:"remove"`
+	// Fence keeps an epoch command's boundary as given: the leader
+	// derived it from the stored step reports (the first step a lost
+	// rank never reported ready, which no rank can have run).
+	Fence bool `cbor:"fence"`
 }
 
 // Result is what applying a command returns: Changed is false for a
@@ -281,7 +302,11 @@ func (s *State) Apply(c *Command) Result {
 		// The boundary lies past every step a rank may already run
 		// under the epoch before (its horizon), whatever progress was
 		// committed since the leader chose it.
-		e.StartStep = max(e.StartStep, j.Horizon(uint64(len(j.Epochs))-1)+1)
+		if !c.Fence {
+			e.StartStep = max(e.StartStep, j.Horizon(uint64(len(j.Epochs))-1)+1)
+		} else if e.StartStep <= j.LastStep || e.StartStep < j.Current().StartStep {
+			return Result{Err: fmt.Errorf("coord: job %q: fenced boundary %d is not past the finished step %d", c.Job, e.StartStep, j.LastStep)}
+		}
 		j.Epochs = append(j.Epochs, e)
 		j.Status = StatusAgreeing
 		return Result{Changed: true}

@@ -133,15 +133,20 @@ func (l *Local) startAgreement(i int) error {
 	if err != nil {
 		return err
 	}
+	rv, ec, err := l.Rendezvous(rendezvous.DefaultTTL)
+	if err != nil {
+		nc.Close()
+		return err
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	l.mu.Lock()
-	l.agree[i] = func() { cancel(); nc.Close() }
+	l.agree[i] = func() { cancel(); nc.Close(); ec.Close() }
 	l.mu.Unlock()
 	node := l.Coord.Nodes[i]
 	l.agreeW.Add(1)
 	go func() {
 		defer l.agreeW.Done()
-		node.RunAgreement(ctx, t)
+		node.RunAgreement(ctx, t, rv)
 	}()
 	return nil
 }

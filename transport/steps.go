@@ -27,6 +27,29 @@ func (t *Transport) PutStep(ctx context.Context, r StepReport) error {
 	return nil
 }
 
+// Steps returns every rank's latest step report of (job, epoch), by rank.
+func (t *Transport) Steps(ctx context.Context, job string, epoch uint64) (map[uint64]StepReport, error) {
+	if err := ValidJob(job); err != nil {
+		return nil, err
+	}
+	return stored(ctx, t.steps, epochFilter(job, epoch), func(e jetstream.KeyValueEntry) (uint64, StepReport, bool) {
+		r, ok := t.entryStep(e, job, epoch)
+		return r.Rank, r, ok
+	})
+}
+
+func (t *Transport) entryStep(e jetstream.KeyValueEntry, job string, epoch uint64) (StepReport, bool) {
+	var r StepReport
+	if e.Operation() != jetstream.KeyValuePut {
+		return r, false
+	}
+	if Decode(e.Value(), &r) != nil || r.Job != job || r.Epoch != epoch || e.Key() != reportKey(job, epoch, r.Rank) {
+		t.dropped.Add(1)
+		return r, false
+	}
+	return r, true
+}
+
 // WatchSteps streams the step reports of (job, epoch): every rank's latest
 // stored report, then each new one. The channel closes when ctx is done or
 // the connection closes.
@@ -35,14 +58,6 @@ func (t *Transport) WatchSteps(ctx context.Context, job string, epoch uint64) (<
 		return nil, err
 	}
 	return watch(ctx, t.steps, epochFilter(job, epoch), func(e jetstream.KeyValueEntry) (StepReport, bool) {
-		var r StepReport
-		if e.Operation() != jetstream.KeyValuePut {
-			return r, false
-		}
-		if Decode(e.Value(), &r) != nil || r.Job != job || r.Epoch != epoch || e.Key() != reportKey(job, epoch, r.Rank) {
-			t.dropped.Add(1)
-			return r, false
-		}
-		return r, true
+		return t.entryStep(e, job, epoch)
 	})
 }

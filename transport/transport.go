@@ -186,17 +186,26 @@ func (t *Transport) Reports(ctx context.Context, job string, epoch uint64) (map[
 	if err := ValidJob(job); err != nil {
 		return nil, err
 	}
+	return stored(ctx, t.kv, epochFilter(job, epoch), func(e jetstream.KeyValueEntry) (uint64, PlanReport, bool) {
+		r, ok := t.entryReport(e, job, epoch)
+		return r.Rank, r, ok
+	})
+}
+
+// stored reads the values decode accepts under filter, as they are now,
+// keyed by what decode says.
+func stored[T any](ctx context.Context, kv jetstream.KeyValue, filter string, decode func(jetstream.KeyValueEntry) (uint64, T, bool)) (map[uint64]T, error) {
 	// The client ties a goroutine to the watch's context that only a
 	// Stop or the context ends, not a closed connection: give it a context
 	// that always ends.
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	w, err := t.kv.Watch(wctx, epochFilter(job, epoch), jetstream.IgnoreDeletes())
+	w, err := kv.Watch(wctx, filter, jetstream.IgnoreDeletes())
 	if err != nil {
-		return nil, fmt.Errorf("transport: watch %s: %w", epochFilter(job, epoch), err)
+		return nil, fmt.Errorf("transport: watch %s: %w", filter, err)
 	}
 	defer stopWatcher(w)
-	out := make(map[uint64]PlanReport)
+	out := make(map[uint64]T)
 	for {
 		select {
 		case <-ctx.Done():
@@ -208,8 +217,8 @@ func (t *Transport) Reports(ctx context.Context, job string, epoch uint64) (map[
 			if e == nil { // end of initial values
 				return out, nil
 			}
-			if r, ok := t.entryReport(e, job, epoch); ok {
-				out[r.Rank] = r
+			if k, v, ok := decode(e); ok {
+				out[k] = v
 			}
 		}
 	}

@@ -117,6 +117,14 @@ func (f *fleet) start(identity string, adjust func(*planner.Options)) {
 	}()
 }
 
+// stop drains a worker.
+func (f *fleet) stop(identity string) {
+	f.mu.Lock()
+	cancel := f.cancel[identity]
+	f.mu.Unlock()
+	cancel()
+}
+
 // kill cuts a worker off as a crash would: its etcd and NATS connections
 // close first (no lease revocation; the lease expires), then it stops.
 func (f *fleet) kill(identity string) {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -248,4 +249,65 @@ func TestAbortPolicy(t *testing.T) {
 		t.Fatalf("job: %s, %q, %d epochs", j.Status, j.Reason, len(j.Epochs))
 	}
 	t.Logf("job failed: %s (last step %d)", j.Reason, j.LastStep)
+}
+
+// TestElasticJobShrinks: an elastic job on 4 workers loses one for good
+// (its connections cut; its lease expires). The leader replans for the 3
+// that remain: world 3, the data-parallel group of 3, a boundary fenced
+// from the stored step reports. The survivors switch in the same process
+// and the job runs on; the safety recorder checks every step.
+func TestElasticJobShrinks(t *testing.T) {
+	l, err := localcluster.Start(localcluster.Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	sub := submission(t, "elastic", 4, 0, `{"world_size": 4, "data_parallel": {"zero_stage": 1}}`)
+	sub.Elastic = true
+	if _, err := l.Client().Submit(ctx, sub); err != nil {
+		t.Fatal(err)
+	}
+	rec := &recorder{}
+	f := &fleet{t: t, l: l, rec: rec, job: "elastic", results: map[string]error{}, ranks: map[string][]uint64{}, cancel: map[string]context.CancelFunc{}, conns: map[string]func(){}}
+	for i := range 4 {
+		f.start(fmt.Sprintf("e%d", i), nil)
+	}
+	waitJob(t, l, "steps", 20*time.Second, func(j *coord.Job) bool { return j.Spec.Name == "elastic" && j.LastStep >= 4 })
+	f.kill("e1")
+	j := waitJob(t, l, "the shrink to run", 30*time.Second, func(j *coord.Job) bool {
+		return j.Spec.Name == "elastic" && len(j.Epochs) == 2 && j.Epochs[1].Outcome != nil && j.LastStep >= j.Epochs[1].StartStep+3
+	})
+	e := j.Epochs[1]
+	t.Logf("epoch 1 from step %d: %s; members %v", e.StartStep, e.Reason, e.Members)
+	if e.ShardSpec == nil || e.ShardSpec.WorldSize != 3 || e.ShardSpec.DataParallel.Degree != 3 || len(e.Members) != 3 || slices.Contains(e.Members, "e1") {
+		t.Fatalf("epoch 1: spec %+v members %v", e.ShardSpec, e.Members)
+	}
+	for _, id := range []string{"e0", "e2", "e3"} {
+		f.stop(id)
+	}
+	f.wg.Wait()
+	s := leaderState(t, l)
+	rec.check(t, s)
+	rec.checkBoundaries(t, s)
+	first := map[string]uint64{}
+	rec.mu.Lock()
+	for _, ev := range rec.events {
+		if ev.Epoch == 1 {
+			if f, ok := first[ev.Identity]; !ok || ev.Step < f {
+				first[ev.Identity] = ev.Step
+			}
+		}
+	}
+	rec.mu.Unlock()
+	if len(first) != 3 {
+		t.Fatalf("ranks under epoch 1: %v", first)
+	}
+	for id, st := range first {
+		if st != e.StartStep {
+			t.Errorf("%s started epoch 1 at step %d, boundary %d", id, st, e.StartStep)
+		}
+	}
+	t.Logf("safety recorder: %d steps checked", len(rec.events))
 }

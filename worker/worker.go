@@ -121,12 +121,19 @@ type Switch struct {
 // ErrNotAgreed is returned when an epoch was committed as not agreed.
 var ErrNotAgreed = errors.New("worker: the epoch was not agreed")
 
+// ErrNotMember is returned when an epoch of an elastic job leaves this
+// worker out (it was counted as lost and came back too late).
+var ErrNotMember = errors.New("worker: the job's world no longer includes this worker")
+
 // ErrAborted is returned when the job was failed or aborted.
 var ErrAborted = errors.New("worker: the job was aborted")
 
 // epochPlan is this rank's plan under one epoch.
 type epochPlan struct {
 	epoch    uint64
+	rank     uint64 // this worker's rank in the epoch's world
+	world    uint64
+	member   bool // false: the epoch's world does not include this worker
 	hash     ir.Hash
 	plan     *shard.RankPlan
 	graph    *ir.Graph
@@ -265,7 +272,7 @@ func (w *run) run(ctx context.Context) error {
 			return err
 		}
 		if cfg.OnStep != nil {
-			cfg.OnStep(Event{Job: cfg.Job, Identity: cfg.Identity, Rank: w.rank, Epoch: p.epoch, Step: step, PlanHash: p.hash})
+			cfg.OnStep(Event{Job: cfg.Job, Identity: cfg.Identity, Rank: p.rank, Epoch: p.epoch, Step: step, PlanHash: p.hash})
 		}
 		t := time.Now()
 		if _, err := p.exec.Step(context.WithoutCancel(ctx), step); err != nil {
@@ -275,7 +282,7 @@ func (w *run) run(ctx context.Context) error {
 		w.res.StepTime += took
 		w.res.StepsRun++
 		w.res.LastStep = step
-		if err := cfg.Transport.PutProgress(context.WithoutCancel(ctx), transport.StepDone{Job: cfg.Job, Epoch: p.epoch, Rank: w.rank, Step: step, Nanos: took.Nanoseconds()}); err != nil {
+		if err := cfg.Transport.PutProgress(context.WithoutCancel(ctx), transport.StepDone{Job: cfg.Job, Epoch: p.epoch, Rank: p.rank, Step: step, Nanos: took.Nanoseconds()}); err != nil {
 			w.log.Warn("recording progress", "step", step, "err", err)
 		}
 		w.observe(p, step)
@@ -311,7 +318,7 @@ func (w *run) observe(p *epochPlan, step uint64) {
 	if len(out) == 0 {
 		return
 	}
-	req := transport.ReplanRequest{Job: w.cfg.Job, Epoch: p.epoch, Rank: w.rank, Step: step, Reason: strings.Join(out, ", "),
+	req := transport.ReplanRequest{Job: w.cfg.Job, Epoch: p.epoch, Rank: p.rank, Step: step, Reason: strings.Join(out, ", "),
 		DedupeID: fmt.Sprintf("%s/%d/%d", w.cfg.Identity, p.epoch, step), Dims: dims}
 	if err := w.cfg.Transport.PublishReplanRequest(req); err != nil {
 		w.log.Warn("asking for a replan", "err", err)
@@ -351,6 +358,9 @@ func (w *run) await(ctx context.Context, step uint64) (*epochPlan, error) {
 		w.mu.Lock()
 		p := w.plans[e.Epoch]
 		w.mu.Unlock()
+		if !p.member {
+			return nil, fmt.Errorf("%w: epoch %d from step %d", ErrNotMember, e.Epoch, e.StartStep)
+		}
 		ready := false
 		outcome := e.Outcome
 		if outcome == nil {
@@ -372,7 +382,7 @@ func (w *run) await(ctx context.Context, step uint64) (*epochPlan, error) {
 			w.mu.Unlock()
 			if horizon >= step {
 				if p.put < step {
-					if err := w.cfg.Transport.PutStep(ctx, transport.StepReport{Job: w.cfg.Job, Epoch: e.Epoch, Rank: w.rank, Step: step, PlanHash: p.hash}); err != nil {
+					if err := w.cfg.Transport.PutStep(ctx, transport.StepReport{Job: w.cfg.Job, Epoch: e.Epoch, Rank: p.rank, Step: step, PlanHash: p.hash}); err != nil {
 						return nil, err
 					}
 					p.put = step
@@ -404,15 +414,28 @@ func (w *run) prepare(ctx context.Context, job *coord.Job, i uint64) (*epochPlan
 	if p != nil {
 		return p, nil
 	}
-	if uint64(len(job.Epochs[i].Expected)) != w.world {
+	spec, members := job.World(i)
+	rank, world := w.rank, spec.WorldSize
+	if members != nil {
+		k := slices.Index(members, w.cfg.Identity)
+		if k < 0 {
+			p = &epochPlan{epoch: i}
+			w.mu.Lock()
+			w.plans[i] = p
+			w.mu.Unlock()
+			return p, nil
+		}
+		rank = uint64(k)
+	}
+	if uint64(len(job.Epochs[i].Expected)) != world {
 		// A job fetched with the recent epochs' hashes only, and an old
 		// epoch to run: fetch it whole.
 		full, err := w.cfg.Coordinator.Job(ctx, w.cfg.Job)
 		if err != nil {
 			return nil, err
 		}
-		if i >= uint64(len(full.Epochs)) || uint64(len(full.Epochs[i].Expected)) != w.world {
-			return nil, fmt.Errorf("worker: epoch %d has no expected plan hash for each of %d ranks", i, w.world)
+		if i >= uint64(len(full.Epochs)) || uint64(len(full.Epochs[i].Expected)) != world {
+			return nil, fmt.Errorf("worker: epoch %d has no expected plan hash for each of %d ranks", i, world)
 		}
 		job = full
 	}
@@ -426,14 +449,14 @@ func (w *run) prepare(ctx context.Context, job *coord.Job, i uint64) (*epochPlan
 		w.cfg.AdjustOptions(&opts)
 	}
 	t := time.Now()
-	rp, err := shard.PlanRank(model, &job.Spec.ShardSpec, w.rank, opts)
+	rp, err := shard.PlanRank(model, spec, rank, opts)
 	if err != nil {
-		return nil, fmt.Errorf("worker: planning rank %d under epoch %d: %w", w.rank, i, err)
+		return nil, fmt.Errorf("worker: planning rank %d under epoch %d: %w", rank, i, err)
 	}
 	if i == 0 || w.res.PlanTime == 0 {
 		w.res.PlanTime = time.Since(t)
 	}
-	p = &epochPlan{epoch: i, hash: rp.Plan.PlanHash, plan: rp, graph: rp.View.Graph, barrier: newBarrier(w.world, e.Expected)}
+	p = &epochPlan{epoch: i, rank: rank, world: world, member: true, hash: rp.Plan.PlanHash, plan: rp, graph: rp.View.Graph, barrier: newBarrier(world, e.Expected)}
 	wctx, stop := context.WithCancel(w.watchCtx)
 	steps, err := w.cfg.Transport.WatchSteps(wctx, w.cfg.Job, i)
 	if err != nil {
@@ -451,7 +474,7 @@ func (w *run) prepare(ctx context.Context, job *coord.Job, i uint64) (*epochPlan
 	w.mu.Lock()
 	w.plans[i] = p
 	w.mu.Unlock()
-	if err := w.cfg.Transport.Report(ctx, transport.PlanReport{Job: w.cfg.Job, Epoch: i, Rank: w.rank, Identity: w.cfg.Identity, PlanHash: p.hash}); err != nil {
+	if err := w.cfg.Transport.Report(ctx, transport.PlanReport{Job: w.cfg.Job, Epoch: i, Rank: rank, Identity: w.cfg.Identity, PlanHash: p.hash}); err != nil {
 		return nil, fmt.Errorf("worker: reporting the plan hash of epoch %d: %w", i, err)
 	}
 	p.reported = time.Now()
@@ -506,12 +529,14 @@ func (w *run) start(p *epochPlan, step uint64) error {
 	for i, q := range w.plans {
 		if i < p.epoch {
 			q.exec = nil
-			q.stopWatch() // its last step has run
+			if q.stopWatch != nil {
+				q.stopWatch() // its last step has run
+			}
 		}
 	}
 	w.mu.Unlock()
 	p.exec = exec
-	w.res.Epoch, w.res.PlanHash, w.res.Executor = p.epoch, p.hash, exec.Name()
+	w.res.Epoch, w.res.PlanHash, w.res.Executor, w.res.Rank = p.epoch, p.hash, exec.Name(), p.rank
 	w.res.Model, w.res.Bytes = p.plan.ModelState, p.plan.Plan.Metrics.ReservedBytes
 	w.res.Epochs++
 	return nil

@@ -9,7 +9,7 @@
 //
 // Every flag can come from the environment instead: TMMU_ID,
 // TMMU_RAFT_ADDR, TMMU_HTTP_ADDR, TMMU_DATA_DIR, TMMU_NATS, TMMU_PEERS,
-// TMMU_BOOTSTRAP, TMMU_FAST_FAILOVER, TMMU_REPLAN_TOKEN. A node joining an existing cluster
+// TMMU_BOOTSTRAP, TMMU_FAST_FAILOVER, TMMU_REPLAN_TOKEN, TMMU_ETCD. A node joining an existing cluster
 // starts without --bootstrap (with --peers listing the cluster, for
 // redirects) and is added by an operator: tmmu voter add ID RAFT HTTP. On
 // SIGTERM or SIGINT it hands leadership to another
@@ -30,9 +30,12 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 
 	"github.com/tmmu/tmmu/coord"
 	"github.com/tmmu/tmmu/internal/cli"
+	"github.com/tmmu/tmmu/rendezvous"
 	"github.com/tmmu/tmmu/transport"
 )
 
@@ -66,6 +69,7 @@ func run(args []string) error {
 	httpAddr := fs.String("http-addr", "127.0.0.1:8080", "HTTP API address")
 	dataDir := fs.String("data-dir", "tmmu-coordinator", "raft log, stable store and snapshots")
 	natsURL := fs.String("nats", nats.DefaultURL, "NATS server URL (JetStream enabled)")
+	etcd := fs.String("etcd", "", "etcd endpoints, comma-separated: lets the leader shrink elastic jobs whose ranks left (empty: no elastic shrinking)")
 	peers := fs.String("peers", "", "the cluster's voters: id=raft_addr=http_addr,... (this node included)")
 	bootstrap := fs.Bool("bootstrap", false, "bootstrap a new cluster of --peers when the data dir is empty (every initial voter gets the same --peers; a node joining later runs without --bootstrap and is added with tmmu voter add)")
 	token := fs.String("replan-token", "", "bearer token operators' replan requests must carry (empty: none)")
@@ -109,10 +113,20 @@ func run(args []string) error {
 		node.Shutdown()
 		return err
 	}
+	var rv *rendezvous.Client
+	if *etcd != "" {
+		ec, err := clientv3.New(clientv3.Config{Endpoints: strings.Split(*etcd, ","), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+		if err != nil {
+			node.Shutdown()
+			return fmt.Errorf("etcd %s: %w", *etcd, err)
+		}
+		defer ec.Close()
+		rv = rendezvous.New(ec, "", 0)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	agreeDone := make(chan struct{})
-	go func() { node.RunAgreement(ctx, tr); close(agreeDone) }()
+	go func() { node.RunAgreement(ctx, tr, rv); close(agreeDone) }()
 	log.Info("coordinator started", "id", *id, "raft", *raftAddr, "http", *httpAddr, "peers", len(ps))
 
 	select {

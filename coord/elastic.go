@@ -1,0 +1,120 @@
+package coord
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/tmmu/tmmu/ir"
+	"github.com/tmmu/tmmu/shard"
+	"github.com/tmmu/tmmu/transport"
+)
+
+// shrink replans an elastic job whose current epoch lost ranks for good
+// (their rendezvous leases expired) for the ranks still present.
+//
+// The boundary is fenced from the stored step reports: the live ranks
+// cannot pass a barrier the lost rank never reported ready, so the first
+// step after the lost ranks' last reports is one nobody ran, and one every
+// live rank can reach. The new epoch keeps the tensor and pipeline degrees
+// and gives the data-parallel group the rest; its ranks are the live
+// identities in their old rank order.
+func (a *agreement) shrink(ctx context.Context, j *Job) error {
+	cur := j.Current()
+	if j.Status != StatusRunning || cur.Outcome == nil || !cur.Outcome.Agreed {
+		return nil
+	}
+	spec, members := j.World(cur.Epoch)
+	world := j.Spec.ShardSpec.WorldSize // the rendezvous' numbering
+	present, err := a.rv.Members(ctx, j.Spec.Name, world)
+	if err != nil {
+		return err
+	}
+	if members == nil {
+		members = make([]string, spec.WorldSize)
+		for _, m := range present {
+			if m.Rank < spec.WorldSize {
+				members[m.Rank] = m.Identity
+			}
+		}
+	}
+	live := map[string]bool{}
+	for _, m := range present {
+		if m.Present {
+			live[m.Identity] = true
+		}
+	}
+	var keep, gone []string
+	var lost []uint64
+	for r, id := range members {
+		if live[id] {
+			keep = append(keep, id)
+		} else {
+			gone = append(gone, id)
+			lost = append(lost, uint64(r))
+		}
+	}
+	if len(gone) == 0 || len(keep) == 0 {
+		return nil
+	}
+	group := spec.TensorParallel.Degree * spec.Stages()
+	if uint64(len(keep))%group != 0 {
+		return fmt.Errorf("coord: job %q kept %d ranks, not a multiple of tensor × pipeline %d: it waits for ranks to return", j.Spec.Name, len(keep), group)
+	}
+	steps, err := a.t.Steps(ctx, j.Spec.Name, cur.Epoch)
+	if err != nil {
+		return err
+	}
+	boundary := cur.StartStep
+	for _, r := range lost {
+		if rep, ok := steps[r]; ok {
+			boundary = max(boundary, rep.Step+1)
+		}
+	}
+	next := *spec
+	next.WorldSize = uint64(len(keep))
+	next.DataParallel.Degree = next.WorldSize / group
+	rs, err := next.Resolve()
+	if err != nil {
+		return err
+	}
+	model, opts, _ := j.Inputs(cur.Epoch)
+	m, err := ir.DecodeCBOR(model)
+	if err != nil {
+		return err
+	}
+	gp, _, err := shard.PlanRanks(m, rs, opts)
+	if err != nil {
+		return err
+	}
+	e := &Epoch{Epoch: cur.Epoch + 1, StartStep: boundary, GlobalPlanHash: gp.Hash, IRHash: gp.IRHash, ShardSpec: rs, Members: keep,
+		Reason:      fmt.Sprintf("ranks %v (%s) left: world %d → %d", lost, strings.Join(gone, ", "), spec.WorldSize, rs.WorldSize),
+		CommittedAt: time.Now().UnixNano()}
+	for _, r := range gp.Ranks {
+		e.Expected = append(e.Expected, r.PlanHash)
+	}
+	if _, err := a.n.Apply(&Command{Kind: CmdEpoch, Job: j.Spec.Name, New: e, Fence: true}, 10*time.Second); err != nil {
+		return err
+	}
+	a.t.PublishAnnouncement(transport.Announcement{Job: j.Spec.Name, Epoch: e.Epoch, Kind: transport.KindEpoch, StartStep: e.StartStep, Reason: trim(e.Reason)})
+	return nil
+}
+
+// checkMembership runs shrink for every elastic job, at most every
+// interval.
+func (a *agreement) checkMembership(ctx context.Context, s *State) {
+	if a.rv == nil || time.Since(a.lastCheck) < 200*time.Millisecond {
+		return
+	}
+	a.lastCheck = time.Now()
+	for _, name := range s.Names() {
+		if j := s.Jobs[name]; j.Spec.Elastic {
+			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			if err := a.shrink(cctx, j); err != nil {
+				a.n.log.Warn("checking an elastic job's ranks", "job", name, "err", err)
+			}
+			cancel()
+		}
+	}
+}
