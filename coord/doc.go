@@ -35,6 +35,19 @@
 // progress from the ranks' recorded steps. Workers run a step only under
 // an epoch committed as agreed (package worker).
 //
+// # Replans
+//
+// Epochs after the first carry what changed (a regenerated IR, arena
+// config, strategy, envelope, or a smaller world for an elastic job) and
+// a boundary step. Ranks may run at most the job's window of steps past
+// the committed progress (Job.Horizon), and Apply puts every new epoch's
+// boundary past that horizon, so no rank can have started it under the
+// old epoch. The leader turns worker envelope exits and operator requests
+// (POST /v1/jobs/{name}/replan) into decisions with package replan; for an
+// elastic job that lost ranks it fences the boundary instead at the first
+// step a lost rank never reported ready (Command.Fence), which the live
+// ranks cannot have passed.
+//
 // # HTTP
 //
 // Handler serves /v1/jobs, /v1/jobs/{name}, /v1/jobs/{name}/ir,
