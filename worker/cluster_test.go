@@ -18,6 +18,20 @@ import (
 	"github.com/tmmu/tmmu/worker"
 )
 
+// startLocal starts a local cluster for the test, and a context that ends
+// with it (a minute at most).
+func startLocal(t *testing.T) (*localcluster.Local, context.Context) {
+	t.Helper()
+	l, err := localcluster.Start(localcluster.Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return l, ctx
+}
+
 // recorder is the safety recorder: every step any worker ran, checked at
 // the end against the committed outcomes.
 type recorder struct {
@@ -189,13 +203,7 @@ func waitJob(t *testing.T, l *localcluster.Local, what string, timeout time.Dura
 // mismatch and no rank runs that epoch. The safety recorder checks every
 // step that ran.
 func TestClusterAgreesAndSurvives(t *testing.T) {
-	l, err := localcluster.Start(localcluster.Options{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
+	l, ctx := startLocal(t)
 	rec := &recorder{}
 
 	const world, steps = 8, 12

@@ -206,13 +206,7 @@ func l1(l *localcluster.Local) uint64 {
 // job with a named reason at the safepoint and every worker stops with
 // ErrAborted; no step runs past the committed failure's horizon.
 func TestAbortPolicy(t *testing.T) {
-	l, err := localcluster.Start(localcluster.Options{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
+	l, ctx := startLocal(t)
 	cfg, _ := json.Marshal(map[string]any{"layers": 1, "hidden": 32, "heads": 2, "seq": 8, "context": 8, "batch": 1, "vocab": 64, "dtype": "bf16", "train": true})
 	if _, err := l.Client().Submit(ctx, &coord.SubmitRequest{Name: "strict", Steps: 0, ReplanPolicy: coord.ReplanAbort,
 		ShardSpec: json.RawMessage(`{"world_size": 2}`),
@@ -257,13 +251,7 @@ func TestAbortPolicy(t *testing.T) {
 // from the stored step reports. The survivors switch in the same process
 // and the job runs on; the safety recorder checks every step.
 func TestElasticJobShrinks(t *testing.T) {
-	l, err := localcluster.Start(localcluster.Options{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
+	l, ctx := startLocal(t)
 	sub := submission(t, "elastic", 4, 0, `{"world_size": 4, "data_parallel": {"zero_stage": 1}}`)
 	sub.Elastic = true
 	if _, err := l.Client().Submit(ctx, sub); err != nil {
