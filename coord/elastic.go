@@ -11,16 +11,18 @@ import (
 	"github.com/tmmu/tmmu/transport"
 )
 
-// shrink replans an elastic job whose current epoch lost ranks for good
-// (their rendezvous leases expired) for the ranks still present.
+// resize replans an elastic job whose current epoch lost ranks for good
+// (their rendezvous leases expired) for the ranks still present, or, when
+// every rank is live and lost ranks came back, for the larger world
+// (whole tensor × pipeline groups only).
 //
-// The boundary is fenced from the stored step reports: the live ranks
+// A shrink's boundary is fenced from the stored step reports: the live ranks
 // cannot pass a barrier the lost rank never reported ready, so the first
 // step after the lost ranks' last reports is one nobody ran, and one every
 // live rank can reach. The new epoch keeps the tensor and pipeline degrees
 // and gives the data-parallel group the rest; its ranks are the live
 // identities in their old rank order.
-func (a *agreement) shrink(ctx context.Context, j *Job) error {
+func (a *agreement) resize(ctx context.Context, j *Job) error {
 	cur := j.Current()
 	if j.Status != StatusRunning || cur.Outcome == nil || !cur.Outcome.Agreed {
 		return nil
@@ -47,7 +49,9 @@ func (a *agreement) shrink(ctx context.Context, j *Job) error {
 	}
 	var keep, gone []string
 	var lost []uint64
+	inEpoch := map[string]bool{}
 	for r, id := range members {
+		inEpoch[id] = true
 		if live[id] {
 			keep = append(keep, id)
 		} else {
@@ -55,22 +59,45 @@ func (a *agreement) shrink(ctx context.Context, j *Job) error {
 			lost = append(lost, uint64(r))
 		}
 	}
-	if len(gone) == 0 || len(keep) == 0 {
-		return nil
+	// Identities that hold a rendezvous rank but are not in the world:
+	// ranks that came back, in rendezvous order.
+	var back []string
+	for _, m := range present {
+		if m.Present && m.Identity != "" && !inEpoch[m.Identity] {
+			back = append(back, m.Identity)
+		}
 	}
 	group := spec.TensorParallel.Degree * spec.Stages()
-	if uint64(len(keep))%group != 0 {
-		return fmt.Errorf("coord: job %q kept %d ranks, not a multiple of tensor × pipeline %d: it waits for ranks to return", j.Spec.Name, len(keep), group)
-	}
-	steps, err := a.t.Steps(ctx, j.Spec.Name, cur.Epoch)
-	if err != nil {
-		return err
-	}
-	boundary := cur.StartStep
-	for _, r := range lost {
-		if rep, ok := steps[r]; ok {
-			boundary = max(boundary, rep.Step+1)
+	boundary, fence := cur.StartStep, false
+	var reason string
+	switch {
+	case len(gone) > 0 && len(keep) > 0:
+		if uint64(len(keep))%group != 0 {
+			return fmt.Errorf("coord: job %q kept %d ranks, not a multiple of tensor × pipeline %d: it waits for ranks to return", j.Spec.Name, len(keep), group)
 		}
+		steps, err := a.t.Steps(ctx, j.Spec.Name, cur.Epoch)
+		if err != nil {
+			return err
+		}
+		for _, r := range lost {
+			if rep, ok := steps[r]; ok {
+				boundary = max(boundary, rep.Step+1)
+			}
+		}
+		fence = true
+		reason = fmt.Sprintf("ranks %v (%s) left: world %d → %d", lost, strings.Join(gone, ", "), spec.WorldSize, len(keep))
+	case len(gone) == 0 && len(back) > 0:
+		// Growth: every rank of the world is live and stepping, so the
+		// usual boundary past the horizon is reachable.
+		n := (uint64(len(keep)+len(back)) / group) * group
+		if n <= uint64(len(keep)) {
+			return nil // not enough returned ranks for a whole group yet
+		}
+		back = back[:n-uint64(len(keep))]
+		keep = append(keep, back...)
+		reason = fmt.Sprintf("%s came back: world %d → %d", strings.Join(back, ", "), spec.WorldSize, len(keep))
+	default:
+		return nil
 	}
 	next := *spec
 	next.WorldSize = uint64(len(keep))
@@ -89,19 +116,18 @@ func (a *agreement) shrink(ctx context.Context, j *Job) error {
 		return err
 	}
 	e := &Epoch{Epoch: cur.Epoch + 1, StartStep: boundary, GlobalPlanHash: gp.Hash, IRHash: gp.IRHash, ShardSpec: rs, Members: keep,
-		Reason:      fmt.Sprintf("ranks %v (%s) left: world %d → %d", lost, strings.Join(gone, ", "), spec.WorldSize, rs.WorldSize),
-		CommittedAt: time.Now().UnixNano()}
+		Reason: reason, CommittedAt: time.Now().UnixNano()}
 	for _, r := range gp.Ranks {
 		e.Expected = append(e.Expected, r.PlanHash)
 	}
-	if _, err := a.n.Apply(&Command{Kind: CmdEpoch, Job: j.Spec.Name, New: e, Fence: true}, 10*time.Second); err != nil {
+	if _, err := a.n.Apply(&Command{Kind: CmdEpoch, Job: j.Spec.Name, New: e, Fence: fence}, 10*time.Second); err != nil {
 		return err
 	}
 	a.t.PublishAnnouncement(transport.Announcement{Job: j.Spec.Name, Epoch: e.Epoch, Kind: transport.KindEpoch, StartStep: e.StartStep, Reason: trim(e.Reason)})
 	return nil
 }
 
-// checkMembership runs shrink for every elastic job, at most every
+// checkMembership runs resize for every elastic job, at most every
 // interval.
 func (a *agreement) checkMembership(ctx context.Context, s *State) {
 	if a.rv == nil || time.Since(a.lastCheck) < 200*time.Millisecond {
@@ -111,7 +137,7 @@ func (a *agreement) checkMembership(ctx context.Context, s *State) {
 	for _, name := range s.Names() {
 		if j := s.Jobs[name]; j.Spec.Elastic {
 			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			if err := a.shrink(cctx, j); err != nil {
+			if err := a.resize(cctx, j); err != nil {
 				a.n.log.Warn("checking an elastic job's ranks", "job", name, "err", err)
 			}
 			cancel()

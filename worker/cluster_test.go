@@ -117,7 +117,7 @@ func (f *fleet) start(identity string, adjust func(*planner.Options)) {
 		defer nc.Close()
 		res, err := worker.Run(ctx, worker.Config{
 			Identity: identity, Job: f.job, Coordinator: f.l.Client(), Transport: tr, Rendezvous: rv,
-			AdjustOptions: adjust, OnStep: f.rec.record, Poll: 20 * time.Millisecond,
+			AdjustOptions: adjust, OnStep: f.rec.record, Poll: 20 * time.Millisecond, Standby: 30 * time.Second,
 			Executor: func(g *ir.Graph, p *planner.Plan) (runtime.Executor, error) {
 				x, err := runtime.NewArenaExecutor(g, p, 0)
 				return slow{x, 40 * time.Millisecond}, err

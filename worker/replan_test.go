@@ -249,7 +249,10 @@ func TestAbortPolicy(t *testing.T) {
 // (its connections cut; its lease expires). The leader replans for the 3
 // that remain: world 3, the data-parallel group of 3, a boundary fenced
 // from the stored step reports. The survivors switch in the same process
-// and the job runs on; the safety recorder checks every step.
+// and the job runs on. Then the lost worker comes back with its identity:
+// it waits outside the world until the leader grows it back to 4 ranks,
+// and rejoins at that epoch's boundary. The safety recorder checks every
+// step.
 func TestElasticJobShrinks(t *testing.T) {
 	l, ctx := startLocal(t)
 	sub := submission(t, "elastic", 4, 0, `{"world_size": 4, "data_parallel": {"zero_stage": 1}}`)
@@ -272,13 +275,38 @@ func TestElasticJobShrinks(t *testing.T) {
 	if e.ShardSpec == nil || e.ShardSpec.WorldSize != 3 || e.ShardSpec.DataParallel.Degree != 3 || len(e.Members) != 3 || slices.Contains(e.Members, "e1") {
 		t.Fatalf("epoch 1: spec %+v members %v", e.ShardSpec, e.Members)
 	}
-	for _, id := range []string{"e0", "e2", "e3"} {
+	// e1 comes back with the same identity: it waits outside the world
+	// until the leader grows it back to 4 ranks.
+	f.start("e1", nil)
+	j = waitJob(t, l, "the world to grow back", 30*time.Second, func(j *coord.Job) bool {
+		return j.Spec.Name == "elastic" && len(j.Epochs) == 3 && j.Epochs[2].Outcome != nil && j.LastStep >= j.Epochs[2].StartStep+3
+	})
+	g := j.Epochs[2]
+	t.Logf("epoch 2 from step %d: %s; members %v", g.StartStep, g.Reason, g.Members)
+	if g.ShardSpec == nil || g.ShardSpec.WorldSize != 4 || len(g.Members) != 4 || !slices.Contains(g.Members, "e1") {
+		t.Fatalf("epoch 2: spec %+v members %v", g.ShardSpec, g.Members)
+	}
+	for _, id := range []string{"e0", "e1", "e2", "e3"} {
 		f.stop(id)
 	}
 	f.wg.Wait()
 	s := leaderState(t, l)
 	rec.check(t, s)
 	rec.checkBoundaries(t, s)
+	rejoined := uint64(0)
+	rec.mu.Lock()
+	for _, ev := range rec.events {
+		if ev.Identity == "e1" && ev.Epoch == 2 && (rejoined == 0 || ev.Step < rejoined) {
+			rejoined = ev.Step
+		}
+		if ev.Identity == "e1" && ev.Epoch == 1 {
+			t.Errorf("e1 ran step %d under epoch 1, which left it out", ev.Step)
+		}
+	}
+	rec.mu.Unlock()
+	if rejoined != g.StartStep {
+		t.Errorf("e1 rejoined at step %d, boundary %d", rejoined, g.StartStep)
+	}
 	first := map[string]uint64{}
 	rec.mu.Lock()
 	for _, ev := range rec.events {
@@ -289,7 +317,7 @@ func TestElasticJobShrinks(t *testing.T) {
 		}
 	}
 	rec.mu.Unlock()
-	if len(first) != 3 {
+	if len(first) != 3 || first["e1"] != 0 {
 		t.Fatalf("ranks under epoch 1: %v", first)
 	}
 	for id, st := range first {

@@ -71,7 +71,11 @@ type Config struct {
 	// OnStep is called just before each step runs (a test's safety
 	// recorder).
 	OnStep func(Event)
-	Logger *slog.Logger
+	// Standby is how long a worker that an elastic job's world left out
+	// waits for an epoch that takes it back before it ends with
+	// ErrNotMember (0: it ends at once).
+	Standby time.Duration
+	Logger  *slog.Logger
 	// Poll is how often the worker polls the coordinators while waiting,
 	// in case announcements are lost (default 1 s; grants and epochs
 	// normally arrive as NATS announcements).
@@ -165,6 +169,19 @@ type run struct {
 	// end with the run.
 	watchCtx context.Context
 	watches  sync.WaitGroup
+	standby  time.Time // when this worker found itself outside the world
+}
+
+// skipTo sends the step loop ahead to an epoch that takes the worker back.
+type skipTo struct{ step uint64 }
+
+func (s *skipTo) Error() string { return fmt.Sprintf("worker: rejoin at step %d", s.step) }
+
+func standbySince(t *time.Time) time.Time {
+	if t.IsZero() {
+		*t = time.Now()
+	}
+	return *t
 }
 
 // Run runs the worker until the job's steps are done, an epoch is not
@@ -265,6 +282,11 @@ func (w *run) run(ctx context.Context) error {
 	w.res.FirstStep = step
 	for job.Spec.Steps == 0 || step <= job.Spec.Steps {
 		p, err := w.await(ctx, step)
+		var skip *skipTo
+		if errors.As(err, &skip) {
+			step = skip.step
+			continue
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil // drained between steps
@@ -359,8 +381,30 @@ func (w *run) await(ctx context.Context, step uint64) (*epochPlan, error) {
 		p := w.plans[e.Epoch]
 		w.mu.Unlock()
 		if !p.member {
-			return nil, fmt.Errorf("%w: epoch %d from step %d", ErrNotMember, e.Epoch, e.StartStep)
+			// Standby: the world does not include this worker (it was
+			// counted as lost). A later epoch that takes it back sends
+			// it to that epoch's boundary.
+			for i := e.Epoch + 1; i < uint64(len(job.Epochs)); i++ {
+				w.mu.Lock()
+				q := w.plans[i]
+				w.mu.Unlock()
+				if q != nil && q.member {
+					return nil, &skipTo{step: job.Epochs[i].StartStep}
+				}
+			}
+			if w.cfg.Standby == 0 || time.Since(standbySince(&w.standby)) > w.cfg.Standby {
+				return nil, fmt.Errorf("%w: epoch %d from step %d", ErrNotMember, e.Epoch, e.StartStep)
+			}
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-w.wake:
+			case <-poll.C:
+			}
+			fresh = true
+			continue
 		}
+		w.standby = time.Time{}
 		ready := false
 		outcome := e.Outcome
 		if outcome == nil {

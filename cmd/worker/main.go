@@ -10,7 +10,7 @@
 //
 // Every flag can come from the environment instead (TMMU_IDENTITY,
 // TMMU_JOB, TMMU_COORDINATORS, TMMU_NATS, TMMU_ETCD, TMMU_LEASE_TTL,
-// TMMU_EXECUTOR). SIGTERM or SIGINT drains it: the running step finishes,
+// TMMU_STANDBY, TMMU_EXECUTOR). SIGTERM or SIGINT drains it: the running step finishes,
 // the rank is released (shown as missing, kept for this identity).
 //
 // Executors: "arena" allocates the plan's arenas in host memory and runs
@@ -60,6 +60,7 @@ func run(args []string) error {
 	natsURL := fs.String("nats", nats.DefaultURL, "NATS server URL (JetStream enabled)")
 	etcd := fs.String("etcd", "http://127.0.0.1:2379", "etcd endpoints, comma-separated")
 	ttl := fs.Int64("lease-ttl", 10, "rank lease TTL in seconds")
+	standby := fs.Duration("standby", 10*time.Minute, "how long to wait, when an elastic job's world leaves this worker out, for an epoch that takes it back")
 	executor := fs.String("executor", "auto", "arena, plan-only, or auto (arena up to 4 GiB of arenas, else plan-only)")
 	verbose := fs.Bool("v", false, "debug logging")
 	if err := fs.Parse(args); err != nil {
@@ -91,7 +92,7 @@ func run(args []string) error {
 	}
 	defer ec.Close()
 	cfg := worker.Config{Identity: *identity, Job: *job, Coordinator: coord.NewClient(strings.Split(*coords, ",")...),
-		Transport: tr, Rendezvous: rendezvous.New(ec, "", *ttl), Logger: log}
+		Transport: tr, Rendezvous: rendezvous.New(ec, "", *ttl), Logger: log, Standby: *standby}
 	switch *executor {
 	case "auto":
 	case "arena":
