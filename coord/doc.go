@@ -46,7 +46,8 @@
 // (POST /v1/jobs/{name}/replan) into decisions with package replan; for an
 // elastic job that lost ranks it fences the boundary instead at the first
 // step a lost rank never reported ready (Command.Fence), which the live
-// ranks cannot have passed.
+// ranks cannot have passed; when lost ranks come back it grows the world
+// again at the usual boundary.
 //
 // # HTTP
 //
