@@ -4,7 +4,6 @@ import (
 	"context"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -110,25 +109,18 @@ func (a *agreement) sync(ctx context.Context) {
 			}
 		}
 		live := j.Status == StatusRunning || j.Status == StatusAgreeing
-		// Progress is counted over the ranks of the epoch that runs the
-		// next step (an elastic job's world can shrink).
-		spec, _ := j.World(j.EpochFor(j.LastStep + 1).Epoch)
-		prefix := name + "/progress/"
-		pkey := prefix + strconv.FormatUint(spec.WorldSize, 10)
-		for k, cancel := range a.watch {
-			if strings.HasPrefix(k, prefix) && (k != pkey || !live) {
-				cancel()
-				delete(a.watch, k)
-			}
-		}
+		pkey := name + "/progress"
 		if _, ok := a.watch[pkey]; live && !ok {
 			wctx, cancel := context.WithCancel(ctx)
 			a.watch[pkey] = cancel
 			a.wg.Add(1)
 			go func() {
 				defer a.wg.Done()
-				a.progress(wctx, name, spec.WorldSize, j.LastStep)
+				a.progress(wctx, name, j.LastStep)
 			}()
+		} else if ok && !live {
+			a.watch[pkey]()
+			delete(a.watch, pkey)
 		}
 	}
 	a.syncReplans(s)
@@ -179,20 +171,67 @@ func (a *agreement) forget(job string, epoch uint64) {
 	}
 }
 
-// progress commits the highest step every rank of a job has finished.
-func (a *agreement) progress(ctx context.Context, job string, world, committed uint64) {
+// progress commits the highest step every rank of a job has finished:
+// by rank, or, once an elastic job names its ranks, by identity over the
+// ranks that run the next step and every epoch after it. It re-evaluates on
+// every record and on a tick, since a new epoch can change who counts.
+func (a *agreement) progress(ctx context.Context, job string, committed uint64) {
 	ch, err := a.t.WatchProgress(ctx, job)
 	if err != nil {
 		a.n.log.Warn("watching progress", "job", job, "err", err)
 		return
 	}
-	last := make([]uint64, world)
-	for d := range ch {
-		if d.Rank >= world || d.Step <= last[d.Rank] {
+	type rec struct{ rank, step uint64 }
+	latest := map[string]rec{}
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case d, ok := <-ch:
+			if !ok {
+				return
+			}
+			if r, seen := latest[d.Identity]; !seen || d.Step > r.step {
+				latest[d.Identity] = rec{d.Rank, d.Step}
+			}
+		case <-tick.C:
+		}
+		s, _ := a.n.applied()
+		j := s.Jobs[job]
+		if j == nil {
 			continue
 		}
-		last[d.Rank] = d.Step
-		low := slices.Min(last)
+		last := uint64(len(j.Epochs) - 1)
+		spec, members := j.World(last)
+		var low uint64
+		if members != nil {
+			// The identities that run both the next step (under its
+			// epoch) and the epochs after it: a lost rank stops counting
+			// once an epoch leaves it out, a returning one starts when
+			// its epoch runs.
+			low = ^uint64(0)
+			for _, id := range members {
+				in := true
+				for k := j.EpochFor(committed + 1).Epoch; k < last; k++ {
+					if _, m := j.World(k); m != nil && !slices.Contains(m, id) {
+						in = false
+					}
+				}
+				if in {
+					low = min(low, latest[id].step)
+				}
+			}
+		} else {
+			perRank := make([]uint64, spec.WorldSize)
+			for _, r := range latest {
+				if r.rank < spec.WorldSize {
+					perRank[r.rank] = max(perRank[r.rank], r.step)
+				}
+			}
+			low = slices.Min(perRank)
+		}
 		if low <= committed {
 			continue
 		}

@@ -2,28 +2,33 @@ package transport
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
-	"strconv"
 
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// ProgressBucket is the KV bucket of step progress: key "<job>.<rank>"
-// holds the StepDone of the last step that rank finished. Unlike the
+// ProgressBucket is the KV bucket of step progress: key "<job>.<id>",
+// id a digest of the worker identity, holds the StepDone of the last step
+// that worker finished. Unlike the
 // StepDone subject, it survives a coordinator failover: a new leader's
 // WatchProgress replays every rank's latest step.
 const ProgressBucket = "tmmu_progress"
 
-func progressKey(job string, rank uint64) string { return job + "." + strconv.FormatUint(rank, 10) }
+func progressKey(job, identity string) string {
+	h := sha256.Sum256([]byte(identity))
+	return job + "." + hex.EncodeToString(h[:8])
+}
 
-// PutProgress records that d.Rank finished d.Step (overwriting its
-// previous progress).
+// PutProgress records that worker d.Identity (rank d.Rank under d.Epoch)
+// finished d.Step, overwriting its previous progress.
 func (t *Transport) PutProgress(ctx context.Context, d StepDone) error {
 	data, err := Encode(d)
 	if err != nil {
 		return err
 	}
-	if _, err := t.progress.Put(ctx, progressKey(d.Job, d.Rank), data); err != nil {
+	if _, err := t.progress.Put(ctx, progressKey(d.Job, d.Identity), data); err != nil {
 		return fmt.Errorf("transport: progress of %s rank %d: %w", d.Job, d.Rank, err)
 	}
 	return nil
@@ -41,7 +46,7 @@ func (t *Transport) WatchProgress(ctx context.Context, job string) (<-chan StepD
 		if e.Operation() != jetstream.KeyValuePut {
 			return d, false
 		}
-		if Decode(e.Value(), &d) != nil || d.Job != job || e.Key() != progressKey(job, d.Rank) {
+		if Decode(e.Value(), &d) != nil || d.Job != job || e.Key() != progressKey(job, d.Identity) {
 			t.dropped.Add(1)
 			return d, false
 		}

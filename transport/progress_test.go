@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"fmt"
 	"testing"
 	"time"
 )
@@ -13,12 +14,12 @@ func TestProgressSurvivesWatchers(t *testing.T) {
 	ctx := testCtx(t)
 	for rank := range uint64(4) {
 		for step := uint64(1); step <= 3+rank; step++ {
-			if err := tr.PutProgress(ctx, StepDone{Job: "j", Epoch: 0, Rank: rank, Step: step, Nanos: 1}); err != nil {
+			if err := tr.PutProgress(ctx, StepDone{Job: "j", Epoch: 0, Rank: rank, Step: step, Nanos: 1, Identity: fmt.Sprint("w", rank)}); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
-	if err := tr.PutProgress(ctx, StepDone{Job: "other", Rank: 0, Step: 99, Nanos: 1}); err != nil {
+	if err := tr.PutProgress(ctx, StepDone{Job: "other", Rank: 0, Step: 99, Nanos: 1, Identity: "w0"}); err != nil {
 		t.Fatal(err)
 	}
 	ch, err := tr.WatchProgress(ctx, "j")
@@ -35,7 +36,7 @@ func TestProgressSurvivesWatchers(t *testing.T) {
 			t.Fatalf("replayed progress %v", got)
 		}
 	}
-	if err := tr.PutProgress(ctx, StepDone{Job: "j", Rank: 0, Step: 4, Nanos: 1}); err != nil {
+	if err := tr.PutProgress(ctx, StepDone{Job: "j", Rank: 0, Step: 4, Nanos: 1, Identity: "w0"}); err != nil {
 		t.Fatal(err)
 	}
 	select {

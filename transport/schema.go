@@ -86,6 +86,9 @@ type StepDone struct {
 	Rank  uint64 `cbor:"rank" json:"rank"`
 	Step  uint64 `cbor:"step" json:"step"`
 	Nanos int64  `cbor:"nanos" json:"nanos"`
+	// Identity is the worker's; progress is kept per identity, since an
+	// elastic job renumbers its ranks.
+	Identity string `cbor:"identity,omitempty" json:"identity,omitempty"`
 }
 
 // ReplanRequest asks the leader for a new plan epoch (an OOM, a changed

@@ -125,6 +125,10 @@ type Switch struct {
 // ErrNotAgreed is returned when an epoch was committed as not agreed.
 var ErrNotAgreed = errors.New("worker: the epoch was not agreed")
 
+// ErrLeaseLost is returned when the worker's rank lease was lost (it
+// could not renew it in time): the job may already count it as gone.
+var ErrLeaseLost = errors.New("worker: the rank lease was lost")
+
 // ErrNotMember is returned when an epoch of an elastic job leaves this
 // worker out (it was counted as lost and came back too late).
 var ErrNotMember = errors.New("worker: the job's world no longer includes this worker")
@@ -170,6 +174,10 @@ type run struct {
 	watchCtx context.Context
 	watches  sync.WaitGroup
 	standby  time.Time // when this worker found itself outside the world
+	// lost closes when the rank's lease is lost: the worker stops before
+	// reporting another step, so a leader that counted it as gone can
+	// fence the boundary at its last stored report.
+	lost <-chan struct{}
 }
 
 // skipTo sends the step loop ahead to an epoch that takes the worker back.
@@ -231,6 +239,7 @@ func (w *run) run(ctx context.Context) error {
 		}
 	}()
 	w.rank, w.res.Rank = claim.Rank, claim.Rank
+	w.lost = claim.Lost()
 	w.log = w.log.With("rank", w.rank)
 
 	// Listen before reporting anything, so nothing is missed.
@@ -304,7 +313,7 @@ func (w *run) run(ctx context.Context) error {
 		w.res.StepTime += took
 		w.res.StepsRun++
 		w.res.LastStep = step
-		if err := cfg.Transport.PutProgress(context.WithoutCancel(ctx), transport.StepDone{Job: cfg.Job, Epoch: p.epoch, Rank: p.rank, Step: step, Nanos: took.Nanoseconds()}); err != nil {
+		if err := cfg.Transport.PutProgress(context.WithoutCancel(ctx), transport.StepDone{Job: cfg.Job, Epoch: p.epoch, Rank: p.rank, Step: step, Nanos: took.Nanoseconds(), Identity: cfg.Identity}); err != nil {
 			w.log.Warn("recording progress", "step", step, "err", err)
 		}
 		w.observe(p, step)
@@ -426,6 +435,11 @@ func (w *run) await(ctx context.Context, step uint64) (*epochPlan, error) {
 			w.mu.Unlock()
 			if horizon >= step {
 				if p.put < step {
+					select {
+					case <-w.lost:
+						return nil, ErrLeaseLost
+					default:
+					}
 					if err := w.cfg.Transport.PutStep(ctx, transport.StepReport{Job: w.cfg.Job, Epoch: e.Epoch, Rank: p.rank, Step: step, PlanHash: p.hash}); err != nil {
 						return nil, err
 					}
