@@ -57,6 +57,20 @@ type fileConfig struct {
 	Coordinators []string `json:"coordinators"`
 }
 
+// parse parses a cluster command's flags (with out its -o, text or json)
+// and returns the positional arguments and a client for the cluster.
+func (c clusterFlags) parse(e *env, fs *flag.FlagSet, out *string, args []string) ([]string, *coord.Client, error) {
+	pos, err := parse(fs, args)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := outputFormat(e, *out, "text", "json"); err != nil {
+		return nil, nil, err
+	}
+	cl, err := c.client(e, fs)
+	return pos, cl, err
+}
+
 func (c clusterFlags) client(e *env, fs *flag.FlagSet) (*coord.Client, error) {
 	if err := cli.ApplyEnv(fs); err != nil {
 		return nil, usagef("%v", err)
@@ -113,14 +127,7 @@ func runJob(c *command, e *env, args []string) error {
 		policy = fs.String("replan-policy", coord.ReplanAtSafepoint, "replan_at_safepoint or abort")
 		source = fs.String("source", "", "instead of an IR file, a model source JSON file: {\"model\": \"gpt2\", \"config\": {...}, \"dims\": {\"seq\": {\"min\": 1, \"max\": 512, \"buckets\": [512, 1024]}}} (dynamic dimensions, for shape replans)")
 	}
-	pos, err := parse(fs, args[1:])
-	if err != nil {
-		return err
-	}
-	if err := outputFormat(e, *out, "text", "json"); err != nil {
-		return err
-	}
-	cl, err := cf.client(e, fs)
+	pos, cl, err := cf.parse(e, fs, out, args[1:])
 	if err != nil {
 		return err
 	}
@@ -236,19 +243,12 @@ func runStatus(c *command, e *env, args []string) error {
 	fs := newFlags(e, c)
 	cf := addClusterFlags(fs)
 	out := fs.String("o", "text", "output: text or json")
-	pos, err := parse(fs, args)
+	pos, cl, err := cf.parse(e, fs, out, args)
 	if err != nil {
-		return err
-	}
-	if err := outputFormat(e, *out, "text", "json"); err != nil {
 		return err
 	}
 	if len(pos) != 0 {
 		return usagef("status takes no arguments")
-	}
-	cl, err := cf.client(e, fs)
-	if err != nil {
-		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), *cf.timeout)
 	defer cancel()
@@ -298,19 +298,12 @@ func runVoter(c *command, e *env, args []string) error {
 	fs := newFlags(e, &command{name: "voter " + sub, usage: c.usage, summary: c.summary})
 	cf := addClusterFlags(fs)
 	out := fs.String("o", "text", "output: text or json")
-	pos, err := parse(fs, args[1:])
+	pos, cl, err := cf.parse(e, fs, out, args[1:])
 	if err != nil {
-		return err
-	}
-	if err := outputFormat(e, *out, "text", "json"); err != nil {
 		return err
 	}
 	if (sub == "add" && len(pos) != 3) || (sub == "remove" && len(pos) != 1) {
 		return usagef("usage: tmmu %s", c.usage)
-	}
-	cl, err := cf.client(e, fs)
-	if err != nil {
-		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), *cf.timeout)
 	defer cancel()
@@ -410,19 +403,12 @@ func runReplan(c *command, e *env, args []string) error {
 	id := fs.String("id", "", "request id; a retry with the same id is not acted on twice")
 	token := fs.String("token", "", "operator token, when the coordinators require one (TMMU_TOKEN)")
 	out := fs.String("o", "text", "output: text or json")
-	pos, err := parse(fs, args)
+	pos, cl, err := cf.parse(e, fs, out, args)
 	if err != nil {
-		return err
-	}
-	if err := outputFormat(e, *out, "text", "json"); err != nil {
 		return err
 	}
 	if len(pos) != 0 || *job == "" || *reason == "" {
 		return usagef("replan takes --job and --reason")
-	}
-	cl, err := cf.client(e, fs)
-	if err != nil {
-		return err
 	}
 	req := &coord.ReplanRequest{ID: *id, Reason: *reason, Strategy: planner.Strategy(*strategy)}
 	if *arenaFile != "" {
