@@ -133,7 +133,10 @@ func selectStage(g *graph, s uint64, probs *problems) *graph {
 	for i := range need {
 		need[i] = map[string]bool{}
 	}
-	def := map[string]uint64{} // root → stage of its defining node
+	// def maps a root to the stages of its defining node (a node that
+	// runs on several stages, say a gather for a replicated optimizer
+	// update, defines the tensor on each of them).
+	def := map[string][]uint64{}
 	for _, n := range g.nodes {
 		for _, st := range g.stages[n.ID] {
 			for _, id := range slices.Concat(n.Inputs, n.Outputs) {
@@ -142,7 +145,7 @@ func selectStage(g *graph, s uint64, probs *problems) *graph {
 		}
 		for _, o := range n.Outputs {
 			if _, ok := def[o]; !ok && !slices.Contains(n.Inputs, o) && g.tensors[o].View == nil {
-				def[o] = g.stages[n.ID][0]
+				def[o] = g.stages[n.ID]
 			}
 		}
 	}
@@ -184,7 +187,8 @@ func selectStage(g *graph, s uint64, probs *problems) *graph {
 		for _, id := range n.Inputs {
 			r := g.root(id)
 			use(id)
-			if d, ok := def[r]; ok && d != s && transfers(r) && !received[r] {
+			if ds, ok := def[r]; ok && !slices.Contains(ds, s) && transfers(r) && !received[r] {
+				d := ds[0]
 				if g.tensors[r].AliasGroupID != "" {
 					probs.add("tensor %q of alias group %q crosses pipeline stages (%d → %d); alias groups must stay within a stage", r, g.tensors[r].AliasGroupID, d, s)
 				}
@@ -202,12 +206,15 @@ func selectStage(g *graph, s uint64, probs *problems) *graph {
 		out.stages[n.ID] = []uint64{s}
 		for _, o := range n.Outputs {
 			r := g.root(o)
-			if lastWriter[r] != i || def[r] != s || !transfers(r) || sent[r] {
+			// The first stage that defines it sends it to the stages that
+			// use it without defining it.
+			ds := def[r]
+			if lastWriter[r] != i || len(ds) == 0 || ds[0] != s || !transfers(r) || sent[r] {
 				continue
 			}
 			sent[r] = true
 			for peer := range stages {
-				if peer != s && need[peer][r] {
+				if !slices.Contains(ds, peer) && need[peer][r] {
 					out.nodes = append(out.nodes, out.collective("pp.send", phaseOf(n), []string{r}, nil, map[string]int64{"peer": int64(peer)}, []uint64{s}))
 				}
 			}
