@@ -194,7 +194,7 @@ func (l *Local) Transport() (*nats.Conn, *transport.Transport, error) {
 
 // EtcdClient returns a new etcd client (the caller closes it).
 func (l *Local) EtcdClient() (*clientv3.Client, error) {
-	return clientv3.New(clientv3.Config{Endpoints: []string{l.EtcdEndpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	return rendezvous.Dial([]string{l.EtcdEndpoint})
 }
 
 // Rendezvous returns a rendezvous client on a new etcd client with the

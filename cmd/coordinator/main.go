@@ -30,8 +30,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 
 	"github.com/tmmu/tmmu/coord"
 	"github.com/tmmu/tmmu/internal/cli"
@@ -115,7 +113,7 @@ func run(args []string) error {
 	}
 	var rv *rendezvous.Client
 	if *etcd != "" {
-		ec, err := clientv3.New(clientv3.Config{Endpoints: strings.Split(*etcd, ","), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+		ec, err := rendezvous.Dial(strings.Split(*etcd, ","))
 		if err != nil {
 			node.Shutdown()
 			return fmt.Errorf("etcd %s: %w", *etcd, err)
