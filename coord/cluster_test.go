@@ -19,6 +19,22 @@ func tinySubmit(t testing.TB, name string) *SubmitRequest {
 	return &SubmitRequest{Name: name, IR: irJSON, ShardSpec: json.RawMessage(`{"world_size": 4, "data_parallel": {"zero_stage": 3}}`), Steps: 3}
 }
 
+// startCluster starts 3 nodes for the test and returns the cluster and
+// its leader's index.
+func startCluster(t *testing.T) (*Cluster, int) {
+	t.Helper()
+	c, err := StartCluster(t.TempDir(), 3, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	li, err := c.Leader(10 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, li
+}
+
 func waitFor(t *testing.T, what string, timeout time.Duration, ok func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
@@ -36,15 +52,7 @@ func waitFor(t *testing.T, what string, timeout time.Duration, ok func() bool) {
 // serves status with the job; the old leader, restarted from its files,
 // restores the job.
 func TestRaftClusterSurvivesLeaderLossAndRestarts(t *testing.T) {
-	c, err := StartCluster(t.TempDir(), 3, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	li, err := c.Leader(10 * time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, li := startCluster(t)
 	follower := (li + 1) % 3
 	cl := NewClient(c.URLs()[follower])
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -111,15 +119,7 @@ func TestRaftClusterSurvivesLeaderLossAndRestarts(t *testing.T) {
 // voter through a follower's API (redirected to the leader), catches up
 // on the jobs, and leaves again.
 func TestVotersJoinAndLeave(t *testing.T) {
-	c, err := StartCluster(t.TempDir(), 3, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	li, err := c.Leader(10 * time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, li := startCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	follower := NewClient(c.URLs()[(li+1)%3])
@@ -162,15 +162,7 @@ func TestVotersJoinAndLeave(t *testing.T) {
 // TestTransferOnShutdown: a leader that stops with TransferAndShutdown
 // (SIGTERM) hands leadership over; the cluster keeps taking writes.
 func TestTransferOnShutdown(t *testing.T) {
-	c, err := StartCluster(t.TempDir(), 3, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	li, err := c.Leader(10 * time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, li := startCluster(t)
 	start := time.Now()
 	if err := c.Nodes[li].TransferAndShutdown(); err != nil {
 		t.Fatal(err)
