@@ -57,6 +57,15 @@ type fileConfig struct {
 	Coordinators []string `json:"coordinators"`
 }
 
+// emit writes v as JSON (format "json") or with text.
+func emit(e *env, format string, v any, text func(io.Writer)) error {
+	if format == "json" {
+		return writeJSON(e.stdout, v)
+	}
+	text(e.stdout)
+	return nil
+}
+
 // parse parses a cluster command's flags (with out its -o, text or json)
 // and returns the positional arguments and a client for the cluster.
 func (c clusterFlags) parse(e *env, fs *flag.FlagSet, out *string, args []string) ([]string, *coord.Client, error) {
@@ -142,11 +151,7 @@ func runJob(c *command, e *env, args []string) error {
 			return err
 		}
 		h := history(j)
-		if *out == "json" {
-			return writeJSON(e.stdout, h)
-		}
-		printHistory(e.stdout, j.Spec.Name, h)
-		return nil
+		return emit(e, *out, h, func(w io.Writer) { printHistory(w, j.Spec.Name, h) })
 	}
 	if sub == "list" {
 		if len(pos) != 0 {
@@ -156,11 +161,7 @@ func runJob(c *command, e *env, args []string) error {
 		if err != nil {
 			return err
 		}
-		if *out == "json" {
-			return writeJSON(e.stdout, jobs)
-		}
-		printJobs(e.stdout, jobs)
-		return nil
+		return emit(e, *out, jobs, func(w io.Writer) { printJobs(w, jobs) })
 	}
 	if (len(pos) == 1) == (*source != "") || *specFile == "" || *name == "" {
 		return usagef("job submit takes one IR file or --source, and --shard-spec and --name")
@@ -256,11 +257,7 @@ func runStatus(c *command, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	if *out == "json" {
-		return writeJSON(e.stdout, st)
-	}
-	printStatus(e.stdout, st)
-	return nil
+	return emit(e, *out, st, func(w io.Writer) { printStatus(w, st) })
 }
 
 func printStatus(w io.Writer, st *coord.Status) {
@@ -316,11 +313,7 @@ func runVoter(c *command, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	if *out == "json" {
-		return writeJSON(e.stdout, st)
-	}
-	printStatus(e.stdout, st)
-	return nil
+	return emit(e, *out, st, func(w io.Writer) { printStatus(w, st) })
 }
 
 // epochRecord is one line of tmmu job history.
