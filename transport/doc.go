@@ -1,7 +1,8 @@
 // Package transport carries tmmu's plan-agreement protocol over NATS: the
-// messages, their subjects, a JetStream key-value bucket where workers prove
-// their plan hashes, and the pure bookkeeping (Tally, StepBarrier) the
-// coordinator and the workers run on what they receive.
+// messages, their subjects, the JetStream key-value buckets where workers
+// prove their plan hashes, report the steps they are ready to run and
+// record the steps they finished, and the pure Tally the coordinator
+// leader runs on the proofs.
 //
 // # The problem
 //
@@ -11,30 +12,31 @@
 // runs a step of epoch e, every worker must have proved that it holds
 // exactly H[e,r], and the coordinator must have said so.
 //
-// # Subjects and the bucket
+// # Subjects and buckets
 //
 // Job names are 1 to MaxJobLen characters from [A-Za-z0-9_-] (ValidJob),
 // so a job is one NATS subject token and one KV key token.
 //
 //	tmmu.<job>.outcome    leader  -> workers  Outcome        (OutcomeSubject)
-//	tmmu.<job>.step       workers -> all      StepReport     (StepSubject)
-//	tmmu.<job>.done       workers -> leader   StepDone       (DoneSubject)
 //	tmmu.<job>.replan     workers -> leader   ReplanRequest  (ReplanSubject)
 //	tmmu.<job>.announce   leader  -> workers  Announcement   (AnnounceSubject)
 //
-//	KV bucket tmmu_agree (Bucket), key <job>.<epoch>.<rank>  PlanReport
+//	KV tmmu_agree    (Bucket)          <job>.<epoch>.<rank>  PlanReport, created once
+//	KV tmmu_steps    (StepsBucket)     <job>.<epoch>.<rank>  StepReport, the latest
+//	KV tmmu_progress (ProgressBucket)  <job>.<identity id>   StepDone, the latest
 //
-// Epoch and rank are written in decimal without leading zeros. The bucket
-// keeps one revision per key (history 1); New creates it if absent, on file
+// Epoch and rank are written in decimal without leading zeros; the
+// progress key holds a digest of the worker identity. The buckets keep one
+// revision per key (history 1); New creates them if absent, on file
 // storage by default (WithStorage picks memory), with MaxValueSize-byte
-// values, and otherwise uses the existing bucket as configured.
+// values, and otherwise uses them as configured.
 //
-// The subjects are core NATS: at-most-once, no persistence. The bucket is
-// JetStream: durable and, through the KV Create operation, write-once per
-// key. Only the plan proof needs that; everything else is either committed
-// by raft already (outcomes, announcements: the leader republishes them
-// until it sees progress, and receivers treat repeats as no-ops) or cheap to
-// resend (step reports, which the barrier deduplicates).
+// The subjects are core NATS: at-most-once, no persistence. What they carry
+// is either committed by raft already (outcomes, announcements, which a
+// worker that missed them reads back from the coordinators) or repeated by
+// the sender (envelope exits are reported again at the next step). The
+// buckets are JetStream: durable, so a watcher that starts late, a
+// replacement worker or a new leader, sees the same state as everyone else.
 //
 // # Schemas
 //
@@ -49,9 +51,9 @@
 //	Outcome       {job, epoch, agreed, start_step, mismatches?, missing?, reason?}
 //	  Mismatch    {rank, expected, got}
 //	StepReport    {job, epoch, rank, step, plan_hash}
-//	StepDone      {job, epoch, rank, step, nanos}
-//	ReplanRequest {job, epoch, rank, step, reason, dedupe_id}
-//	Announcement  {job, epoch, kind: "epoch"|"replan"|"abort", start_step, reason?}
+//	StepDone      {job, epoch, rank, step, nanos, identity?}
+//	ReplanRequest {job, epoch, rank, step, reason, dedupe_id, dims?}
+//	Announcement  {job, epoch, kind: "epoch"|"replan"|"abort"|"grant", start_step, reason?}
 //
 // Each type has a Validate method; Encode refuses, and Decode reports, a
 // value that fails it. Subscribers drop (and count, see Transport.Dropped)
@@ -60,9 +62,9 @@
 //
 // # Protocol
 //
-//  1. The leader commits H[e,·] for job J through raft and publishes an
-//     Announcement{Kind: "epoch", Epoch: e}. It opens WatchReports(J, e)
-//     and feeds every report into NewTally(J, e, H[e,·]).
+//  1. The leader commits H[e,·] for job J through raft and announces the
+//     epoch. It opens WatchReports(J, e) and feeds every report into
+//     NewTally(J, e, H[e,·]).
 //  2. Each worker computes its plan and calls Report(PlanReport{J, e, r,
 //     identity, hash}). The KV Create makes the first report for (J, e, r)
 //     the only one: retrying the byte-identical report is a no-op (a lost
@@ -73,27 +75,20 @@
 //     conflicting reports, other jobs' and other epochs' reports and
 //     out-of-range ranks are ignored, so its Outcome is a function of the
 //     set of stored reports, not of delivery order or repetition.
-//  3. When the Tally is Done, or a deadline passes, the leader commits the
-//     Tally's Outcome (with StartStep set) through raft and publishes it.
-//     Agreed means every rank reported exactly its expected hash; otherwise
-//     Mismatches lists (rank, expected, got) and Missing the silent ranks.
-//     A worker that did not see the outcome reads the committed one again
-//     (the leader republishes); Reports(J, e) recovers the stored proofs,
-//     e.g. after a leader change.
-//  4. If agreed, each worker, before running step s >= StartStep,
-//     publishes StepReport{J, e, r, s, hash} and waits until its
-//     StepBarrier (fed from tmmu.<J>.step) is Ready(s): every rank has
-//     reported step s with its expected hash. The barrier is pure, so every
-//     participant that sees the same reports reaches the same decision; a
-//     rank that sees no progress resends its own report (duplicates are
-//     ignored). After the step it publishes StepDone, and Forget(s) bounds
-//     the barrier's memory.
-//  5. A worker that cannot go on (out of memory, a new shape) publishes a
-//     ReplanRequest with a DedupeID; the leader acts at most once per
-//     DedupeID, announces Kind "replan", and starts again at 1 with epoch
-//     e+1. Kind "abort" stops the job. Workers ignore announcements for
-//     epochs older than the one they run.
-//  6. Once an epoch is superseded, Forget(J, e) purges its reports from the
+//  3. When the Tally is Done, the leader commits its Outcome through raft
+//     and publishes it. Agreed means every rank reported exactly its
+//     expected hash; otherwise Mismatches lists (rank, expected, got).
+//  4. If agreed, each worker, before running step s, stores its
+//     StepReport{J, e, r, s, hash} (PutStep) and waits until WatchSteps
+//     shows every rank ready for s or a later step with its expected hash.
+//     After the step it records StepDone (PutProgress); the leader watches
+//     WatchProgress, commits the highest step every rank finished, and
+//     announces a grant: how far ranks may run.
+//  5. A worker that sees a dynamic dimension outside its epoch's envelope
+//     publishes a ReplanRequest with the sizes; the leader decides (package
+//     replan), commits epoch e+1 with its boundary step and announces it.
+//     An abort is announced the same way.
+//  6. Once an epoch is superseded, Forget(J, e) purges its proofs from the
 //     bucket with one filtered stream purge.
 //
 // # Concurrency
@@ -101,7 +96,7 @@
 // Transport is safe for concurrent use; subscription handlers run on the
 // NATS client's per-subscription goroutine. WatchReports owns one
 // goroutine, which returns (after stopping the watch and draining it)
-// before the returned channel closes. Tally and StepBarrier are not safe
-// for concurrent use: they are meant to be owned by one goroutine, the one
-// reading the reports.
+// before the returned channel closes (so do WatchSteps and WatchProgress).
+// A Tally is not safe for concurrent use: it is meant to be owned by one
+// goroutine, the one reading the reports.
 package transport

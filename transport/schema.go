@@ -69,7 +69,7 @@ type Outcome struct {
 }
 
 // StepReport is a rank's readiness to run step Step of epoch Epoch with plan
-// PlanHash: the go/no-go barrier (see StepBarrier).
+// PlanHash: the go/no-go barrier (see Transport.PutStep).
 type StepReport struct {
 	Job      string  `cbor:"job" json:"job"`
 	Epoch    uint64  `cbor:"epoch" json:"epoch"`

@@ -16,8 +16,6 @@ func TestSubjectsAndKeys(t *testing.T) {
 		want string
 	}{
 		{OutcomeSubject, "tmmu.job-1_A.outcome"},
-		{StepSubject, "tmmu.job-1_A.step"},
-		{DoneSubject, "tmmu.job-1_A.done"},
 		{ReplanSubject, "tmmu.job-1_A.replan"},
 		{AnnounceSubject, "tmmu.job-1_A.announce"},
 	} {

@@ -29,14 +29,6 @@ func subject(job, kind string) (string, error) {
 // Outcome messages.
 func OutcomeSubject(job string) (string, error) { return subject(job, "outcome") }
 
-// StepSubject returns "tmmu.<job>.step", where workers publish StepReport
-// messages.
-func StepSubject(job string) (string, error) { return subject(job, "step") }
-
-// DoneSubject returns "tmmu.<job>.done", where workers publish StepDone
-// messages.
-func DoneSubject(job string) (string, error) { return subject(job, "done") }
-
 // ReplanSubject returns "tmmu.<job>.replan", where workers publish
 // ReplanRequest messages.
 func ReplanSubject(job string) (string, error) { return subject(job, "replan") }

@@ -8,13 +8,13 @@ import (
 	"github.com/tmmu/tmmu/ir"
 )
 
-// AddResult says what Tally.Add or StepBarrier.Add did with a report.
+// AddResult says what Tally.Add did with a report.
 type AddResult uint8
 
 // The results of Add. Only Accepted changes the state.
 const (
-	// Accepted: the first report of its rank (for its step, in a
-	// StepBarrier); recorded whether or not its hash is the expected one.
+	// Accepted: the first report of its rank; recorded whether or not
+	// its hash is the expected one.
 	Accepted AddResult = iota + 1
 	// Duplicate: the rank already reported the same hash; ignored.
 	Duplicate
@@ -28,9 +28,6 @@ const (
 	BadRank
 	// Invalid: the report fails Validate (a zero plan hash, say); ignored.
 	Invalid
-	// OutOfWindow (StepBarrier only): the step was already forgotten, or
-	// the barrier already tracks MaxPendingSteps other steps; ignored.
-	OutOfWindow
 )
 
 var addResultNames = [...]string{
@@ -40,7 +37,6 @@ var addResultNames = [...]string{
 	OtherEpoch:  "other-epoch",
 	BadRank:     "bad-rank",
 	Invalid:     "invalid",
-	OutOfWindow: "out-of-window",
 }
 
 func (a AddResult) String() string {
@@ -159,142 +155,4 @@ func disagreement(mismatched, missing, world uint64) string {
 	default:
 		return fmt.Sprintf("%d of %d ranks did not report", missing, world)
 	}
-}
-
-// MaxPendingSteps bounds how many steps a StepBarrier tracks at once; a
-// report that would open one more is ignored (OutOfWindow). Forget steps
-// as they complete.
-const MaxPendingSteps = 1024
-
-// StepBarrier is the per-step go/no-go barrier for one (job, epoch): a
-// step is Ready when every rank has reported it with its expected plan
-// hash. It is pure and deterministic like Tally, and not safe for
-// concurrent use. Memory is bounded by MaxPendingSteps steps of world
-// hashes each; Forget releases completed steps.
-type StepBarrier struct {
-	job      string
-	epoch    uint64
-	expected []ir.Hash
-	forgot   bool   // whether Forget was called
-	last     uint64 // if forgot, steps <= last are forgotten
-	steps    map[uint64]*stepState
-}
-
-type stepState struct {
-	got      []ir.Hash
-	reported uint64
-	bad      uint64
-}
-
-// NewStepBarrier returns a barrier for (job, epoch) with world ranks, rank
-// r expected to report expected[r]. It panics unless len(expected) ==
-// world: that is a programming error. The slice is copied.
-func NewStepBarrier(job string, epoch, world uint64, expected []ir.Hash) *StepBarrier {
-	if uint64(len(expected)) != world {
-		panic(fmt.Sprintf("transport: NewStepBarrier: %d expected hashes for a world of %d ranks", len(expected), world))
-	}
-	return &StepBarrier{
-		job:      job,
-		epoch:    epoch,
-		expected: slices.Clone(expected),
-		steps:    make(map[uint64]*stepState),
-	}
-}
-
-// Add records a step report, with the same rules as Tally.Add per step,
-// plus OutOfWindow for a forgotten step or one past the MaxPendingSteps
-// bound.
-func (b *StepBarrier) Add(r StepReport) AddResult {
-	if r.Job != b.job || r.Epoch != b.epoch {
-		return OtherEpoch
-	}
-	if r.Rank >= uint64(len(b.expected)) {
-		return BadRank
-	}
-	if r.Validate() != nil {
-		return Invalid
-	}
-	if b.forgotten(r.Step) {
-		return OutOfWindow
-	}
-	s := b.steps[r.Step]
-	if s == nil {
-		if len(b.steps) >= MaxPendingSteps {
-			return OutOfWindow
-		}
-		s = &stepState{got: make([]ir.Hash, len(b.expected))}
-		b.steps[r.Step] = s
-	}
-	switch g := s.got[r.Rank]; {
-	case g.IsZero():
-		s.got[r.Rank] = r.PlanHash
-		s.reported++
-		if r.PlanHash != b.expected[r.Rank] {
-			s.bad++
-		}
-		return Accepted
-	case g == r.PlanHash:
-		return Duplicate
-	default:
-		return Conflicting
-	}
-}
-
-// Ready reports whether every rank reported step with its expected hash.
-// A barrier with no ranks is never ready.
-func (b *StepBarrier) Ready(step uint64) bool {
-	s := b.steps[step]
-	return s != nil && len(b.expected) > 0 && s.reported == uint64(len(b.expected)) && s.bad == 0
-}
-
-// Missing returns the ranks that have not reported step, sorted (nil for
-// a forgotten step).
-func (b *StepBarrier) Missing(step uint64) []uint64 {
-	if b.forgotten(step) {
-		return nil
-	}
-	s := b.steps[step]
-	var out []uint64
-	for r := range b.expected {
-		if s == nil || s.got[r].IsZero() {
-			out = append(out, uint64(r))
-		}
-	}
-	return out
-}
-
-// Mismatches returns the ranks that reported step with an unexpected hash,
-// sorted by rank.
-func (b *StepBarrier) Mismatches(step uint64) []Mismatch {
-	s := b.steps[step]
-	if s == nil || s.bad == 0 {
-		return nil
-	}
-	out := make([]Mismatch, 0, s.bad)
-	for r, g := range s.got {
-		if !g.IsZero() && g != b.expected[r] {
-			out = append(out, Mismatch{Rank: uint64(r), Expected: b.expected[r], Got: g})
-		}
-	}
-	return out
-}
-
-// Pending returns how many steps the barrier tracks.
-func (b *StepBarrier) Pending() int { return len(b.steps) }
-
-func (b *StepBarrier) forgotten(step uint64) bool { return b.forgot && step <= b.last }
-
-// Forget drops step and every earlier step; later reports for them are
-// OutOfWindow. Call it once a step has run (or, with StartStep-1, to
-// ignore reports from before the epoch's first step).
-func (b *StepBarrier) Forget(step uint64) {
-	if b.forgotten(step) {
-		return
-	}
-	for s := range b.steps {
-		if s <= step {
-			delete(b.steps, s)
-		}
-	}
-	b.forgot, b.last = true, step
 }

@@ -328,8 +328,6 @@ type message interface {
 }
 
 func (o Outcome) jobName() string       { return o.Job }
-func (r StepReport) jobName() string    { return r.Job }
-func (d StepDone) jobName() string      { return d.Job }
 func (r ReplanRequest) jobName() string { return r.Job }
 func (a Announcement) jobName() string  { return a.Job }
 
@@ -380,22 +378,6 @@ func (t *Transport) PublishOutcome(o Outcome) error { return publish(t, OutcomeS
 // valid Outcome published for job.
 func (t *Transport) SubscribeOutcomes(job string, h func(Outcome)) (*nats.Subscription, error) {
 	return subscribe(t, OutcomeSubject, job, h)
-}
-
-// PublishStepReport validates r and publishes it on StepSubject(r.Job).
-func (t *Transport) PublishStepReport(r StepReport) error { return publish(t, StepSubject, r) }
-
-// SubscribeStepReports calls h with each valid StepReport published for job.
-func (t *Transport) SubscribeStepReports(job string, h func(StepReport)) (*nats.Subscription, error) {
-	return subscribe(t, StepSubject, job, h)
-}
-
-// PublishStepDone validates d and publishes it on DoneSubject(d.Job).
-func (t *Transport) PublishStepDone(d StepDone) error { return publish(t, DoneSubject, d) }
-
-// SubscribeStepDone calls h with each valid StepDone published for job.
-func (t *Transport) SubscribeStepDone(job string, h func(StepDone)) (*nats.Subscription, error) {
-	return subscribe(t, DoneSubject, job, h)
 }
 
 // PublishReplanRequest validates r and publishes it on ReplanSubject(r.Job).

@@ -409,14 +409,6 @@ func TestPublishSubscribeRoundTrip(t *testing.T) {
 			t.Fatal("timed out")
 		}
 	})
-	t.Run("step", func(t *testing.T) {
-		roundTrip(t, StepReport{Job: "job", Epoch: 4, Rank: 2, Step: 101, PlanHash: h},
-			b.SubscribeStepReports, bnc, a.PublishStepReport, anc)
-	})
-	t.Run("done", func(t *testing.T) {
-		roundTrip(t, StepDone{Job: "job", Epoch: 4, Rank: 2, Step: 101, Nanos: 12345},
-			b.SubscribeStepDone, bnc, a.PublishStepDone, anc)
-	})
 	t.Run("replan", func(t *testing.T) {
 		roundTrip(t, ReplanRequest{Job: "job", Epoch: 4, Rank: 2, Step: 101, Reason: "oom", DedupeID: "r2-s101", Dims: map[string]uint64{"seq": 2048}},
 			b.SubscribeReplanRequests, bnc, a.PublishReplanRequest, anc)
@@ -429,7 +421,7 @@ func TestPublishSubscribeRoundTrip(t *testing.T) {
 		if err := a.PublishAnnouncement(Announcement{Job: "job", Kind: "reboot"}); !errors.Is(err, ErrInvalid) {
 			t.Fatalf("err = %v", err)
 		}
-		if err := a.PublishStepDone(StepDone{Job: "a.b"}); !errors.Is(err, ErrInvalid) {
+		if err := a.PublishReplanRequest(ReplanRequest{Job: "a.b"}); !errors.Is(err, ErrInvalid) {
 			t.Fatalf("err = %v", err)
 		}
 		if _, err := a.SubscribeOutcomes("a.>", func(Outcome) {}); err == nil {
@@ -450,8 +442,8 @@ func TestSubscribeDropsGarbage(t *testing.T) {
 	s := startServer(t)
 	tr, nc := newTransport(t, s)
 	raw := connect(t, s)
-	got := make(chan StepReport, 8)
-	sub, err := tr.SubscribeStepReports("job", func(r StepReport) { got <- r })
+	got := make(chan ReplanRequest, 8)
+	sub, err := tr.SubscribeReplanRequests("job", func(r ReplanRequest) { got <- r })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -459,17 +451,17 @@ func TestSubscribeDropsGarbage(t *testing.T) {
 	if err := nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	good := StepReport{Job: "job", Epoch: 1, Rank: 0, Step: 1, PlanHash: hashOf("p")}
+	good := ReplanRequest{Job: "job", Epoch: 1, Rank: 0, Step: 1, Reason: "seq=2048", DedupeID: "w0/1/1", Dims: map[string]uint64{"seq": 2048}}
 	otherJob := good
 	otherJob.Job = "job2"
 	otherJobBytes, _ := Encode(otherJob)
-	zero := good
-	zero.PlanHash = [32]byte{}
-	zeroBytes, _ := ir.CanonicalCBOR(zero) // bypasses Encode's validation
-	unknownField, _ := ir.CanonicalCBOR(map[string]any{"job": "job", "epoch": 1, "rank": 0, "step": 1, "plan_hash": good.PlanHash[:], "extra": 1})
+	noReason := good
+	noReason.Reason = ""
+	zeroBytes, _ := ir.CanonicalCBOR(noReason) // bypasses Encode's validation
+	unknownField, _ := ir.CanonicalCBOR(map[string]any{"job": "job", "epoch": 1, "rank": 0, "step": 1, "reason": "r", "dedupe_id": "d", "extra": 1})
 	goodBytes, _ := Encode(good)
 	for _, data := range [][]byte{[]byte("garbage"), nil, otherJobBytes, zeroBytes, unknownField, goodBytes} {
-		if err := raw.Publish("tmmu.job.step", data); err != nil {
+		if err := raw.Publish("tmmu.job.replan", data); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -478,7 +470,7 @@ func TestSubscribeDropsGarbage(t *testing.T) {
 	}
 	select {
 	case r := <-got:
-		if r != good {
+		if !reflect.DeepEqual(r, good) {
 			t.Fatalf("got %+v", r)
 		}
 	case <-time.After(10 * time.Second):
