@@ -43,7 +43,7 @@ func (t *Transport) entryStep(e jetstream.KeyValueEntry, job string, epoch uint6
 	if e.Operation() != jetstream.KeyValuePut {
 		return r, false
 	}
-	if Decode(e.Value(), &r) != nil || r.Job != job || r.Epoch != epoch || e.Key() != reportKey(job, epoch, r.Rank) {
+	if Decode(e.Value(), &r) != nil || r.Job != job || (epoch != anyEpoch && r.Epoch != epoch) || e.Key() != reportKey(job, r.Epoch, r.Rank) {
 		t.dropped.Add(1)
 		return r, false
 	}
@@ -59,5 +59,21 @@ func (t *Transport) WatchSteps(ctx context.Context, job string, epoch uint64) (<
 	}
 	return watch(ctx, t.steps, epochFilter(job, epoch), func(e jetstream.KeyValueEntry) (StepReport, bool) {
 		return t.entryStep(e, job, epoch)
+	})
+}
+
+// anyEpoch makes entryStep accept a report of any epoch.
+const anyEpoch = ^uint64(0)
+
+// WatchJobSteps streams the step reports of every epoch of job, stored
+// and new, like WatchSteps. A worker keeps one such watch for its whole
+// run instead of one per epoch: a replan then costs no new consumer on
+// the server for each rank.
+func (t *Transport) WatchJobSteps(ctx context.Context, job string) (<-chan StepReport, error) {
+	if err := ValidJob(job); err != nil {
+		return nil, err
+	}
+	return watch(ctx, t.steps, job+".*.*", func(e jetstream.KeyValueEntry) (StepReport, bool) {
+		return t.entryStep(e, job, anyEpoch)
 	})
 }

@@ -103,6 +103,7 @@ func benchReplan(b *testing.B, ranks int) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	var lat []time.Duration
+	var phases []string
 	// Two cheap strategies, so the time is the protocol's: every rank
 	// plans for itself, and 64 packed plans of this toy graph (about
 	// 20 ms each) on the 2 cores all ranks share here would dominate.
@@ -114,6 +115,7 @@ func benchReplan(b *testing.B, ranks int) {
 		if err != nil || out.Decision != "replan" {
 			b.Fatalf("replan %d: %+v %v", i, out, err)
 		}
+		committed := time.Since(start)
 		for {
 			if t, ok := all(out.Epoch); ok {
 				lat = append(lat, t.Sub(start))
@@ -121,8 +123,17 @@ func benchReplan(b *testing.B, ranks int) {
 			}
 			time.Sleep(time.Millisecond)
 		}
+		if j, err := l.Client().Job(ctx, "bench"); err == nil && j.Epochs[out.Epoch].Outcome != nil {
+			e := j.Epochs[out.Epoch]
+			phases = append(phases, fmt.Sprintf("%v: commit %v agreed %v boundary %d last %d", lat[len(lat)-1].Round(time.Millisecond), committed.Round(time.Millisecond),
+				time.Unix(0, e.Outcome.At).Sub(start).Round(time.Millisecond), e.StartStep, j.LastStep))
+		}
 	}
 	b.StopTimer()
+	slices.Sort(phases)
+	for _, p := range phases {
+		b.Log(p)
+	}
 	slices.Sort(lat)
 	b.Logf("slowest rounds: %v", lat[max(0, len(lat)-5):])
 	b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")

@@ -149,17 +149,21 @@ type epochPlan struct {
 	reported time.Time
 	barrier  *barrier
 	put      uint64 // the highest step this rank reported ready under the epoch
-	// stopWatch ends the epoch's step-report watch.
-	stopWatch context.CancelFunc
 }
 
 type run struct {
-	cfg     Config
-	log     *slog.Logger
-	rank    uint64
-	world   uint64
-	models  map[ir.Hash]*ir.Model
-	plans   map[uint64]*epochPlan
+	cfg    Config
+	log    *slog.Logger
+	rank   uint64
+	world  uint64
+	models map[ir.Hash]*ir.Model
+	plans  map[uint64]*epochPlan
+	// job is the job as last fetched. It is kept from step to step and
+	// fetched again only when an announcement, a failed outcome or the
+	// poll says it changed. A stale copy is safe: it can only hold less
+	// progress, and a new epoch's boundary lies past every horizon the
+	// leader granted, so a rank waits at the boundary until it fetches.
+	job     *coord.Job
 	wake    chan struct{} // announcements and outcomes: refresh the job
 	granted chan struct{} // a grant raised a horizon or an epoch was agreed
 	grants  map[uint64]uint64
@@ -169,8 +173,13 @@ type run struct {
 	mu      sync.Mutex
 	res     Result
 	started bool
-	// watches are the step-report watches of the epochs planned; they
-	// end with the run.
+	// early holds the step reports of epochs not planned yet (the latest
+	// per rank); prepare hands them to the epoch's barrier.
+	early map[uint64]map[uint64]transport.StepReport
+	// running is the epoch of the steps being run: reports of older
+	// epochs are dropped.
+	running uint64
+	// watches is the job's step-report watch; it ends with the run.
 	watchCtx context.Context
 	watches  sync.WaitGroup
 	standby  time.Time // when this worker found itself outside the world
@@ -204,7 +213,8 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		cfg.Poll = time.Second
 	}
 	w := &run{cfg: cfg, log: log.With("job", cfg.Job, "identity", cfg.Identity), models: map[ir.Hash]*ir.Model{},
-		plans: map[uint64]*epochPlan{}, wake: make(chan struct{}, 1), granted: make(chan struct{}, 1), grants: map[uint64]uint64{}, agreed: map[uint64]transport.Outcome{}}
+		plans: map[uint64]*epochPlan{}, wake: make(chan struct{}, 1), granted: make(chan struct{}, 1), grants: map[uint64]uint64{}, agreed: map[uint64]transport.Outcome{},
+		early: map[uint64]map[uint64]transport.StepReport{}}
 	wctx, stop := context.WithCancel(ctx)
 	w.watchCtx = wctx
 	err := w.run(ctx)
@@ -285,6 +295,19 @@ func (w *run) run(ctx context.Context) error {
 		defer s.Unsubscribe()
 	}
 
+	// One watch of the step reports of every epoch, for the barriers.
+	steps, err := cfg.Transport.WatchJobSteps(w.watchCtx, cfg.Job)
+	if err != nil {
+		return err
+	}
+	w.watches.Add(1)
+	go func() {
+		defer w.watches.Done()
+		for r := range steps {
+			w.stepReport(r)
+		}
+	}()
+
 	// Start where every rank has finished (a replacement joins the
 	// others there).
 	step := max(job.Epochs[0].StartStep, job.LastStep+1)
@@ -362,15 +385,20 @@ func (w *run) observe(p *epochPlan, step uint64) {
 func (w *run) await(ctx context.Context, step uint64) (*epochPlan, error) {
 	poll := time.NewTicker(w.cfg.Poll)
 	defer poll.Stop()
-	var job *coord.Job
-	fresh := true
+	job := w.job
+	fresh := job == nil
+	select {
+	case <-w.wake:
+		fresh = true
+	default:
+	}
 	for {
 		if fresh {
 			j, err := w.cfg.Coordinator.RecentJob(ctx, w.cfg.Job)
 			if err != nil {
 				return nil, err
 			}
-			job = j
+			job, w.job = j, j
 			fresh = false
 		}
 		if job.Status == coord.StatusFailed {
@@ -515,21 +543,11 @@ func (w *run) prepare(ctx context.Context, job *coord.Job, i uint64) (*epochPlan
 		w.res.PlanTime = time.Since(t)
 	}
 	p = &epochPlan{epoch: i, rank: rank, world: world, member: true, hash: rp.Plan.PlanHash, plan: rp, graph: rp.View.Graph, barrier: newBarrier(world, e.Expected)}
-	wctx, stop := context.WithCancel(w.watchCtx)
-	steps, err := w.cfg.Transport.WatchSteps(wctx, w.cfg.Job, i)
-	if err != nil {
-		stop()
-		return nil, err
-	}
-	p.stopWatch = stop
-	w.watches.Add(1)
-	go func() {
-		defer w.watches.Done()
-		for r := range steps {
-			p.barrier.add(r)
-		}
-	}()
 	w.mu.Lock()
+	for _, r := range w.early[i] {
+		p.barrier.add(r)
+	}
+	delete(w.early, i)
 	w.plans[i] = p
 	w.mu.Unlock()
 	if err := w.cfg.Transport.Report(ctx, transport.PlanReport{Job: w.cfg.Job, Epoch: i, Rank: rank, Identity: w.cfg.Identity, PlanHash: p.hash}); err != nil {
@@ -586,10 +604,13 @@ func (w *run) start(p *epochPlan, step uint64) error {
 	w.mu.Lock()
 	for i, q := range w.plans {
 		if i < p.epoch {
-			q.exec = nil
-			if q.stopWatch != nil {
-				q.stopWatch() // its last step has run
-			}
+			q.exec = nil // its last step has run
+		}
+	}
+	w.running = p.epoch
+	for i := range w.early {
+		if i < p.epoch {
+			delete(w.early, i)
 		}
 	}
 	w.mu.Unlock()
@@ -622,6 +643,26 @@ func waitJob(ctx context.Context, cfg Config) (*coord.Job, error) {
 		case <-time.After(cfg.Poll):
 		}
 	}
+}
+
+// stepReport hands r to its epoch's barrier, or keeps it until the epoch
+// is planned.
+func (w *run) stepReport(r transport.StepReport) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if r.Epoch < w.running {
+		return
+	}
+	if p := w.plans[r.Epoch]; p != nil {
+		if p.barrier != nil {
+			p.barrier.add(r)
+		}
+		return
+	}
+	if w.early[r.Epoch] == nil {
+		w.early[r.Epoch] = map[uint64]transport.StepReport{}
+	}
+	w.early[r.Epoch][r.Rank] = r // the stream's latest is the stored one
 }
 
 // barrier is the go/no-go barrier before each step of one epoch: rank r
