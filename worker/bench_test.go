@@ -25,7 +25,8 @@ import (
 // greedy-size strategies (the second time on, from the replan cache). The latency includes planning every rank,
 // the raft commit, every rank's report and the agreement, and waiting for
 // the boundary, which lies past the window of 2 steps the ranks may run
-// ahead of the committed progress.
+// ahead of the committed progress. Each round's phases (raft commit,
+// agreement, boundary) are logged.
 func BenchmarkReplan(b *testing.B) {
 	for _, ranks := range []int{8, 64} {
 		b.Run(fmt.Sprintf("ranks=%d", ranks), func(b *testing.B) { benchReplan(b, ranks) })
