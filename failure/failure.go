@@ -45,6 +45,9 @@ const (
 	PlanMismatch          Code = "PLAN_MISMATCH"           // a plan does not match its IR, options or hashes (verifier)
 	IOError               Code = "IO_ERROR"                // a file or stream cannot be read or written
 	InvalidShardSpec      Code = "INVALID_SHARD_SPEC"      // a shard spec is malformed, inconsistent, or does not fit its IR
+	UnsupportedExecution  Code = "UNSUPPORTED_EXECUTION"   // a graph, dtype or op the executors cannot run
+	ModeViolation         Code = "MODE_VIOLATION"          // an operation the job's mode forbids (debug fill in confidential or regulated mode)
+	DeviceError           Code = "DEVICE_ERROR"            // the device refused memory or failed a kernel or a transfer
 )
 
 // Codes lists every code in a fixed order.
@@ -52,7 +55,8 @@ var Codes = []Code{
 	InvalidIRShapes, LivenessCycle, AddressCollision, AllocationOverflow,
 	ArenaTooSmall, AlignmentViolation, InvalidEncoding, InvalidIRGraph,
 	ReadBeforeWrite, InvalidAlias, InvalidExecutionOrder, InvalidOptions,
-	PlanMismatch, IOError, InvalidShardSpec,
+	PlanMismatch, IOError, InvalidShardSpec, UnsupportedExecution,
+	ModeViolation, DeviceError,
 }
 
 // Error implements error so that a Code can be the target of errors.Is.

@@ -1,0 +1,166 @@
+package engine
+
+import (
+	"fmt"
+	"sync"
+)
+
+// MaxSlots is how many regions one launch may bind.
+const MaxSlots = 6
+
+// Launch is one kernel dispatch: Threads invocations of Kernel over the
+// regions in Slots (slot i of the params is Slots[i]).
+type Launch struct {
+	Kernel  string
+	Slots   []int // region ids
+	Params  []uint32
+	Threads uint32
+}
+
+// Limits are the device limits that shape the plan and the regions
+// (WebGPU's names).
+type Limits struct {
+	MaxBufferSize                   uint64
+	MaxStorageBufferBindingSize     uint64
+	MinStorageBufferOffsetAlignment uint64
+}
+
+// RegionBytes is the largest region a device with these limits can bind
+// whole: min(MaxBufferSize, MaxStorageBufferBindingSize), rounded down to
+// a multiple of 4 words' alignment.
+func (l Limits) RegionBytes() uint64 {
+	r := min(l.MaxBufferSize, l.MaxStorageBufferBindingSize)
+	if a := l.MinStorageBufferOffsetAlignment; a > 0 {
+		r -= r % a
+	}
+	return r
+}
+
+// Backend is a device that holds regions and runs kernels on them.
+// Launches are queued in order; Wait returns once all queued work has
+// finished (or the first error). Implementations are safe for use by one
+// goroutine at a time (an engine owns its backend).
+type Backend interface {
+	// Name is "cpu" or "webgpu".
+	Name() string
+	// Describe says which device runs the kernels.
+	Describe() string
+	Limits() Limits
+	// NewRegion allocates a region of size bytes (a multiple of 4),
+	// zeroed, and returns its id.
+	NewRegion(size uint64) (int, error)
+	FreeRegion(id int) error
+	Write(region int, offset uint64, data []byte) error
+	Read(region int, offset, n uint64) ([]byte, error)
+	Launch(l Launch) error
+	Wait() error
+	Close() error
+}
+
+// CPU is the reference backend: regions are host memory and kernels run
+// one invocation after another (see kernels.go).
+type CPU struct {
+	mu      sync.Mutex
+	regions map[int][]uint32
+	next    int
+	limits  Limits
+}
+
+// NewCPU returns a cpu backend. Its limits default to WebGPU's defaults
+// (256 MiB buffers and bindings, 256-byte offset alignment), so plans
+// made for it are also valid on any WebGPU device.
+func NewCPU() *CPU {
+	return &CPU{regions: map[int][]uint32{}, limits: Limits{
+		MaxBufferSize: 256 << 20, MaxStorageBufferBindingSize: 256 << 20, MinStorageBufferOffsetAlignment: 256}}
+}
+
+// SetLimits overrides the limits (tests use small regions).
+func (c *CPU) SetLimits(l Limits) { c.limits = l }
+
+func (c *CPU) Name() string     { return "cpu" }
+func (c *CPU) Describe() string { return "host memory, reference kernels" }
+func (c *CPU) Limits() Limits   { return c.limits }
+
+func (c *CPU) NewRegion(size uint64) (int, error) {
+	if size%4 != 0 || size == 0 || size > c.limits.RegionBytes() {
+		return 0, fmt.Errorf("engine: cpu region of %d bytes (a positive multiple of 4 up to %d)", size, c.limits.RegionBytes())
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.next++
+	c.regions[c.next] = make([]uint32, size/4)
+	return c.next, nil
+}
+
+func (c *CPU) FreeRegion(id int) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.regions[id]; !ok {
+		return fmt.Errorf("engine: cpu region %d does not exist", id)
+	}
+	delete(c.regions, id)
+	return nil
+}
+
+func (c *CPU) words(region int, offset, n uint64) ([]uint32, error) {
+	r, ok := c.regions[region]
+	if !ok {
+		return nil, fmt.Errorf("engine: cpu region %d does not exist", region)
+	}
+	if offset%4 != 0 || n%4 != 0 || offset+n > uint64(len(r))*4 {
+		return nil, fmt.Errorf("engine: bytes [%d, %d) of cpu region %d (%d bytes, 4-byte granularity)", offset, offset+n, region, len(r)*4)
+	}
+	return r[offset/4 : (offset+n)/4], nil
+}
+
+func (c *CPU) Write(region int, offset uint64, data []byte) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	w, err := c.words(region, offset, uint64(len(data)))
+	if err != nil {
+		return err
+	}
+	for i := range w {
+		w[i] = le32(data[4*i:])
+	}
+	return nil
+}
+
+func (c *CPU) Read(region int, offset, n uint64) ([]byte, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	w, err := c.words(region, offset, n)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]byte, n)
+	for i, x := range w {
+		put32(out[4*i:], x)
+	}
+	return out, nil
+}
+
+func (c *CPU) Launch(l Launch) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(l.Slots) > MaxSlots {
+		return fmt.Errorf("engine: kernel %s binds %d regions (at most %d)", l.Kernel, len(l.Slots), MaxSlots)
+	}
+	mem := make([][]uint32, len(l.Slots))
+	for i, id := range l.Slots {
+		r, ok := c.regions[id]
+		if !ok {
+			return fmt.Errorf("engine: kernel %s: region %d does not exist", l.Kernel, id)
+		}
+		mem[i] = r
+	}
+	return runKernel(mem, &l)
+}
+
+func (c *CPU) Wait() error  { return nil }
+func (c *CPU) Close() error { return nil }
+
+func le32(b []byte) uint32 { return uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16 | uint32(b[3])<<24 }
+func put32(b []byte, x uint32) {
+	b[0], b[1], b[2], b[3] = byte(x), byte(x>>8), byte(x>>16), byte(x>>24)
+}

@@ -1,0 +1,365 @@
+package engine
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+
+	"github.com/tmmu/tmmu/failure"
+	"github.com/tmmu/tmmu/ir"
+	"github.com/tmmu/tmmu/planner"
+)
+
+// Mode is the job's data-handling mode (spec §0: DebugFill is forbidden in
+// confidential and regulated modes).
+type Mode string
+
+const (
+	Standard     Mode = "standard"
+	Confidential Mode = "confidential"
+	Regulated    Mode = "regulated"
+)
+
+// AdamW holds the optimizer's hyperparameters (the IR carries no floats).
+type AdamW struct {
+	LR, Beta1, Beta2, Eps, WeightDecay float32
+}
+
+// DefaultAdamW is lr 1e-3, betas (0.9, 0.999), eps 1e-8, weight decay 0.01.
+var DefaultAdamW = AdamW{LR: 1e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.01}
+
+// Options configure an Engine.
+type Options struct {
+	Backend Backend
+	Mode    Mode
+	AdamW   AdamW
+	// Collectives is the data-parallel group, with this rank's place in
+	// it (DataRank of DataSize; 0 of 1 when nil).
+	Collectives        Collectives
+	DataRank, DataSize uint64
+	// SkipVerify executes a plan without planner.Verify. Only tests set
+	// it, to show that a corrupted plan computes something else.
+	SkipVerify bool
+	// Unshared executes the plan's reference: every storage gets bytes of
+	// its own (the plan is still verified). Same kernels, same order:
+	// a correct plan computes the same bits.
+	Unshared bool
+}
+
+// Engine runs one rank's planned graph on a backend: the plan's arenas
+// live in device regions, every tensor at its planned offset.
+type Engine struct {
+	opts    Options
+	g       *ir.Graph
+	p       *planner.Plan
+	mem     *Memory
+	loc     []location
+	actions []action
+	t       uint64 // optimizer steps taken
+	watch   map[string]int32
+}
+
+// New applies p to the backend's memory (ApplyPlan_v1) and prepares the
+// kernels of every executed node. p is verified against g first.
+func New(g *ir.Graph, p *planner.Plan, opts Options) (*Engine, error) {
+	if opts.Backend == nil {
+		return nil, errors.New("engine: no backend")
+	}
+	if opts.Mode == "" {
+		opts.Mode = Standard
+	}
+	if opts.AdamW == (AdamW{}) {
+		opts.AdamW = DefaultAdamW
+	}
+	if opts.DataSize == 0 {
+		opts.DataSize = 1
+	}
+	if !opts.SkipVerify {
+		if err := planner.Verify(g, p); err != nil {
+			return nil, err
+		}
+	}
+	for i := range g.Tensors {
+		t := &g.Tensors[i]
+		if t.DType != ir.F32 && t.DType != ir.I32 {
+			return nil, unsupported("tensor %q is %s: the executors run fp32 and int32 tensors only", t.ID, t.DType)
+		}
+		if len(t.ShapeEnvelope) > 0 {
+			return nil, unsupported("tensor %q has a shape envelope: executing dynamic shapes is not built yet", t.ID)
+		}
+	}
+	if opts.Unshared {
+		p = unshared(g, p)
+	}
+	e := &Engine{opts: opts, g: g, p: p, t: 1, watch: map[string]int32{}}
+	mem, err := ApplyPlan(opts.Backend, p)
+	if err != nil {
+		return nil, err
+	}
+	e.mem = mem
+	if e.loc, err = mem.locate(g, p); err != nil {
+		mem.Release()
+		return nil, err
+	}
+	live, err := planner.AnalyzeLiveness(g, p.Mode)
+	if err != nil {
+		mem.Release()
+		return nil, err
+	}
+	l := &lowerer{e: e}
+	for _, ni := range live.Order {
+		n := &g.Nodes[ni]
+		a := action{node: n.ID}
+		if isCollective(n.Op) {
+			a.coll, err = l.collective(n)
+		} else {
+			a.launches, err = l.lower(n)
+		}
+		if err != nil {
+			mem.Release()
+			return nil, err
+		}
+		e.actions = append(e.actions, a)
+	}
+	return e, nil
+}
+
+// Close releases the device memory.
+func (e *Engine) Close() error { return e.mem.Release() }
+
+// Memory returns the device memory the plan was applied to.
+func (e *Engine) Memory() *Memory { return e.mem }
+
+func deviceError(err error) error {
+	var fe *failure.Error
+	if errors.As(err, &fe) {
+		return err
+	}
+	return failure.New(failure.DeviceError, OpExecute, err.Error())
+}
+
+// tensor returns the index and location of id.
+func (e *Engine) tensor(id string) (int32, location, error) {
+	ti, ok := e.g.TensorIndex(id)
+	if !ok {
+		return 0, location{}, fmt.Errorf("engine: no tensor %q", id)
+	}
+	return ti, e.loc[ti], nil
+}
+
+// ZeroTensor writes zeros over the tensor's bytes (ZeroTensor_v1).
+func (e *Engine) ZeroTensor(id string) error {
+	ti, loc, err := e.tensor(id)
+	if err != nil {
+		return err
+	}
+	return e.write(loc, make([]byte, e.g.Bytes[ti]))
+}
+
+// DebugFillTensor writes a deterministic pattern derived from seed over
+// the tensor's bytes (DebugFillTensor_v1). It is refused in confidential
+// and regulated modes.
+func (e *Engine) DebugFillTensor(id string, seed uint64) error {
+	if e.opts.Mode == Confidential || e.opts.Mode == Regulated {
+		return failure.New(failure.ModeViolation, "UML_OS.TMMU.DebugFillTensor_v1",
+			fmt.Sprintf("debug fill of %q is forbidden in %s mode", id, e.opts.Mode), "tensor", id, "mode", e.opts.Mode)
+	}
+	ti, loc, err := e.tensor(id)
+	if err != nil {
+		return err
+	}
+	b := make([]byte, e.g.Bytes[ti])
+	x := seed ^ 0x9e3779b97f4a7c15
+	for i := 0; i+4 <= len(b); i += 4 {
+		x ^= x << 13
+		x ^= x >> 7
+		x ^= x << 17
+		put32(b[i:], uint32(x))
+	}
+	return e.write(loc, b)
+}
+
+func (e *Engine) write(loc location, b []byte) error {
+	if err := e.opts.Backend.Write(loc.region, loc.offset, b); err != nil {
+		return deviceError(err)
+	}
+	return nil
+}
+
+// WriteTensor writes a tensor's elements (float32 or int32 values as
+// their 4-byte little-endian words).
+func (e *Engine) WriteTensor(id string, words []uint32) error {
+	ti, loc, err := e.tensor(id)
+	if err != nil {
+		return err
+	}
+	n, _ := ir.Numel(e.g.Tensors[ti].Shape)
+	if uint64(len(words)) != n || e.g.Tensors[ti].View != nil {
+		return fmt.Errorf("engine: %d words for tensor %q of %d elements", len(words), id, n)
+	}
+	b := make([]byte, 4*len(words))
+	for i, w := range words {
+		put32(b[4*i:], w)
+	}
+	return e.write(loc, b)
+}
+
+// ReadTensor returns a contiguous tensor's elements as words.
+func (e *Engine) ReadTensor(id string) ([]uint32, error) {
+	ti, loc, err := e.tensor(id)
+	if err != nil {
+		return nil, err
+	}
+	if e.g.Tensors[ti].View != nil {
+		return nil, fmt.Errorf("engine: %q is a view", id)
+	}
+	if err := e.opts.Backend.Wait(); err != nil {
+		return nil, deviceError(err)
+	}
+	n, _ := ir.Numel(e.g.Tensors[ti].Shape)
+	b, err := e.opts.Backend.Read(loc.region, loc.offset, n*4)
+	if err != nil {
+		return nil, deviceError(err)
+	}
+	w := make([]uint32, n)
+	for i := range w {
+		w[i] = le32(b[4*i:])
+	}
+	return w, nil
+}
+
+// Watch asks Step to read tensor id right after the node that writes it
+// (a scratch tensor such as the loss is overwritten later in the step).
+func (e *Engine) Watch(id string) error {
+	ti, ok := e.g.TensorIndex(id)
+	if !ok {
+		return fmt.Errorf("engine: no tensor %q", id)
+	}
+	e.watch[id] = ti
+	return nil
+}
+
+// StepResult is what one step produced.
+type StepResult struct {
+	// Watched holds the watched tensors' words, read after their writer.
+	Watched map[string][]uint32
+	// State is the sealed state hash (CommitExecution_v1).
+	State StateHash
+}
+
+// Step runs every executed node once, in execution order, then commits.
+func (e *Engine) Step(ctx context.Context) (*StepResult, error) {
+	res := &StepResult{Watched: map[string][]uint32{}}
+	c1 := 1 - pow32(e.opts.AdamW.Beta1, float32(e.t))
+	c2 := 1 - pow32(e.opts.AdamW.Beta2, float32(e.t))
+	for _, a := range e.actions {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		if a.coll != nil {
+			if err := a.coll.run(ctx, e, fmt.Sprintf("%d/%s", e.t, a.node)); err != nil {
+				return nil, fmt.Errorf("engine: collective %s: %w", a.node, err)
+			}
+		}
+		for _, l := range a.launches {
+			if l.Kernel == "adamw" {
+				l.Params = slices.Clone(l.Params)
+				l.Params[16], l.Params[17] = f32(c1), f32(c2)
+			}
+			if err := e.opts.Backend.Launch(l); err != nil {
+				return nil, fmt.Errorf("engine: node %s: %w", a.node, deviceError(err))
+			}
+		}
+		if len(e.watch) > 0 {
+			n := &e.g.Nodes[e.nodeIndex(a.node)]
+			for _, id := range n.Outputs {
+				if _, ok := e.watch[id]; ok {
+					w, err := e.ReadTensor(id)
+					if err != nil {
+						return nil, err
+					}
+					res.Watched[id] = w
+				}
+			}
+		}
+	}
+	st, err := e.CommitExecution()
+	if err != nil {
+		return nil, err
+	}
+	res.State = st
+	e.t++
+	return res, nil
+}
+
+func (e *Engine) nodeIndex(id string) int32 {
+	i, _ := e.g.NodeIndex(id)
+	return i
+}
+
+// StateHash seals the persistent state after a step.
+type StateHash [32]byte
+
+func (h StateHash) String() string { return fmt.Sprintf("%x", h[:]) }
+
+// CommitExecution waits for all queued work and seals the state
+// (CommitExecution_v1): SHA-256 over the step number and the bytes of the
+// persistent arenas (parameters, optimizer state), in arena name order.
+// Two runs with the same inputs and plan layout-independent kernels give
+// the same hash.
+func (e *Engine) CommitExecution() (StateHash, error) {
+	if err := e.opts.Backend.Wait(); err != nil {
+		return StateHash{}, deviceError(err)
+	}
+	h := sha256.New()
+	fmt.Fprintf(h, "tmmu-state-v1 step %d\n", e.t)
+	for _, id := range e.persistent() {
+		w, err := e.ReadTensor(id)
+		if err != nil {
+			return StateHash{}, err
+		}
+		fmt.Fprintf(h, "%s %d\n", id, len(w))
+		b := make([]byte, 4*len(w))
+		for i, x := range w {
+			put32(b[4*i:], x)
+		}
+		h.Write(b)
+	}
+	var s StateHash
+	copy(s[:], h.Sum(nil))
+	return s, nil
+}
+
+// persistent lists the persistent tensors (parameters and optimizer
+// state) that own their storage, by id: the state a step leaves behind.
+func (e *Engine) persistent() []string {
+	var ids []string
+	for i := range e.g.Tensors {
+		t := &e.g.Tensors[i]
+		if t.Role.Persistent() && t.View == nil && e.g.Root[i] == int32(i) {
+			ids = append(ids, t.ID)
+		}
+	}
+	return ids
+}
+
+// Float32s converts words to floats.
+func Float32s(w []uint32) []float32 {
+	f := make([]float32, len(w))
+	for i, x := range w {
+		f[i] = math.Float32frombits(x)
+	}
+	return f
+}
+
+// Words converts floats to words.
+func Words(f []float32) []uint32 {
+	w := make([]uint32, len(f))
+	for i, x := range f {
+		w[i] = math.Float32bits(x)
+	}
+	return w
+}

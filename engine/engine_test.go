@@ -1,0 +1,167 @@
+package engine
+
+import (
+	"context"
+	"testing"
+
+	"github.com/tmmu/tmmu/ir"
+	"github.com/tmmu/tmmu/models"
+	"github.com/tmmu/tmmu/planner"
+)
+
+// tinyGPT2 is the model: 2 layers, hidden 64, sequence 32.
+func tinyGPT2(t testing.TB, batch uint64) (*ir.Graph, models.GPT2Config) {
+	t.Helper()
+	c := models.GPT2Config{Layers: 2, Hidden: 64, Heads: 4, Seq: 32, Context: 32, Batch: batch, Vocab: 64, DType: ir.F32, Train: true}
+	m, err := models.GPT2(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := ir.Compile(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g, c
+}
+
+func planFor(t testing.TB, g *ir.Graph) *planner.Plan {
+	t.Helper()
+	p, err := planner.PlanMemory(g, planner.Options{Mode: planner.TrainFull})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+type run struct {
+	losses []float32
+	states []StateHash
+}
+
+func train(t testing.TB, g *ir.Graph, p *planner.Plan, vocab uint64, steps int, opts Options) run {
+	t.Helper()
+	e, err := New(g, p, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	if err := e.InitState(nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Watch("loss"); err != nil {
+		t.Fatal(err)
+	}
+	var r run
+	for s := range steps {
+		if err := e.FeedLM(uint64(s), vocab); err != nil {
+			t.Fatal(err)
+		}
+		res, err := e.Step(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.losses = append(r.losses, Float32s(res.Watched["loss"])[0])
+		r.states = append(r.states, res.State)
+	}
+	return r
+}
+
+func TestTrainTinyGPT2CPU(t *testing.T) {
+	g, c := tinyGPT2(t, 2)
+	p := planFor(t, g)
+	planned := train(t, g, p, c.Vocab, 20, Options{Backend: NewCPU()})
+	ref := train(t, g, p, c.Vocab, 20, Options{Backend: NewCPU(), Unshared: true})
+	t.Logf("losses %v", planned.losses)
+	if planned.losses[19] >= planned.losses[0]*0.8 {
+		t.Errorf("loss did not fall: %v → %v", planned.losses[0], planned.losses[19])
+	}
+	for s := range planned.losses {
+		if planned.losses[s] != ref.losses[s] || planned.states[s] != ref.states[s] {
+			t.Fatalf("step %d: planned loss %v state %s, unshared loss %v state %s", s, planned.losses[s], planned.states[s], ref.losses[s], ref.states[s])
+		}
+	}
+}
+
+// TestGradientsMatchFiniteDifferences checks every backward kernel at
+// once: the gradient the backward pass writes for a parameter element
+// equals the loss's central difference when that element moves.
+func TestGradientsMatchFiniteDifferences(t *testing.T) {
+	for _, llama := range []bool{false, true} {
+		var m *ir.Model
+		var err error
+		if llama {
+			m, err = models.Llama(models.LlamaConfig{Layers: 1, Hidden: 16, Heads: 4, KVHeads: 2, Intermediate: 24, Seq: 6, Batch: 2, Vocab: 12, DType: ir.F32, Train: true})
+		} else {
+			m, err = models.GPT2(models.GPT2Config{Layers: 1, Hidden: 16, Heads: 2, Seq: 6, Context: 6, Batch: 2, Vocab: 12, DType: ir.F32, Train: true})
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, err := ir.Compile(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := planFor(t, g)
+		e, err := New(g, p, Options{Backend: NewCPU()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var grads []string
+		for i := range g.Tensors {
+			if tt := &g.Tensors[i]; tt.Role == ir.Parameter {
+				grads = append(grads, tt.ID)
+				if err := e.Watch("grad/" + tt.ID); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		if err := e.Watch("loss"); err != nil {
+			t.Fatal(err)
+		}
+		// The loss and gradients at the initial state, and the loss with
+		// one element moved by ±h.
+		loss := func(id string, k int, h float32) (float32, map[string][]uint32) {
+			if err := e.InitState(func(pid string, shape []uint64, i uint64) float32 {
+				v := DefaultInit(pid, shape, i) + 0.05*DefaultInit(pid+"#", []uint64{1, 1}, i)/0.02
+				if pid == id && int(i) == k {
+					v += h
+				}
+				return v
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if err := e.FeedLM(3, 12); err != nil {
+				t.Fatal(err)
+			}
+			res, err := e.Step(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			return Float32s(res.Watched["loss"])[0], res.Watched
+		}
+		_, watched := loss("", -1, 0)
+		checked := 0
+		for _, id := range grads {
+			gw, ok := watched["grad/"+id]
+			if !ok {
+				t.Fatalf("llama=%v: gradient of %s was not written", llama, id)
+			}
+			grad := Float32s(gw)
+			for _, k := range []int{0, len(grad) / 3, len(grad) - 1} {
+				const h = 1e-2
+				up, _ := loss(id, k, h)
+				down, _ := loss(id, k, -h)
+				fd := (up - down) / (2 * h)
+				if testing.Verbose() {
+					t.Logf("%s[%d] %g %g", id, k, grad[k], fd)
+				}
+				if d := fd - grad[k]; d*d > 2.5e-9+1e-4*fd*fd {
+					t.Errorf("llama=%v: d loss/d %s[%d]: backward %g, finite difference %g", llama, id, k, grad[k], fd)
+				}
+				checked++
+			}
+		}
+		t.Logf("llama=%v: %d gradient elements over %d parameters match", llama, checked, len(grads))
+		e.Close()
+	}
+}
