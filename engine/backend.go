@@ -160,7 +160,9 @@ func (c *CPU) Launch(l Launch) error {
 func (c *CPU) Wait() error  { return nil }
 func (c *CPU) Close() error { return nil }
 
-func le32(b []byte) uint32 { return uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16 | uint32(b[3])<<24 }
+func le32(b []byte) uint32 {
+	return uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16 | uint32(b[3])<<24
+}
 func put32(b []byte, x uint32) {
 	b[0], b[1], b[2], b[3] = byte(x), byte(x>>8), byte(x>>16), byte(x>>24)
 }

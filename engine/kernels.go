@@ -59,7 +59,7 @@ type invocation struct {
 	p   []uint32
 }
 
-func (k *invocation) u(i int) uint32 { return k.p[i] }
+func (k *invocation) u(i int) uint32  { return k.p[i] }
 func (k *invocation) f(i int) float32 { return math.Float32frombits(k.p[i]) }
 
 // ld reads the float at word index i of operand o (params words o, o+1).
