@@ -97,14 +97,6 @@ func (e *Engine) InitState(init Init) error {
 	if init == nil {
 		init = DefaultInit
 	}
-	whole := map[string][]uint64{}
-	for i := range e.g.Nodes {
-		n := &e.g.Nodes[i]
-		if n.Op == "dp.all_gather" && n.Inputs[0] != n.Outputs[0] {
-			ti, _ := e.g.TensorIndex(n.Outputs[0])
-			whole[n.Inputs[0]] = e.g.Tensors[ti].Shape
-		}
-	}
 	for _, id := range e.persistent() {
 		ti, _ := e.g.TensorIndex(id)
 		t := &e.g.Tensors[ti]
@@ -116,7 +108,7 @@ func (e *Engine) InitState(init Init) error {
 		}
 		n, _ := ir.Numel(t.Shape)
 		shape, first := t.Shape, uint64(0)
-		if w, ok := whole[id]; ok {
+		if w, ok := e.partitioned(id); ok {
 			shape, first = w, e.opts.DataRank*n
 		}
 		total, _ := ir.Numel(shape)
@@ -131,6 +123,19 @@ func (e *Engine) InitState(init Init) error {
 		}
 	}
 	return nil
+}
+
+// partitioned returns the whole shape of a parameter this rank holds a
+// ZeRO-3 partition of: the input of a dp.all_gather into a whole copy.
+func (e *Engine) partitioned(id string) ([]uint64, bool) {
+	for i := range e.g.Nodes {
+		n := &e.g.Nodes[i]
+		if n.Op == "dp.all_gather" && n.Inputs[0] == id && n.Outputs[0] != id {
+			ti, _ := e.g.TensorIndex(n.Outputs[0])
+			return e.g.Tensors[ti].Shape, true
+		}
+	}
+	return nil, false
 }
 
 // Batch is a deterministic language-modelling task: row r of the global
