@@ -1,7 +1,10 @@
 package engine
 
 import (
+	"slices"
+
 	"context"
+	"github.com/tmmu/tmmu/failure"
 	"testing"
 
 	"github.com/tmmu/tmmu/ir"
@@ -164,4 +167,49 @@ func TestGradientsMatchFiniteDifferences(t *testing.T) {
 		t.Logf("llama=%v: %d gradient elements over %d parameters match", llama, checked, len(grads))
 		e.Close()
 	}
+}
+
+// TestCorruptedPlan overlaps two live tensors: the verifier refuses the
+// plan, and executed anyway (verification off) it computes something other
+// than the unshared reference — so the identity test can fail.
+func TestCorruptedPlan(t *testing.T) {
+	g, c := tinyGPT2(t, 2)
+	p := planFor(t, g)
+	bad := corrupt(t, g, p)
+	_, err := New(g, bad, Options{Backend: NewCPU()})
+	if code := failure.CodeOf(err); code != failure.AddressCollision {
+		t.Fatalf("the verifier gave %v (%s), want ADDRESS_COLLISION", err, code)
+	}
+	t.Logf("refused: %v", err)
+	ref := train(t, g, p, c.Vocab, 2, Options{Backend: NewCPU(), Unshared: true})
+	got := train(t, g, bad, c.Vocab, 2, Options{Backend: NewCPU(), SkipVerify: true})
+	if got.states[1] == ref.states[1] {
+		t.Fatalf("a plan with two live tensors overlapped computed the reference state")
+	}
+	t.Logf("executed anyway: loss %v vs %v, state %s vs %s", got.losses, ref.losses, got.states[1].String()[:12], ref.states[1].String()[:12])
+}
+
+// corrupt returns p with one activation moved onto another that is live
+// at the same time (same arena, overlapping lifetimes).
+func corrupt(t *testing.T, g *ir.Graph, p *planner.Plan) *planner.Plan {
+	t.Helper()
+	q := *p
+	q.Tensors = slices.Clone(p.Tensors)
+	find := func(id string) *planner.TensorPlacement {
+		for i := range q.Tensors {
+			if q.Tensors[i].ID == id {
+				return &q.Tensors[i]
+			}
+		}
+		t.Fatalf("no placement for %s", id)
+		return nil
+	}
+	// The attention projection is written while the residual stream
+	// it is added to is still live.
+	a, b := find("h0.attn.proj"), find("emb.out")
+	if a.Arena != b.Arena || a.Lifetime[0] > b.Lifetime[1] || b.Lifetime[0] > a.Lifetime[1] {
+		t.Fatalf("%+v and %+v are not live together", a, b)
+	}
+	a.Offset = b.Offset
+	return &q
 }

@@ -157,4 +157,3 @@ func zeroRun(t *testing.T, newBackend func() Backend, ranks, zero, steps int) ze
 	}
 	return res
 }
-
