@@ -51,6 +51,19 @@ func layoutSlots(as *ArenaSlots, cfg ArenaSpec) (ArenaLayout, error) {
 		if !ok {
 			return lay, overflow(as.Name, "aligning slot", k)
 		}
+		if r := uint64(cfg.RegionBytes); straddles(off, size, r) {
+			if size > r {
+				return lay, regionTooSmall(as.Name, size, r)
+			}
+			// Start the slot at the next region (r is a multiple of
+			// every slot's arena alignment; a larger hint is kept).
+			if off, ok = alignUp(off, r); !ok {
+				return lay, overflow(as.Name, "moving slot to a region boundary", k)
+			}
+			if off, ok = alignUp(off, as.SlotAlign[k]); !ok || straddles(off, size, r) {
+				return lay, regionTooSmall(as.Name, size, r)
+			}
+		}
 		var carry uint64
 		end, carry = bits.Add64(off, size, 0)
 		if carry != 0 {
@@ -75,6 +88,13 @@ func checkCapacity(arena string, reserved uint64, cfg ArenaSpec) error {
 		fmt.Sprintf("arena %s needs %d bytes (%s) but its capacity is %d bytes (%s)",
 			arena, reserved, FormatBytes(reserved), uint64(cfg.CapacityBytes), FormatBytes(uint64(cfg.CapacityBytes))),
 		"arena", arena, "required_bytes", reserved, "capacity_bytes", uint64(cfg.CapacityBytes))
+}
+
+func regionTooSmall(arena string, size, region uint64) error {
+	return failure.New(failure.ArenaTooSmall, OpAddress,
+		fmt.Sprintf("arena %s: a storage of %d bytes (%s) does not fit in one region of %d bytes (%s)",
+			arena, size, FormatBytes(size), region, FormatBytes(region)),
+		"arena", arena, "required_bytes", size, "region_bytes", region)
 }
 
 func overflow(arena, what string, slot int) error {

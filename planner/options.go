@@ -138,6 +138,18 @@ type ArenaSpec struct {
 	// PageSize rounds the arena's reserved bytes up; a power of two, 0
 	// means no rounding.
 	PageSize ByteSize `json:"page_size" cbor:"page_size"`
+	// RegionBytes, when not 0, is the size of the device buffers the
+	// arena will be cut into (a multiple of AlignmentBytes): no storage
+	// may cross a multiple of it, so every tensor lies inside one buffer
+	// an executor can bind. A storage larger than it is refused
+	// (ARENA_TOO_SMALL).
+	RegionBytes ByteSize `json:"region_bytes,omitempty" cbor:"region_bytes,omitempty"`
+}
+
+// straddles reports whether [off, off+size) crosses a multiple of region
+// (0 = no regions).
+func straddles(off, size, region uint64) bool {
+	return region != 0 && size > 0 && off/region != (off+size-1)/region
 }
 
 // ArenaConfig maps arena names to their configuration. Arenas that are not
@@ -170,6 +182,10 @@ func (c ArenaConfig) Resolve() (ArenaConfig, error) {
 			errs = append(errs, failure.New(failure.AlignmentViolation, OpAddress,
 				fmt.Sprintf("arena %s: page_size %d is not a power of two", name, s.PageSize), "arena", name))
 		}
+		if r := uint64(s.RegionBytes); r != 0 && ir.IsPow2(uint64(s.AlignmentBytes)) && r%uint64(s.AlignmentBytes) != 0 {
+			errs = append(errs, failure.New(failure.AlignmentViolation, OpAddress,
+				fmt.Sprintf("arena %s: region_bytes %d is not a multiple of alignment_bytes %d", name, r, s.AlignmentBytes), "arena", name))
+		}
 		out[name] = s
 	}
 	if len(errs) == 1 {
@@ -185,12 +201,18 @@ func (c ArenaConfig) Resolve() (ArenaConfig, error) {
 
 // Hash returns arena_config_hash: SHA-256 over the canonical CBOR of the
 // resolved configuration as [[name, capacity, alignment, page_size], ...]
-// in name order. c must be resolved.
+// in name order, a row gaining a fifth element, region_bytes, when that
+// is set (so configurations without regions hash as they always did).
+// c must be resolved.
 func (c ArenaConfig) Hash() ir.Hash {
-	rows := make([][4]any, 0, len(c))
+	rows := make([][]any, 0, len(c))
 	for _, name := range slices.Sorted(maps.Keys(c)) {
 		s := c[name]
-		rows = append(rows, [4]any{name, uint64(s.CapacityBytes), uint64(s.AlignmentBytes), uint64(s.PageSize)})
+		row := []any{name, uint64(s.CapacityBytes), uint64(s.AlignmentBytes), uint64(s.PageSize)}
+		if s.RegionBytes != 0 {
+			row = append(row, uint64(s.RegionBytes))
+		}
+		rows = append(rows, row)
 	}
 	h, err := ir.Sum(rows)
 	if err != nil {

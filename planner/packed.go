@@ -81,6 +81,28 @@ func packArenas(g *ir.Graph, l *Liveness, o Options) (*SlotAssignment, []ArenaLa
 				}
 			}
 		}
+		if r := uint64(cfg.RegionBytes); err == nil && r != 0 && res.Peak > r {
+			// The packers know nothing of regions: an arena whose
+			// packing crosses a region boundary with some storage takes
+			// the slot layout, which moves such slots to the next region.
+			cross := false
+			for k := range res.Offsets {
+				cross = cross || straddles(res.Offsets[k], p.Buffers[k].Size, r)
+			}
+			if cross {
+				if spec == nil {
+					spec = AssignLogicalSlots(g, l, o.Arenas)
+				}
+				lay, lerr := layoutSlots(&spec.Arenas[ai], cfg)
+				if lerr != nil {
+					return nil, nil, lerr
+				}
+				for k, r := range as.Storages {
+					res.Offsets[k] = lay.SlotOffset[spec.Slot[r]]
+				}
+				res.Peak = lay.PeakBytes
+			}
+		}
 		switch {
 		case errors.Is(err, pack.ErrCapacity):
 			return nil, nil, tooSmall(as.Name, p.Buffers, cfg, res.Peak)

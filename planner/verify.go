@@ -294,6 +294,11 @@ func (v *verifier) placements() error {
 				fmt.Sprintf("tensor %q at offset %d: alignment %d, needs %d", tp.ID, tp.Offset, tp.Alignment, need),
 				"tensor", tp.ID, "arena", tp.Arena)
 		}
+		if r := uint64(v.cfg[tp.Arena].RegionBytes); straddles(tp.Offset, tp.Size, r) {
+			return failure.New(failure.AlignmentViolation, OpVerify,
+				fmt.Sprintf("tensor %q [%d, %d) crosses a boundary of the arena's %d-byte regions", tp.ID, tp.Offset, tp.Offset+tp.Size, r),
+				"tensor", tp.ID, "arena", tp.Arena)
+		}
 		base := tp.Offset - v.inner[tp.ID]
 		if tp.Offset < v.inner[tp.ID] {
 			return mismatch("tensor %q: offset %d is below its %d bytes into storage %q", tp.ID, tp.Offset, v.inner[tp.ID], st)
