@@ -3,6 +3,8 @@ package engine
 import (
 	"fmt"
 	"sync"
+
+	"github.com/tmmu/tmmu/alloc"
 )
 
 // MaxSlots is how many regions one launch may bind.
@@ -19,17 +21,13 @@ type Launch struct {
 
 // Limits are the device limits that shape the plan and the regions
 // (WebGPU's names).
-type Limits struct {
-	MaxBufferSize                   uint64
-	MaxStorageBufferBindingSize     uint64
-	MinStorageBufferOffsetAlignment uint64
-}
+type Limits = alloc.Limits
 
-// RegionBytes is the largest region a device with these limits can bind
-// whole: min(MaxBufferSize, MaxStorageBufferBindingSize), rounded down to
-// a multiple of 4 words' alignment.
-func (l Limits) RegionBytes() uint64 {
-	r := min(l.MaxBufferSize, l.MaxStorageBufferBindingSize)
+// regionBytes is the largest region a device binds whole,
+// min(MaxBufferSize, MaxStorageBufferBindingSize), rounded down to the
+// offset alignment.
+func regionBytes(l Limits) uint64 {
+	r := l.MaxRegionSize()
 	if a := l.MinStorageBufferOffsetAlignment; a > 0 {
 		r -= r % a
 	}
@@ -82,8 +80,8 @@ func (c *CPU) Describe() string { return "host memory, reference kernels" }
 func (c *CPU) Limits() Limits   { return c.limits }
 
 func (c *CPU) NewRegion(size uint64) (int, error) {
-	if size%4 != 0 || size == 0 || size > c.limits.RegionBytes() {
-		return 0, fmt.Errorf("engine: cpu region of %d bytes (a positive multiple of 4 up to %d)", size, c.limits.RegionBytes())
+	if size%4 != 0 || size == 0 || size > regionBytes(c.limits) {
+		return 0, fmt.Errorf("engine: cpu region of %d bytes (a positive multiple of 4 up to %d)", size, regionBytes(c.limits))
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()

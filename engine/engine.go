@@ -91,6 +91,9 @@ func New(g *ir.Graph, p *planner.Plan, opts Options) (*Engine, error) {
 			return nil, unsupported("tensor %q has a shape envelope: executing dynamic shapes is not built yet", t.ID)
 		}
 	}
+	if err := checkExecutable(p, opts.Backend.Limits()); err != nil {
+		return nil, err
+	}
 	if opts.Unshared {
 		p = unshared(g, p)
 	}

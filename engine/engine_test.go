@@ -6,6 +6,7 @@ import (
 	"context"
 	"github.com/tmmu/tmmu/failure"
 	"testing"
+	"time"
 
 	"github.com/tmmu/tmmu/ir"
 	"github.com/tmmu/tmmu/models"
@@ -29,7 +30,7 @@ func tinyGPT2(t testing.TB, batch uint64) (*ir.Graph, models.GPT2Config) {
 
 func planFor(t testing.TB, g *ir.Graph) *planner.Plan {
 	t.Helper()
-	p, err := planner.PlanMemory(g, planner.Options{Mode: planner.TrainFull})
+	p, err := planner.PlanMemory(g, planner.Options{Mode: planner.TrainFull, Arenas: ExecutableArenas(NewCPU().Limits(), nil)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,6 +40,10 @@ func planFor(t testing.TB, g *ir.Graph) *planner.Plan {
 type run struct {
 	losses []float32
 	states []StateHash
+	// Device memory: reserved from the device and allocated to arenas;
+	// the plan's arena bytes; seconds per step.
+	reserved, allocated, arenas uint64
+	perStep                     time.Duration
 }
 
 func train(t testing.TB, g *ir.Graph, p *planner.Plan, vocab uint64, steps int, opts Options) run {
@@ -55,6 +60,12 @@ func train(t testing.TB, g *ir.Graph, p *planner.Plan, vocab uint64, steps int, 
 		t.Fatal(err)
 	}
 	var r run
+	st := e.Memory().Stats()
+	r.reserved, r.allocated = st.ReservedBytes, st.AllocatedBytes
+	for _, a := range e.p.Arenas {
+		r.arenas += (a.ReservedBytes + 255) / 256 * 256
+	}
+	start := time.Now()
 	for s := range steps {
 		if err := e.FeedLM(uint64(s), vocab); err != nil {
 			t.Fatal(err)
@@ -66,6 +77,7 @@ func train(t testing.TB, g *ir.Graph, p *planner.Plan, vocab uint64, steps int, 
 		r.losses = append(r.losses, Float32s(res.Watched["loss"])[0])
 		r.states = append(r.states, res.State)
 	}
+	r.perStep = time.Since(start) / time.Duration(steps)
 	return r
 }
 
@@ -83,6 +95,43 @@ func TestTrainTinyGPT2CPU(t *testing.T) {
 			t.Fatalf("step %d: planned loss %v state %s, unshared loss %v state %s", s, planned.losses[s], planned.states[s], ref.losses[s], ref.states[s])
 		}
 	}
+	checkMemory(t, "cpu", planned, ref)
+}
+
+// checkMemory: the device bytes allocated for the step are the plan's
+// arena bytes (each rounded to the 256-byte alignment), all in one region.
+func checkMemory(t *testing.T, backend string, planned, ref run) {
+	t.Helper()
+	for _, r := range []run{planned, ref} {
+		if r.allocated != r.arenas || r.reserved != r.arenas {
+			t.Errorf("%s: device reserved %d and allocated %d bytes for %d bytes of arenas", backend, r.reserved, r.allocated, r.arenas)
+		}
+	}
+	t.Logf("%s: device bytes planned %d, unshared %d (ratio %.3f); %.1f steps/s planned, %.1f unshared",
+		backend, planned.allocated, ref.allocated, float64(planned.allocated)/float64(ref.allocated),
+		float64(time.Second)/float64(planned.perStep), float64(time.Second)/float64(ref.perStep))
+}
+
+// TestSmallRegions runs the model on a device whose buffers hold 128 KiB:
+// the arenas are planned with region_bytes and cut over several regions,
+// and the step computes the same state as with one large region.
+func TestSmallRegions(t *testing.T) {
+	g, c := tinyGPT2(t, 2)
+	small := NewCPU()
+	small.SetLimits(Limits{MaxBufferSize: 128 << 10, MaxStorageBufferBindingSize: 128 << 10, MinStorageBufferOffsetAlignment: 256})
+	p, err := planner.PlanMemory(g, planner.Options{Mode: planner.TrainFull, Arenas: ExecutableArenas(small.Limits(), nil)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := New(g, planFor(t, g), Options{Backend: small}); failure.CodeOf(err) != failure.ArenaTooSmall {
+		t.Fatalf("a plan made for large buffers on a small-buffer device: %v, want ARENA_TOO_SMALL", err)
+	}
+	got := train(t, g, p, c.Vocab, 2, Options{Backend: small})
+	want := train(t, g, planFor(t, g), c.Vocab, 2, Options{Backend: NewCPU()})
+	if got.states[1] != want.states[1] {
+		t.Fatalf("state %s with 128 KiB regions, %s with one region", got.states[1], want.states[1])
+	}
+	t.Logf("%d bytes of arenas over %d bytes of 128 KiB regions", got.arenas, got.reserved)
 }
 
 // TestGradientsMatchFiniteDifferences checks every backward kernel at

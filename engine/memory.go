@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/tmmu/tmmu/alloc"
 	"github.com/tmmu/tmmu/failure"
 	"github.com/tmmu/tmmu/ir"
 	"github.com/tmmu/tmmu/planner"
@@ -14,16 +15,14 @@ import (
 // OpApplyPlan is the spec operator that maps a plan onto device memory.
 const OpApplyPlan = "UML_OS.TMMU.ApplyPlan_v1"
 
-// Memory is a plan applied to a device: each arena is cut at region
-// boundaries into chunks, and each chunk lives in a block of a device
-// region.
+// Memory is a plan applied to a device (ApplyPlan_v1): each arena, cut
+// at the device's region size into chunks, is a block that the region
+// allocator (package alloc) carved from a device region.
 type Memory struct {
-	be      Backend
+	alloc   *alloc.Allocator
 	regionB uint64
 	arenas  map[string][]chunk
-	release []func() error
-	// Bytes is the device memory allocated for the plan's arenas.
-	Bytes uint64
+	blocks  []alloc.Allocation
 }
 
 // chunk is bytes [start, start+size) of an arena, at offset in region.
@@ -39,41 +38,81 @@ type location struct {
 	offset uint64
 }
 
-// ApplyPlan allocates p's arenas on be (ApplyPlan_v1). An arena larger
-// than one region is split at multiples of the region size; locate
-// refuses a tensor that straddles such a boundary.
+// device adapts a Backend to the allocator's Device.
+type device struct{ be Backend }
+
+func (d device) Limits() alloc.Limits { return d.be.Limits() }
+func (d device) NewRegion(size uint64) (alloc.Region, error) {
+	id, err := d.be.NewRegion(size)
+	return alloc.Region{ID: uint64(id), Size: size}, err
+}
+func (d device) FreeRegion(r alloc.Region) { d.be.FreeRegion(int(r.ID)) }
+
+// ApplyPlan places p's arenas on be. Regions are sized to hold the whole
+// plan when the device allows (one region, filled first, best fit), so
+// the device bytes reserved are the plan's arena bytes rounded to the
+// alignment; larger plans take several regions of the device's maximum
+// size, and an arena larger than one region is cut at multiples of the
+// region size (the planner's region_bytes keeps every tensor inside one).
 func ApplyPlan(be Backend, p *planner.Plan) (*Memory, error) {
-	R := be.Limits().RegionBytes()
-	if R < 4 {
+	lim := be.Limits()
+	R := regionBytes(lim)
+	align := max(lim.MinStorageBufferOffsetAlignment, 4)
+	if R < align {
 		return nil, failure.New(failure.DeviceError, OpApplyPlan, fmt.Sprintf("the device's buffers are too small (%d bytes)", R))
 	}
-	m := &Memory{be: be, regionB: R, arenas: map[string][]chunk{}}
+	var sizes []uint64
+	var total uint64
 	for _, a := range p.Arenas {
-		size := (a.ReservedBytes + 3) &^ 3
-		for start := uint64(0); start < size; start += R {
-			n := min(R, size-start)
-			id, err := be.NewRegion(n)
+		for start := uint64(0); start < a.ReservedBytes; start += R {
+			n := (min(R, a.ReservedBytes-start) + align - 1) / align * align
+			sizes = append(sizes, n)
+			total += n
+		}
+	}
+	cfg := alloc.DefaultConfig()
+	cfg.RegionSize = min(R, max(total, align))
+	cfg.FallbackSizes = nil
+	cfg.MaxRegions = len(sizes) + 1
+	cfg.Alignment = align
+	cfg.RegionStrategy, cfg.BlockStrategy = alloc.FillFirst, alloc.BestFit
+	al, err := alloc.New(device{be}, cfg)
+	if err != nil {
+		return nil, failure.New(failure.DeviceError, OpApplyPlan, err.Error())
+	}
+	m := &Memory{alloc: al, regionB: R, arenas: map[string][]chunk{}}
+	for _, a := range p.Arenas {
+		for start := uint64(0); start < a.ReservedBytes; start += R {
+			n := min(R, a.ReservedBytes-start)
+			b, err := al.Alloc(n)
 			if err != nil {
 				m.Release()
 				return nil, failure.New(failure.DeviceError, OpApplyPlan,
 					fmt.Sprintf("arena %s: %d bytes at %d: %v", a.Name, n, start, err), "arena", a.Name)
 			}
-			m.release = append(m.release, func() error { return be.FreeRegion(id) })
-			m.arenas[a.Name] = append(m.arenas[a.Name], chunk{start: start, size: n, region: id})
-			m.Bytes += n
+			m.blocks = append(m.blocks, b)
+			m.arenas[a.Name] = append(m.arenas[a.Name], chunk{start: start, size: n, region: int(b.RegionID), offset: b.Offset})
 		}
 	}
 	return m, nil
 }
 
-// Release frees the device memory.
+// Stats reports the device memory: bytes reserved from the device
+// (regions) and bytes allocated to the plan's arenas (blocks).
+func (m *Memory) Stats() alloc.Stats { return m.alloc.Stats() }
+
+// Release frees the blocks and returns the regions to the device.
 func (m *Memory) Release() error {
 	var errs []error
-	for _, f := range m.release {
-		errs = append(errs, f())
+	for _, b := range m.blocks {
+		errs = append(errs, m.alloc.Free(b))
 	}
-	m.release = nil
-	return errors.Join(errs...)
+	m.blocks = nil
+	errs = append(errs, m.alloc.Close())
+	if err := errors.Join(errs...); err != nil && !errors.Is(err, alloc.ErrClosed) {
+		return err
+	}
+	return nil
 }
 
 // locate maps every tensor of g to its device location.

@@ -83,7 +83,7 @@ func zeroRun(t *testing.T, newBackend func() Backend, ranks, zero, steps int) ze
 	group := NewLocal(ranks)
 	engines := make([]*Engine, ranks)
 	for r := range ranks {
-		rp, err := shard.PlanRank(m, spec, uint64(r), planner.Options{Mode: planner.TrainFull})
+		rp, err := shard.PlanRank(m, spec, uint64(r), planner.Options{Mode: planner.TrainFull, Arenas: ExecutableArenas(NewCPU().Limits(), nil)})
 		if err != nil {
 			t.Fatal(err)
 		}
