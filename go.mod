@@ -3,6 +3,7 @@ module github.com/tmmu/tmmu
 go 1.26.8
 
 require (
+	github.com/cogentcore/webgpu v0.23.0
 	github.com/fxamacker/cbor/v2 v2.9.6
 	github.com/google/go-cmp v0.7.0
 	github.com/hashicorp/go-hclog v1.6.2
@@ -26,7 +27,6 @@ require (
 	github.com/boltdb/bolt v1.3.1 // indirect
 	github.com/cenkalti/backoff/v5 v5.0.3 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
-	github.com/cogentcore/webgpu v0.23.0 // indirect
 	github.com/coreos/go-semver v0.3.1 // indirect
 	github.com/coreos/go-systemd/v22 v22.7.0 // indirect
 	github.com/dustin/go-humanize v1.0.1 // indirect

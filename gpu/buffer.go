@@ -1,0 +1,201 @@
+//go:build cgo
+
+package gpu
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/cogentcore/webgpu/wgpu"
+)
+
+// Buffer is a storage buffer on a Device (usage Storage|CopySrc|CopyDst).
+type Buffer struct {
+	d     *Device
+	buf   *wgpu.Buffer // nil once released
+	size  uint64
+	label string
+}
+
+// Size is the buffer's size in bytes (the requested size rounded up to 4).
+func (b *Buffer) Size() uint64 { return b.size }
+
+// Label is the label given to NewBuffer.
+func (b *Buffer) Label() string { return b.label }
+
+// NewBuffer creates a zero-filled storage buffer of size bytes, rounded up
+// to a multiple of 4 (at least 4). Sizes above Limits().MaxBufferSize are
+// refused; a buffer larger than MaxStorageBufferBindingSize can be created
+// but not bound to a slot.
+func (d *Device) NewBuffer(size uint64, label string) (*Buffer, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return nil, ErrClosed
+	}
+	size = max(4, (size+3)&^3)
+	if size > d.limits.MaxBufferSize {
+		return nil, fmt.Errorf("gpu: buffer %q: size %d exceeds MaxBufferSize %d", label, size, d.limits.MaxBufferSize)
+	}
+	buf, err := d.dev.CreateBuffer(&wgpu.BufferDescriptor{
+		Label: label,
+		Size:  size,
+		Usage: wgpu.BufferUsageStorage | wgpu.BufferUsageCopySrc | wgpu.BufferUsageCopyDst,
+	})
+	if err == nil {
+		err = d.collect("new buffer") // out-of-memory lands here
+		if err != nil {
+			buf.Release()
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("gpu: buffer %q (%d bytes): %w", label, size, err)
+	}
+	b := &Buffer{d: d, buf: buf, size: size, label: label}
+	d.buffers[b] = struct{}{}
+	return b, nil
+}
+
+// Release frees the buffer. Dispatches already recorded that use it stay
+// valid (wgpu reference-counts it); later use of b is an error. Releasing
+// twice, or after the device is closed, is a no-op.
+func (b *Buffer) Release() {
+	d := b.d
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if b.buf == nil {
+		return
+	}
+	b.buf.Release()
+	b.buf = nil
+	delete(d.buffers, b)
+}
+
+func (d *Device) checkBuffer(b *Buffer) error {
+	switch {
+	case d.closed:
+		return ErrClosed
+	case b == nil:
+		return errors.New("gpu: nil buffer")
+	case b.d != d:
+		return fmt.Errorf("gpu: buffer %q belongs to another device", b.label)
+	case b.buf == nil:
+		return fmt.Errorf("gpu: buffer %q used after Release", b.label)
+	}
+	return nil
+}
+
+// Write copies data into b at byte offset. offset and len(data) must be
+// multiples of 4. It is ordered after every Dispatch made before it: a
+// pending batch is submitted first (without waiting).
+func (d *Device) Write(b *Buffer, offset uint64, data []byte) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.checkBuffer(b); err != nil {
+		return err
+	}
+	n := uint64(len(data))
+	if offset%4 != 0 || n%4 != 0 {
+		return fmt.Errorf("gpu: write to %q: offset %d and length %d must be multiples of 4", b.label, offset, n)
+	}
+	if offset > b.size || n > b.size-offset {
+		return fmt.Errorf("gpu: write to %q: [%d, %d) is outside its %d bytes", b.label, offset, offset+n, b.size)
+	}
+	if n == 0 {
+		return nil
+	}
+	if err := d.flushLocked(); err != nil {
+		return err
+	}
+	if err := d.queue.WriteBuffer(b.buf, offset, data); err != nil {
+		return fmt.Errorf("gpu: write to %q: %w", b.label, err)
+	}
+	return d.collect("write")
+}
+
+// Read returns n bytes of b from byte offset (any alignment). It submits
+// the pending batch, copies through a MapRead staging buffer and waits,
+// polling the device, until the copy is mapped.
+func (d *Device) Read(b *Buffer, offset, n uint64) ([]byte, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.checkBuffer(b); err != nil {
+		return nil, err
+	}
+	if offset > b.size || n > b.size-offset {
+		return nil, fmt.Errorf("gpu: read from %q: [%d, %d) is outside its %d bytes", b.label, offset, offset+n, b.size)
+	}
+	if n == 0 {
+		return []byte{}, nil
+	}
+	if err := d.flushLocked(); err != nil {
+		return nil, err
+	}
+	// Copies need 4-byte aligned offsets and sizes; b.size is a multiple
+	// of 4, so the widened range stays inside b.
+	lo := offset &^ 3
+	hi := (offset + n + 3) &^ 3
+	size := hi - lo
+	out, err := d.readAligned(b, lo, size)
+	if err != nil {
+		return nil, fmt.Errorf("gpu: read from %q: %w", b.label, err)
+	}
+	return out[offset-lo : offset-lo+n], nil
+}
+
+func (d *Device) readAligned(b *Buffer, lo, size uint64) (out []byte, err error) {
+	staging, err := d.dev.CreateBuffer(&wgpu.BufferDescriptor{
+		Label: "tmmu-staging",
+		Size:  size,
+		Usage: wgpu.BufferUsageMapRead | wgpu.BufferUsageCopyDst,
+	})
+	if err != nil {
+		return nil, err
+	}
+	defer staging.Release()
+	defer func() {
+		if cerr := d.collect("read"); err == nil && cerr != nil {
+			out, err = nil, cerr
+		}
+	}()
+	enc, err := d.dev.CreateCommandEncoder(&wgpu.CommandEncoderDescriptor{Label: "tmmu-read"})
+	if err != nil {
+		return nil, err
+	}
+	defer enc.Release()
+	if err := enc.CopyBufferToBuffer(b.buf, lo, staging, 0, size); err != nil {
+		return nil, err
+	}
+	cmd, err := enc.Finish(nil)
+	if err != nil {
+		return nil, err
+	}
+	d.queue.Submit(cmd)
+	cmd.Release()
+	if err := d.collect("submit"); err != nil {
+		return nil, err
+	}
+
+	var status wgpu.BufferMapAsyncStatus
+	mapped := false
+	if err := staging.MapAsync(wgpu.MapModeRead, 0, size, func(s wgpu.BufferMapAsyncStatus) {
+		status, mapped = s, true
+	}); err != nil {
+		return nil, err
+	}
+	for i := 0; !mapped; i++ {
+		if i == 1000 {
+			return nil, errors.New("staging buffer never mapped")
+		}
+		d.dev.Poll(true, nil)
+	}
+	if status != wgpu.BufferMapAsyncStatusSuccess {
+		return nil, fmt.Errorf("map staging buffer: %v", status)
+	}
+	out = make([]byte, size)
+	copy(out, staging.GetMappedRange(0, uint(size)))
+	if err := staging.Unmap(); err != nil {
+		return nil, err
+	}
+	return out, nil
+}

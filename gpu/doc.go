@@ -1,0 +1,91 @@
+// Package gpu runs WGSL compute kernels through WebGPU
+// (github.com/cogentcore/webgpu, which links wgpu-native through cgo).
+//
+// # Devices
+//
+// Open picks an adapter of the Vulkan, Metal or D3D12 backend (OpenGL
+// only with Options.OpenGL), high performance preferred, the CPU/fallback
+// adapter (such as Mesa's llvmpipe Vulkan driver) accepted, and creates a
+// device with the adapter's MaxBufferSize and MaxStorageBufferBindingSize
+// (the other limits stay at the WebGPU defaults). When no adapter exists
+// (no Vulkan/Metal/D3D12 driver, e.g. a container without
+// mesa-vulkan-drivers), Open returns an error wrapping ErrNoAdapter; it
+// never panics. Callers that can run without a GPU test for it with
+// errors.Is(err, gpu.ErrNoAdapter). The package needs cgo (wgpu-native is
+// a C library); built without it (CGO_ENABLED=0), Open always returns an
+// error wrapping ErrNoAdapter.
+//
+// Buffers are storage buffers (usage Storage|CopySrc|CopyDst), sizes
+// rounded up to 4 bytes, zero-filled. Write takes 4-byte aligned offsets
+// and lengths; Read any range. A buffer bound to a slot must not exceed
+// Limits().MaxStorageBufferBindingSize. Kernels are cached by name.
+//
+// # Calling convention
+//
+// Every kernel is a WGSL compute shader with entry point "main" and
+// uses bind group 0 only, with this layout (an explicit layout, so a
+// kernel declares just the bindings it uses):
+//
+//	@group(0) @binding(0) var<storage, read_write> r0: array<u32>;
+//	@group(0) @binding(1) var<storage, read_write> r1: array<u32>;
+//	@group(0) @binding(2) var<storage, read_write> r2: array<u32>;
+//	@group(0) @binding(3) var<storage, read_write> r3: array<u32>;
+//	@group(0) @binding(4) var<storage, read_write> r4: array<u32>;
+//	@group(0) @binding(5) var<storage, read_write> r5: array<u32>;
+//	@group(0) @binding(6) var<storage, read> params: array<u32>;
+//
+// Bindings 0..5 are the slots: Dispatch binds slots[i] to binding i, each
+// buffer whole (offset 0, its full Size). Slots past len(slots), and nil
+// entries, are bound to a 16-byte dummy buffer. One buffer may fill
+// several slots (all read_write, which WebGPU allows in one dispatch);
+// the kernel then sees aliases of the same memory. Slots must be declared
+// read_write exactly as above (not read); the element type must be u32.
+//
+// Binding 6 is a read-only storage buffer (not a uniform) holding exactly
+// the params words given to Dispatch, params[0] first, so
+// arrayLength(&params) == len(params) (1 with a single 0 when no params
+// were given). At most MaxParams words.
+//
+// Data is passed as u32 words; f32 values are reinterpreted with bitcast:
+//
+//	let a = bitcast<f32>(r0[params[1] + i]);
+//	r1[i] = bitcast<u32>(a * 2.0);
+//
+// and on the Go side with math.Float32bits / math.Float32frombits
+// (little-endian bytes in Write and Read). Element offsets inside a slot
+// are ordinary params words.
+//
+// # Execution
+//
+// Dispatch records into the current batch: one command encoder with one
+// compute pass (wgpu inserts the barriers between dispatches). Flush
+// submits the batch; Wait submits it and polls the device until the queue
+// is idle. Read and Write submit the pending batch first, so they observe
+// program order; Read waits for its copy. Buffers are never mapped
+// except Read's private staging buffer.
+//
+// # Errors
+//
+// Validation and out-of-memory errors are never fatal. Bad WGSL and
+// layout mismatches are returned by Compile, bad bindings by Dispatch,
+// and errors wgpu reports only when a batch is finished (it validates a
+// compute pass when the pass ends) by the Flush, Wait, Read or Write that
+// submits it; the batch is then dropped, not submitted. The device keeps
+// a validation and an out-of-memory error scope open for its whole life,
+// so an error that no narrower scope catches (wgpu-native aborts the
+// process on uncaptured errors) is returned by the next call instead.
+//
+// wgpu-native still aborts on a few errors no scope can catch: a failed
+// queue submit, a failed device poll, and a lost device (a GPU reset).
+// The package avoids the submit failures it can cause: buffers are only
+// released, never destroyed (wgpu keeps a released buffer alive while
+// recorded work uses it), only Read's private staging buffer is ever
+// mapped, and a batch that failed validation is never submitted.
+//
+// # Concurrency
+//
+// A Device and its Buffers and Kernels may be used from several
+// goroutines; one mutex per Device serialises every call (including
+// Buffer.Release), so calls do not overlap on the GPU queue. Dispatches
+// from different goroutines join the same batch in call order.
+package gpu

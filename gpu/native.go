@@ -1,0 +1,190 @@
+//go:build cgo
+
+package gpu
+
+// Calls into wgpu-native that the wrapper does not offer, or offers
+// unsafely. The wgpu-native functions are declared here by hand (enums
+// and flags passed as uint32_t, which is what they are; struct layouts
+// checked against the webgpu.h/wgpu.h of webgpu v0.23.0) and resolved at
+// link time against the libwgpu_native.a that the wgpu package links.
+//
+// Instance creation. wgpu.CreateInstance with a descriptor leaves fields
+// of WGPUInstanceExtras uninitialised (malloc), which makes wgpu-native
+// panic or misbehave, and without one it enables every backend,
+// including OpenGL, whose EGL initialisation panics where libEGL is
+// installed without a working vendor library. So the instance is created
+// here with zeroed extras and an explicit backend set.
+//
+// Error scopes. The wrapper scopes most calls itself, but only for
+// validation errors (out-of-memory errors pass through), and some calls
+// not at all. wgpu-native treats an error that no scope captures, on a
+// device without an uncaptured-error callback (the wrapper never installs
+// one), as fatal and aborts the process. So the device keeps a "backstop"
+// of two scopes (validation, out-of-memory: the only filters wgpu-native
+// accepts) pushed at the bottom of its scope stack for its whole life;
+// collect pops them, turns what they caught into an error, and pushes
+// them again.
+
+/*
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct WGPUDeviceImpl *gpuDeviceRef;
+typedef struct WGPUInstanceImpl *gpuInstanceRef;
+
+typedef struct gpuChainedStruct {
+	struct gpuChainedStruct const *next;
+	uint32_t sType;
+} gpuChainedStruct;
+
+typedef struct {
+	gpuChainedStruct chain;
+	uint32_t backends;           // WGPUInstanceBackendFlags
+	uint32_t flags;              // WGPUInstanceFlags
+	uint32_t dx12ShaderCompiler; // WGPUDx12Compiler
+	uint32_t gles3MinorVersion;  // WGPUGles3MinorVersion
+	char const *dxilPath;
+	char const *dxcPath;
+} gpuInstanceExtras;
+
+typedef struct {
+	gpuChainedStruct const *nextInChain;
+} gpuInstanceDescriptor;
+
+gpuInstanceRef wgpuCreateInstance(gpuInstanceDescriptor const *descriptor);
+
+static gpuInstanceRef gpu_create_instance(uint32_t backends) {
+	gpuInstanceExtras extras = {0};
+	extras.chain.sType = 0x00030006; // WGPUSType_InstanceExtras
+	extras.backends = backends;
+	gpuInstanceDescriptor desc = {0};
+	desc.nextInChain = &extras.chain;
+	return wgpuCreateInstance(&desc);
+}
+typedef void (*gpuErrorCallback)(uint32_t type, char const *message, void *userdata);
+
+void wgpuDevicePushErrorScope(gpuDeviceRef device, uint32_t filter);
+void wgpuDevicePopErrorScope(gpuDeviceRef device, gpuErrorCallback callback, void *userdata);
+
+typedef struct {
+	uint32_t type;
+	char *message;
+} gpuCaught;
+
+static void gpu_pop_cb(uint32_t type, char const *message, void *userdata) {
+	gpuCaught *c = (gpuCaught *)userdata;
+	c->type = type;
+	c->message = (type != 0 && message != NULL) ? strdup(message) : NULL;
+}
+
+// Filters: 0 validation, 1 out-of-memory. Pushed in this order, so
+// validation is the inner one.
+static void gpu_push_backstop(gpuDeviceRef d) {
+	wgpuDevicePushErrorScope(d, 1);
+	wgpuDevicePushErrorScope(d, 0);
+}
+
+// Pops the two scopes (validation first) into out[0..1].
+static void gpu_pop_backstop(gpuDeviceRef d, gpuCaught *out) {
+	for (int i = 0; i < 2; i++) {
+		out[i].type = 0;
+		out[i].message = NULL;
+		wgpuDevicePopErrorScope(d, gpu_pop_cb, &out[i]);
+	}
+}
+// For the test of the backstop: a buffer with no usage flags (a
+// validation error) created outside any scope of the wrapper.
+typedef struct {
+	void const *nextInChain;
+	char const *label;
+	uint32_t usage;
+	uint64_t size;
+	uint32_t mappedAtCreation;
+} gpuBufferDescriptor;
+void *wgpuDeviceCreateBuffer(gpuDeviceRef device, gpuBufferDescriptor const *descriptor);
+void wgpuBufferRelease(void *buffer);
+
+static void gpu_unscoped_validation_error(gpuDeviceRef d) {
+	gpuBufferDescriptor desc = {0};
+	desc.size = 4;
+	void *b = wgpuDeviceCreateBuffer(d, &desc);
+	if (b != NULL) {
+		wgpuBufferRelease(b);
+	}
+}
+*/
+import "C"
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"unsafe"
+
+	"github.com/cogentcore/webgpu/wgpu"
+)
+
+// Backend flags (WGPUInstanceBackend).
+const (
+	backendVulkan = 1 << 0
+	backendGL     = 1 << 1
+	backendMetal  = 1 << 2
+	backendDX12   = 1 << 3
+)
+
+// The wrapper's handle types are structs whose only field is the C
+// handle, unexported; rawDevice and createInstance read and write it
+// directly (handleLayoutOK checks the layout; the module is pinned to one
+// version).
+
+// handleLayoutOK reports whether wgpu.Device and wgpu.Instance are single
+// pointers.
+func handleLayoutOK() bool {
+	p := unsafe.Sizeof(uintptr(0))
+	return unsafe.Sizeof(wgpu.Device{}) == p && unsafe.Sizeof(wgpu.Instance{}) == p
+}
+
+func rawDevice(d *wgpu.Device) C.gpuDeviceRef {
+	return *(*C.gpuDeviceRef)(unsafe.Pointer(d))
+}
+
+// createInstance creates an instance limited to the given backends, or
+// returns nil.
+func createInstance(backends uint32) *wgpu.Instance {
+	ref := C.gpu_create_instance(C.uint32_t(backends))
+	if ref == nil {
+		return nil
+	}
+	inst := new(wgpu.Instance)
+	*(*C.gpuInstanceRef)(unsafe.Pointer(inst)) = ref
+	return inst
+}
+
+func pushBackstop(d *wgpu.Device) { C.gpu_push_backstop(rawDevice(d)) }
+
+// popBackstop pops the backstop scopes and returns what they caught.
+func popBackstop(d *wgpu.Device) error {
+	var out [2]C.gpuCaught
+	C.gpu_pop_backstop(rawDevice(d), &out[0])
+	var msgs []string
+	for _, c := range out {
+		if c._type == 0 {
+			continue
+		}
+		msg := "(no message)"
+		if c.message != nil {
+			msg = C.GoString(c.message)
+			C.free(unsafe.Pointer(c.message))
+		}
+		msgs = append(msgs, fmt.Sprintf("%v error: %s", wgpu.ErrorType(c._type), msg))
+	}
+	if len(msgs) == 0 {
+		return nil
+	}
+	return errors.New(strings.Join(msgs, "; "))
+}
+
+// unscopedValidationError makes wgpu report a validation error that no
+// scope of the wrapper covers (tests only).
+func unscopedValidationError(d *wgpu.Device) { C.gpu_unscoped_validation_error(rawDevice(d)) }
