@@ -87,7 +87,9 @@ func zeroRun(t *testing.T, newBackend func() Backend, ranks, zero, steps int) ze
 		if err != nil {
 			t.Fatal(err)
 		}
-		e, err := New(rp.View.Graph, rp.Plan, Options{Backend: newBackend(), Collectives: group.Member(r), DataRank: uint64(r), DataSize: uint64(ranks)})
+		be := newBackend()
+		t.Cleanup(func() { be.Close() })
+		e, err := New(rp.View.Graph, rp.Plan, Options{Backend: be, Collectives: group.Member(r), DataRank: uint64(r), DataSize: uint64(ranks)})
 		if err != nil {
 			t.Fatal(err)
 		}
