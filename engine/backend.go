@@ -58,22 +58,31 @@ type Backend interface {
 // CPU is the reference backend: regions are host memory and kernels run
 // one invocation after another (see kernels.go).
 type CPU struct {
-	mu      sync.Mutex
-	regions map[int][]uint32
-	next    int
-	limits  Limits
+	mu       sync.Mutex
+	regions  map[int][]uint32
+	next     int
+	limits   Limits
+	capacity uint64 // 0 = unbounded
+	used     uint64
 }
 
-// NewCPU returns a cpu backend. Its limits default to WebGPU's defaults
-// (256 MiB buffers and bindings, 256-byte offset alignment), so plans
-// made for it are also valid on any WebGPU device.
+// PortableLimits are WebGPU's default limits, which every WebGPU device
+// meets: 256 MiB buffers, 128 MiB storage bindings, 256-byte offset
+// alignment. A job planned with ExecutableArenas(PortableLimits, …) runs
+// on any backend, so every rank agrees on one plan whatever its device.
+var PortableLimits = Limits{MaxBufferSize: 256 << 20, MaxStorageBufferBindingSize: 128 << 20, MinStorageBufferOffsetAlignment: 256}
+
+// NewCPU returns a cpu backend with PortableLimits.
 func NewCPU() *CPU {
-	return &CPU{regions: map[int][]uint32{}, limits: Limits{
-		MaxBufferSize: 256 << 20, MaxStorageBufferBindingSize: 256 << 20, MinStorageBufferOffsetAlignment: 256}}
+	return &CPU{regions: map[int][]uint32{}, limits: PortableLimits}
 }
 
 // SetLimits overrides the limits (tests use small regions).
 func (c *CPU) SetLimits(l Limits) { c.limits = l }
+
+// SetCapacity bounds the bytes of all regions together, like a device's
+// memory (0 = unbounded).
+func (c *CPU) SetCapacity(bytes uint64) { c.capacity = bytes }
 
 func (c *CPU) Name() string     { return "cpu" }
 func (c *CPU) Describe() string { return "host memory, reference kernels" }
@@ -85,17 +94,23 @@ func (c *CPU) NewRegion(size uint64) (int, error) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.capacity > 0 && c.used+size > c.capacity {
+		return 0, fmt.Errorf("engine: cpu device out of memory: %d bytes in use, %d more asked, capacity %d", c.used, size, c.capacity)
+	}
 	c.next++
 	c.regions[c.next] = make([]uint32, size/4)
+	c.used += size
 	return c.next, nil
 }
 
 func (c *CPU) FreeRegion(id int) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if _, ok := c.regions[id]; !ok {
+	r, ok := c.regions[id]
+	if !ok {
 		return fmt.Errorf("engine: cpu region %d does not exist", id)
 	}
+	c.used -= uint64(len(r)) * 4
 	delete(c.regions, id)
 	return nil
 }

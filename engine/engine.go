@@ -254,7 +254,12 @@ type StepResult struct {
 }
 
 // Step runs every executed node once, in execution order, then commits.
-func (e *Engine) Step(ctx context.Context) (*StepResult, error) {
+// Collectives are keyed by the optimizer's step count.
+func (e *Engine) Step(ctx context.Context) (*StepResult, error) { return e.StepAt(ctx, e.t) }
+
+// StepAt is Step with collectives keyed by step, the job's step number
+// (which every rank agrees on, even one that joined late).
+func (e *Engine) StepAt(ctx context.Context, step uint64) (*StepResult, error) {
 	res := &StepResult{Watched: map[string][]uint32{}}
 	c1 := 1 - pow32(e.opts.AdamW.Beta1, float32(e.t))
 	c2 := 1 - pow32(e.opts.AdamW.Beta2, float32(e.t))
@@ -263,7 +268,7 @@ func (e *Engine) Step(ctx context.Context) (*StepResult, error) {
 			return nil, err
 		}
 		if a.coll != nil {
-			if err := a.coll.run(ctx, e, fmt.Sprintf("%d/%s", e.t, a.node)); err != nil {
+			if err := a.coll.run(ctx, e, fmt.Sprintf("%d/%s", step, a.node)); err != nil {
 				return nil, fmt.Errorf("engine: collective %s: %w", a.node, err)
 			}
 		}

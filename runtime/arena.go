@@ -1,6 +1,9 @@
-// Package runtime applies plans to memory and runs steps on them.
+// Package runtime defines the executor a worker runs steps with, and two
+// executors that compute nothing.
 //
-// An Executor runs the steps of one rank's planned graph. Two exist today:
+// An Executor runs the steps of one rank's planned graph. The executors
+// that compute — the cpu reference kernels and WebGPU — live in package
+// engine; this package has:
 //
 //   - ArenaExecutor ("arena") allocates each arena of the plan as host
 //     memory, places every tensor at its planned offset and, for each node
@@ -8,8 +11,9 @@
 //     byte of every output at its planned address. It moves the plan's
 //     real memory traffic and checks, per node, that no output overlaps a
 //     live input it does not update in place; it runs no kernels (no
-//     arithmetic on tensor values). Kernels (a CPU reference and WebGPU)
-//     are not built yet.
+//     arithmetic on tensor values). It stands in where package engine
+//     cannot run a graph yet (bf16 tensors, tensor or pipeline parallel
+//     views).
 //   - PlanOnly ("plan-only") allocates nothing and does no work: for
 //     plans too large for the machine, where only agreement and progress
 //     matter.
@@ -42,6 +46,27 @@ type StepStats struct {
 	// Checksum is a digest of the bytes the step wrote, deterministic for
 	// a plan and a step number.
 	Checksum uint64 `json:"checksum"`
+	// HasLoss is set by executors that compute (engine's cpu and webgpu):
+	// Loss is the step's training loss on this rank and State the sealed
+	// state hash (CommitExecution_v1) in hex.
+	HasLoss bool    `json:"has_loss,omitempty"`
+	Loss    float64 `json:"loss,omitempty"`
+	State   string  `json:"state_hash,omitempty"`
+}
+
+// StateCarrier is implemented by executors that hold model state: at a
+// plan switch the worker moves the persistent tensors (parameters and
+// optimizer state, by tensor id) from the old executor to the new one,
+// so training continues across a replan in the same process.
+type StateCarrier interface {
+	Export() (map[string][]uint32, error)
+	Import(map[string][]uint32) error
+}
+
+// Closer is implemented by executors that hold device memory; the worker
+// closes an executor when a plan switch retires it.
+type Closer interface {
+	Close() error
 }
 
 // PlanOnly is an executor that does nothing.

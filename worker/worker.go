@@ -108,6 +108,9 @@ type Result struct {
 	Model         shard.ModelState
 	Bytes         uint64 // the plan's reserved bytes
 	Replans       uint64 // replan requests this worker sent
+	// Losses are the training losses of the steps run, in order, when
+	// the executor computes (cpu, webgpu).
+	Losses []float64
 	// Switches are the trace records of the plan changes this worker
 	// made at epoch boundaries, in the same process.
 	Switches []Switch
@@ -218,6 +221,11 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	wctx, stop := context.WithCancel(ctx)
 	w.watchCtx = wctx
 	err := w.run(ctx)
+	for _, p := range w.plans {
+		if p.exec != nil {
+			closeExecutor(p.exec)
+		}
+	}
 	stop()
 	w.watches.Wait()
 	return w.res, err
@@ -329,10 +337,15 @@ func (w *run) run(ctx context.Context) error {
 			cfg.OnStep(Event{Job: cfg.Job, Identity: cfg.Identity, Rank: p.rank, Epoch: p.epoch, Step: step, PlanHash: p.hash})
 		}
 		t := time.Now()
-		if _, err := p.exec.Step(context.WithoutCancel(ctx), step); err != nil {
+		stats, err := p.exec.Step(context.WithoutCancel(ctx), step)
+		if err != nil {
 			return fmt.Errorf("worker: step %d: %w", step, err)
 		}
 		took := time.Since(t)
+		if stats.HasLoss {
+			w.res.Losses = append(w.res.Losses, stats.Loss)
+			w.log.Debug("step", "step", step, "loss", stats.Loss, "state_hash", stats.State)
+		}
 		w.res.StepTime += took
 		w.res.StepsRun++
 		w.res.LastStep = step
@@ -602,8 +615,13 @@ func (w *run) start(p *epochPlan, step uint64) error {
 		return err
 	}
 	w.mu.Lock()
+	var prev runtime.Executor
+	var prevEpoch uint64
 	for i, q := range w.plans {
-		if i < p.epoch {
+		if i < p.epoch && q.exec != nil {
+			if prev == nil || i > prevEpoch {
+				prev, prevEpoch = q.exec, i
+			}
 			q.exec = nil // its last step has run
 		}
 	}
@@ -614,11 +632,39 @@ func (w *run) start(p *epochPlan, step uint64) error {
 		}
 	}
 	w.mu.Unlock()
+	if prev != nil {
+		if err := carryState(prev, exec); err != nil {
+			closeExecutor(exec)
+			return fmt.Errorf("worker: switching to epoch %d: %w", p.epoch, err)
+		}
+		closeExecutor(prev)
+	}
 	p.exec = exec
 	w.res.Epoch, w.res.PlanHash, w.res.Executor, w.res.Rank = p.epoch, p.hash, exec.Name(), p.rank
 	w.res.Model, w.res.Bytes = p.plan.ModelState, p.plan.Plan.Metrics.ReservedBytes
 	w.res.Epochs++
 	return nil
+}
+
+// carryState moves the model state from the executor of the epoch before
+// into the new one, when both hold state (the computing executors).
+func carryState(from, to runtime.Executor) error {
+	src, ok1 := from.(runtime.StateCarrier)
+	dst, ok2 := to.(runtime.StateCarrier)
+	if !ok1 || !ok2 {
+		return nil
+	}
+	state, err := src.Export()
+	if err != nil {
+		return err
+	}
+	return dst.Import(state)
+}
+
+func closeExecutor(x runtime.Executor) {
+	if c, ok := x.(runtime.Closer); ok {
+		c.Close()
+	}
 }
 
 func newExecutor(cfg Config, g *ir.Graph, p *planner.Plan) (runtime.Executor, error) {

@@ -24,6 +24,7 @@ func runCLI(t *testing.T, stdin string, args ...string) (int, string, string) {
 // failure code is reached by at least one file.
 func TestBadInputs(t *testing.T) {
 	bad := func(f string) string { return filepath.Join("testdata", "bad", f) }
+	tiny := filepath.Join("..", "..", "examples", "gpt2-tiny-train.json")
 	cases := []struct {
 		args    []string
 		code    failure.Code
@@ -72,6 +73,9 @@ func TestBadInputs(t *testing.T) {
 		{[]string{"shard", "validate", bad("shard-degrees.spec.json")}, failure.InvalidShardSpec, "degrees do not multiply to world_size"},
 		{[]string{"plan", bad("chain.json"), "--shard-spec", bad("shard-degrees.spec.json"), "--all-ranks"}, failure.InvalidShardSpec, "data_parallel 2 × tensor_parallel 2"},
 		{[]string{"shard", "validate", bad("shard-unknown-tensor.spec.json"), "--ir", bad("chain.json")}, failure.InvalidShardSpec, `override names tensor "wtf"`},
+		{[]string{"train", bad("train-bf16.json"), "--executor", "cpu", "--steps", "1"}, failure.UnsupportedExecution, "bf16"},
+		{[]string{"train", tiny, "--executor", "cpu", "--mode", "confidential", "--debug-fill", "emb.out", "--steps", "1"}, failure.ModeViolation, "confidential"},
+		{[]string{"train", tiny, "--executor", "cpu", "--device-memory", "64KiB", "--steps", "1"}, failure.DeviceError, "out of memory"},
 		{[]string{"shard", "validate", bad("shard-unknown-field.spec.json")}, failure.InvalidEncoding, `unknown field "zero_stage"`},
 		{[]string{"plan", bad("no-such-file.json")}, failure.IOError, "no such file"},
 		{[]string{"plan", bad("chain.json"), "--arena-config", bad("no-such-arenas.json")}, failure.IOError, "no such file"},

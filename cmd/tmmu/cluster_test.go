@@ -20,10 +20,17 @@ import (
 )
 
 // TestDemo runs tmmu demo small: the whole cluster in process, a job
-// agreed and run to its last step.
+// agreed and trained to its last step on the cpu kernels; then with the
+// arena executor on bf16, and plan-only as JSON.
 func TestDemo(t *testing.T) {
-	out := mustRun(t, "", "demo", "--workers", "3", "--steps", "2", "--layers", "1", "--hidden", "32", "--heads", "2", "--seq", "8", "--batch", "1", "--vocab", "64")
-	for _, want := range []string{"coordinators 3", "3 ranks, ZeRO-3", "epoch 0 agreed: true", "job demo: done at step 2 of 2", "executor arena"} {
+	out := mustRun(t, "", "demo", "--workers", "3", "--steps", "2", "--layers", "1", "--hidden", "32", "--heads", "2", "--seq", "8", "--batch", "1", "--vocab", "64", "--executor", "cpu")
+	for _, want := range []string{"coordinators 3", "3 ranks, ZeRO-3", "epoch 0 agreed: true", "job demo: done at step 2 of 2", "executor cpu: each rank trains", "LAST LOSS"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("demo output lacks %q:\n%s", want, out)
+		}
+	}
+	out = mustRun(t, "", "demo", "--workers", "2", "--steps", "1", "--layers", "1", "--hidden", "32", "--heads", "2", "--seq", "8", "--batch", "1", "--vocab", "64", "--executor", "arena", "--dtype", "bf16")
+	for _, want := range []string{"bf16", "job demo: done at step 1 of 1", "executor arena"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("demo output lacks %q:\n%s", want, out)
 		}
@@ -35,7 +42,7 @@ func TestDemo(t *testing.T) {
 			Steps uint64 `json:"steps_run"`
 		} `json:"ranks"`
 	}
-	if err := json.Unmarshal([]byte(mustRun(t, "", "demo", "--workers", "2", "--steps", "1", "--layers", "1", "--hidden", "32", "--heads", "2", "--seq", "8", "--batch", "1", "--vocab", "64", "--plan-only", "-o", "json")), &doc); err != nil {
+	if err := json.Unmarshal([]byte(mustRun(t, "", "demo", "--workers", "2", "--steps", "1", "--layers", "1", "--hidden", "32", "--heads", "2", "--seq", "8", "--batch", "1", "--vocab", "64", "--executor", "plan-only", "-o", "json")), &doc); err != nil {
 		t.Fatal(err)
 	}
 	if doc.Job.Status != coord.StatusDone || len(doc.Ranks) != 2 || doc.Ranks[1].Rank != 1 || doc.Ranks[1].Steps != 1 {

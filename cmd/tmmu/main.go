@@ -46,7 +46,7 @@ type command struct {
 var commands []*command
 
 func init() {
-	commands = []*command{genCmd, planCmd, shardCmd, verifyCmd, benchCmd, vizCmd, demoCmd, jobCmd, replanCmd, statusCmd, voterCmd}
+	commands = []*command{genCmd, planCmd, shardCmd, verifyCmd, benchCmd, vizCmd, trainCmd, demoCmd, jobCmd, replanCmd, statusCmd, voterCmd}
 }
 
 // env carries the process's streams so tests can run commands in-process.

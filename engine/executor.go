@@ -1,0 +1,205 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/tmmu/tmmu/failure"
+
+	"github.com/tmmu/tmmu/ir"
+	"github.com/tmmu/tmmu/models"
+	"github.com/tmmu/tmmu/planner"
+	"github.com/tmmu/tmmu/runtime"
+)
+
+// Executor runs a worker's steps on an Engine (runtime.Executor): each
+// step feeds this rank's slice of the synthetic language-modelling batch
+// (Batch) for that step number, runs forward, backward and the AdamW
+// update, and reports the loss and the sealed state hash. It is built for
+// a freshly planned epoch; its state starts from DefaultInit or from the
+// previous epoch's executor (Import).
+type Executor struct {
+	e      *Engine
+	vocab  uint64
+	closes []func() error // run by Close
+}
+
+// NewExecutor builds an executor over g planned by p. ownBackend makes
+// Close close the backend too.
+func NewExecutor(g *ir.Graph, p *planner.Plan, opts Options, ownBackend bool) (*Executor, error) {
+	vocab, err := vocabOf(g)
+	if err != nil {
+		return nil, err
+	}
+	e, err := New(g, p, opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := e.InitState(nil); err != nil {
+		e.Close()
+		return nil, err
+	}
+	if err := e.Watch("loss"); err != nil {
+		e.Close()
+		return nil, unsupported("the graph has no tensor \"loss\": the executors run training graphs of the model generators")
+	}
+	x := &Executor{e: e, vocab: vocab}
+	if ownBackend {
+		x.closes = append(x.closes, opts.Backend.Close)
+	}
+	return x, nil
+}
+
+// vocabOf is the vocabulary: the rows of the table the token embedding
+// reads (a ZeRO-3 graph reads the gathered whole table).
+func vocabOf(g *ir.Graph) (uint64, error) {
+	for i := range g.Nodes {
+		n := &g.Nodes[i]
+		if n.Op == models.OpEmbedding && len(n.Inputs) == 2 && n.Inputs[1] == "tokens" {
+			ti, _ := g.TensorIndex(n.Inputs[0])
+			if s := g.Tensors[ti].Shape; len(s) == 2 {
+				return s[0], nil
+			}
+		}
+	}
+	return 0, unsupported("the graph has no embedding of \"tokens\": the executors run the generators' language models")
+}
+
+// Engine returns the engine.
+func (x *Executor) Engine() *Engine { return x.e }
+
+// Name is the backend's name ("cpu" or "webgpu").
+func (x *Executor) Name() string { return x.e.opts.Backend.Name() }
+
+// Step runs one training step on the batch of step.
+func (x *Executor) Step(ctx context.Context, step uint64) (runtime.StepStats, error) {
+	if err := x.e.FeedLM(step, x.vocab); err != nil {
+		return runtime.StepStats{}, err
+	}
+	res, err := x.e.StepAt(ctx, step)
+	if err != nil {
+		return runtime.StepStats{}, err
+	}
+	loss := Float32s(res.Watched["loss"])
+	if len(loss) != 1 {
+		return runtime.StepStats{}, fmt.Errorf("engine: loss has %d elements", len(loss))
+	}
+	return runtime.StepStats{Nodes: len(x.e.actions), HasLoss: true, Loss: float64(loss[0]), State: res.State.String()}, nil
+}
+
+// Export returns the persistent tensors (parameters, optimizer state).
+func (x *Executor) Export() (map[string][]uint32, error) {
+	out := map[string][]uint32{}
+	for _, id := range x.e.persistent() {
+		w, err := x.e.ReadTensor(id)
+		if err != nil {
+			return nil, err
+		}
+		out[id] = w
+	}
+	out[stepKey] = []uint32{uint32(x.e.t), uint32(x.e.t >> 32)}
+	return out, nil
+}
+
+// stepKey carries the optimizer's step count (bias correction) in an
+// export; no tensor id contains a NUL.
+const stepKey = "\x00adamw.t"
+
+// Import overwrites the persistent tensors with an earlier executor's.
+// Every persistent tensor must be present with the same element count: a
+// plan switch that changes how state is partitioned (a world-size change
+// under ZeRO) is refused, not silently re-initialised.
+func (x *Executor) Import(state map[string][]uint32) error {
+	for _, id := range x.e.persistent() {
+		w, ok := state[id]
+		ti, _ := x.e.g.TensorIndex(id)
+		n, _ := ir.Numel(x.e.g.Tensors[ti].Shape)
+		if !ok || uint64(len(w)) != n {
+			return unsupported("carrying state into the new plan: tensor %q has %d elements here and %d before (resharding model state is not built)", id, n, len(w))
+		}
+		if err := x.e.WriteTensor(id, w); err != nil {
+			return err
+		}
+	}
+	if t := state[stepKey]; len(t) == 2 {
+		x.e.t = uint64(t[0]) | uint64(t[1])<<32
+	}
+	return nil
+}
+
+// Close releases the device memory (and the backend when owned).
+func (x *Executor) Close() error {
+	errs := []error{x.e.Close()}
+	for _, f := range x.closes {
+		errs = append(errs, f())
+	}
+	return errors.Join(errs...)
+}
+
+// FactoryOptions configure Factory.
+type FactoryOptions struct {
+	// Backend is "webgpu", "cpu" or "auto" (webgpu when an adapter
+	// exists, else cpu, said once in the log).
+	Backend string
+	// Group returns this rank's data-parallel group for a plan whose
+	// world has more than one rank, and a function that leaves it. Nil:
+	// data-parallel views are refused (UNSUPPORTED_EXECUTION).
+	Group func(p *planner.Plan) (Collectives, func() error, error)
+	// Fallback builds the executor used in "auto" mode when the engine
+	// cannot run a graph (bf16, tensor or pipeline parallel); nil makes
+	// that an error.
+	Fallback func(g *ir.Graph, p *planner.Plan) (runtime.Executor, error)
+	Log      *slog.Logger
+}
+
+// Factory returns a worker's executor constructor (worker.Config.Executor):
+// an Executor for each planned epoch, on one backend opened on first use
+// and kept for the worker's life. The data-parallel coordinates are the
+// plan's rank and world size (views with tensor or pipeline parallelism
+// are refused by the engine).
+func Factory(o FactoryOptions) func(g *ir.Graph, p *planner.Plan) (runtime.Executor, error) {
+	log := o.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	var be Backend
+	return func(g *ir.Graph, p *planner.Plan) (runtime.Executor, error) {
+		if be == nil {
+			b, reason, err := Open(o.Backend)
+			if err != nil {
+				return nil, err
+			}
+			if reason != "" {
+				log.Warn("falling back to the cpu executor", "reason", reason)
+			}
+			log.Info("executor", "backend", b.Name(), "device", b.Describe())
+			be = b
+		}
+		opts := Options{Backend: be, DataRank: p.Rank, DataSize: max(p.WorldSize, 1)}
+		var leave func() error
+		if p.WorldSize > 1 && o.Group != nil {
+			c, l, err := o.Group(p)
+			if err != nil {
+				return nil, err
+			}
+			opts.Collectives, leave = c, l
+		}
+		x, err := NewExecutor(g, p, opts, false)
+		if err != nil {
+			if leave != nil {
+				leave()
+			}
+			if o.Fallback != nil && (o.Backend == "auto" || o.Backend == "") && failure.CodeOf(err) == failure.UnsupportedExecution {
+				log.Warn("the engine cannot run this graph; running the memory-traffic executor instead", "reason", err)
+				return o.Fallback(g, p)
+			}
+			return nil, err
+		}
+		if leave != nil {
+			x.closes = append(x.closes, leave)
+		}
+		return x, nil
+	}
+}
