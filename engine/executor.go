@@ -191,8 +191,10 @@ func Factory(o FactoryOptions) func(g *ir.Graph, p *planner.Plan) (runtime.Execu
 			if leave != nil {
 				leave()
 			}
-			if o.Fallback != nil && (o.Backend == "auto" || o.Backend == "") && failure.CodeOf(err) == failure.UnsupportedExecution {
-				log.Warn("the engine cannot run this graph; running the memory-traffic executor instead", "reason", err)
+			switch code := failure.CodeOf(err); {
+			case o.Fallback == nil || (o.Backend != "auto" && o.Backend != ""):
+			case code == failure.UnsupportedExecution, code == failure.AlignmentViolation, code == failure.ArenaTooSmall:
+				log.Warn("the engine cannot run this plan; running the memory-traffic executor instead", "reason", err)
 				return o.Fallback(g, p)
 			}
 			return nil, err

@@ -61,6 +61,10 @@ type Config struct {
 	// arena executor, or plan-only when the plan is larger than
 	// runtime.DefaultMaxBytes.
 	Executor func(g *ir.Graph, p *planner.Plan) (runtime.Executor, error)
+	// ExecutorName, when Executor is nil, names one of ExecutorNames
+	// (see Executors); the engine's executors use Transport for the
+	// job's collectives.
+	ExecutorName string
 	// AdjustOptions, if set, changes the planner options before this
 	// worker plans (an operator's local override; a different plan is
 	// detected as a mismatch).
@@ -111,6 +115,9 @@ type Result struct {
 	// Losses are the training losses of the steps run, in order, when
 	// the executor computes (cpu, webgpu).
 	Losses []float64
+	// LastState is the sealed state hash of the last step run
+	// (CommitExecution_v1) when the executor computes.
+	LastState string
 	// Switches are the trace records of the plan changes this worker
 	// made at epoch boundaries, in the same process.
 	Switches []Switch
@@ -214,6 +221,13 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	}
 	if cfg.Poll == 0 {
 		cfg.Poll = time.Second
+	}
+	if cfg.Executor == nil && cfg.ExecutorName != "" {
+		x, err := Executors(cfg.ExecutorName, cfg.Transport, cfg.Job, log.With("identity", cfg.Identity))
+		if err != nil {
+			return Result{}, err
+		}
+		cfg.Executor = x
 	}
 	w := &run{cfg: cfg, log: log.With("job", cfg.Job, "identity", cfg.Identity), models: map[ir.Hash]*ir.Model{},
 		plans: map[uint64]*epochPlan{}, wake: make(chan struct{}, 1), granted: make(chan struct{}, 1), grants: map[uint64]uint64{}, agreed: map[uint64]transport.Outcome{},
@@ -344,6 +358,7 @@ func (w *run) run(ctx context.Context) error {
 		took := time.Since(t)
 		if stats.HasLoss {
 			w.res.Losses = append(w.res.Losses, stats.Loss)
+			w.res.LastState = stats.State
 			w.log.Debug("step", "step", step, "loss", stats.Loss, "state_hash", stats.State)
 		}
 		w.res.StepTime += took

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/tmmu/tmmu/coord"
+	"github.com/tmmu/tmmu/engine"
 	"github.com/tmmu/tmmu/failure"
 	"github.com/tmmu/tmmu/internal/cli"
 	"github.com/tmmu/tmmu/ir"
@@ -132,7 +133,7 @@ func runJob(c *command, e *env, args []string) error {
 		steps = fs.Uint64("steps", 10, "steps to run (0: until stopped)")
 		mode = fs.String("mode", "", "planning mode (default: the graph's)")
 		strategy = fs.String("strategy", string(planner.Packed), "placement strategy")
-		arenaFile = fs.String("arena-config", "", "arena config file")
+		arenaFile = fs.String("arena-config", "", "arena config file (default: every arena aligned to 256 bytes in 128 MiB regions, WebGPU's default limits, so any worker's device can run the plan)")
 		policy = fs.String("replan-policy", coord.ReplanAtSafepoint, "replan_at_safepoint or abort")
 		source = fs.String("source", "", "instead of an IR file, a model source JSON file: {\"model\": \"gpt2\", \"config\": {...}, \"dims\": {\"seq\": {\"min\": 1, \"max\": 512, \"buckets\": [512, 1024]}}} (dynamic dimensions, for shape replans)")
 	}
@@ -200,6 +201,10 @@ func runJob(c *command, e *env, args []string) error {
 		if req.ArenaConfig, err = loadArenaConfig(e, *arenaFile); err != nil {
 			return err
 		}
+	} else {
+		// Planned for WebGPU's default limits, which every device meets,
+		// so the workers can execute it wherever they run.
+		req.ArenaConfig = engine.ExecutableArenas(engine.PortableLimits, nil)
 	}
 	j, err := cl.Submit(ctx, req)
 	if err != nil {

@@ -13,10 +13,13 @@
 // TMMU_STANDBY, TMMU_EXECUTOR). SIGTERM or SIGINT drains it: the running step finishes,
 // the rank is released (shown as missing, kept for this identity).
 //
-// Executors: "arena" allocates the plan's arenas in host memory and runs
-// each step's memory traffic at the planned addresses (no kernels yet);
-// "plan-only" runs no work. The default is arena, falling back to
-// plan-only for plans above 4 GiB.
+// Executors (worker.Executors): "webgpu" and "cpu" train the rank's view
+// in its planned arenas (package engine), data-parallel ranks exchanging
+// gradients and parameters over NATS; "auto" (the default) is webgpu when
+// the machine has an adapter, else cpu, and the arena executor for graphs
+// the engine does not run (bf16, tensor or pipeline parallel), each
+// fallback logged; "arena" moves each step's memory traffic at the
+// planned addresses without arithmetic; "plan-only" runs no work.
 package main
 
 import (
@@ -34,10 +37,7 @@ import (
 
 	"github.com/tmmu/tmmu/coord"
 	"github.com/tmmu/tmmu/internal/cli"
-	"github.com/tmmu/tmmu/ir"
-	"github.com/tmmu/tmmu/planner"
 	"github.com/tmmu/tmmu/rendezvous"
-	"github.com/tmmu/tmmu/runtime"
 	"github.com/tmmu/tmmu/transport"
 	"github.com/tmmu/tmmu/worker"
 )
@@ -59,7 +59,7 @@ func run(args []string) error {
 	etcd := fs.String("etcd", "http://127.0.0.1:2379", "etcd endpoints, comma-separated")
 	ttl := fs.Int64("lease-ttl", 10, "rank lease TTL in seconds")
 	standby := fs.Duration("standby", 10*time.Minute, "how long to wait, when an elastic job's world leaves this worker out, for an epoch that takes it back")
-	executor := fs.String("executor", "auto", "arena, plan-only, or auto (arena up to 4 GiB of arenas, else plan-only)")
+	executor := fs.String("executor", "auto", "auto (webgpu if an adapter exists, else cpu; arena for graphs the engine cannot run), webgpu, cpu, arena or plan-only")
 	verbose := fs.Bool("v", false, "debug logging")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -91,21 +91,14 @@ func run(args []string) error {
 	defer ec.Close()
 	cfg := worker.Config{Identity: *identity, Job: *job, Coordinator: coord.NewClient(strings.Split(*coords, ",")...),
 		Transport: tr, Rendezvous: rendezvous.New(ec, "", *ttl), Logger: log, Standby: *standby}
-	switch *executor {
-	case "auto":
-	case "arena":
-		cfg.Executor = func(g *ir.Graph, p *planner.Plan) (runtime.Executor, error) {
-			return runtime.NewArenaExecutor(g, p, 1<<62)
-		}
-	case "plan-only":
-		cfg.Executor = func(*ir.Graph, *planner.Plan) (runtime.Executor, error) { return runtime.PlanOnly{}, nil }
-	default:
-		return fmt.Errorf("--executor %q: want auto, arena or plan-only", *executor)
-	}
+	cfg.ExecutorName = *executor
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	res, err := worker.Run(ctx, cfg)
 	log.Info("worker finished", "rank", res.Rank, "epoch", res.Epoch, "plan_hash", res.PlanHash.Short(), "executor", res.Executor,
-		"steps_run", res.StepsRun, "last_step", res.LastStep, "agreement", res.AgreementTime, "err", err)
+		"steps_run", res.StepsRun, "last_step", res.LastStep, "agreement", res.AgreementTime, "losses", len(res.Losses), "err", err)
+	if n := len(res.Losses); n > 0 {
+		log.Info("training", "first_loss", res.Losses[0], "last_loss", res.Losses[n-1])
+	}
 	return err
 }
