@@ -20,6 +20,9 @@ import (
 type Client struct {
 	URLs []string
 	HTTP *http.Client
+	// Token, when set, is sent as a bearer token with every request
+	// (the coordinators' API token, which mutating calls need).
+	Token string
 }
 
 // NewClient returns a client for the given base URLs ("http://host:port").
@@ -68,6 +71,9 @@ func (c *Client) once(ctx context.Context, method, path string, body []byte, out
 		}
 		if body != nil {
 			req.Header.Set("Content-Type", "application/json")
+		}
+		if c.Token != "" {
+			req.Header.Set("Authorization", "Bearer "+c.Token)
 		}
 		resp, err := c.HTTP.Do(req)
 		if err != nil {
@@ -201,23 +207,7 @@ func (c *Client) Replan(ctx context.Context, job, token string, req *ReplanReque
 	var out ReplanReply
 	cc := *c
 	if token != "" {
-		cc.HTTP = &http.Client{Timeout: c.HTTP.Timeout, Transport: bearer{token, c.HTTP.Transport}}
+		cc.Token = token
 	}
 	return &out, cc.do(ctx, http.MethodPost, "/v1/jobs/"+url.PathEscape(job)+"/replan", body, &out)
-}
-
-// bearer adds an Authorization header.
-type bearer struct {
-	token string
-	next  http.RoundTripper
-}
-
-func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
-	r = r.Clone(r.Context())
-	r.Header.Set("Authorization", "Bearer "+b.token)
-	next := b.next
-	if next == nil {
-		next = http.DefaultTransport
-	}
-	return next.RoundTrip(r)
 }

@@ -1,12 +1,14 @@
 package coord
 
 import (
+	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -69,6 +71,7 @@ type metrics struct {
 	submits   prometheus.Counter
 	outcomes  *prometheus.CounterVec
 	agreement prometheus.Histogram
+	refused   prometheus.Counter
 }
 
 func newMetrics(n *Node) *metrics {
@@ -86,9 +89,10 @@ func newMetrics(n *Node) *metrics {
 		func() float64 { _, i := n.applied(); return float64(i) })
 	m.submits = prometheus.NewCounter(prometheus.CounterOpts{Name: "tmmu_coordinator_jobs_submitted_total", Help: "Jobs this node submitted as leader."})
 	m.outcomes = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tmmu_coordinator_epoch_outcomes_total", Help: "Epoch outcomes this node committed as leader."}, []string{"agreed"})
+	m.refused = prometheus.NewCounter(prometheus.CounterOpts{Name: "tmmu_coordinator_unauthorized_requests_total", Help: "Mutating API calls refused for a missing or wrong token."})
 	m.agreement = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tmmu_coordinator_agreement_seconds", Help: "From watching an epoch's reports to committing its outcome.",
 		Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)})
-	m.reg.MustRegister(m.leader, m.term, m.applied, m.submits, m.outcomes, m.agreement)
+	m.reg.MustRegister(m.leader, m.term, m.applied, m.submits, m.outcomes, m.agreement, m.refused)
 	return m
 }
 
@@ -101,7 +105,7 @@ func newMetrics(n *Node) *metrics {
 //	GET  /v1/jobs/{name}/ranks/{rank}/plan
 //	                            a rank's plan under the current epoch (planned on request)
 //	GET  /v1/status             raft state, leader, term, voters, jobs
-//	POST /v1/jobs/{name}/replan an operator's replan request (bearer token when configured)
+//	POST /v1/jobs/{name}/replan an operator's replan request
 //	POST /v1/voters             add a voter {id, raft_addr, http_addr} (its node runs without bootstrap)
 //	DELETE /v1/voters/{id}      remove a voter
 //	GET  /livez, /readyz        liveness; readiness (a leader is known)
@@ -112,9 +116,12 @@ func newMetrics(n *Node) *metrics {
 // the follower answers from its own applied state, which may trail the
 // leader's by a few entries (the response then carries X-Tmmu-Stale: 1).
 // /v1/status always answers for the node asked, naming the leader.
+//
+// With an API token set, every POST and DELETE needs "Authorization:
+// Bearer <token>" and is refused with 401 otherwise; reads need none.
 func (n *Node) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/jobs", n.handleSubmit)
+	mux.HandleFunc("POST /v1/jobs", n.authorized(n.handleSubmit))
 	mux.HandleFunc("GET /v1/jobs", func(w http.ResponseWriter, r *http.Request) {
 		if n.readRedirect(w, r) {
 			return
@@ -175,11 +182,7 @@ func (n *Node) Handler() http.Handler {
 		}
 		writeJSON(w, http.StatusOK, rp)
 	})
-	mux.HandleFunc("POST /v1/jobs/{name}/replan", func(w http.ResponseWriter, r *http.Request) {
-		if tok := *n.token.Load(); tok != "" && r.Header.Get("Authorization") != "Bearer "+tok {
-			writeError(w, http.StatusUnauthorized, errors.New("replan requests need the operator token (Authorization: Bearer …)"))
-			return
-		}
+	mux.HandleFunc("POST /v1/jobs/{name}/replan", n.authorized(func(w http.ResponseWriter, r *http.Request) {
 		if n.redirect(w, r) {
 			return
 		}
@@ -196,8 +199,8 @@ func (n *Node) Handler() http.Handler {
 			return
 		}
 		writeJSON(w, http.StatusOK, out)
-	})
-	mux.HandleFunc("POST /v1/voters", func(w http.ResponseWriter, r *http.Request) {
+	}))
+	mux.HandleFunc("POST /v1/voters", n.authorized(func(w http.ResponseWriter, r *http.Request) {
 		if n.redirect(w, r) {
 			return
 		}
@@ -213,8 +216,8 @@ func (n *Node) Handler() http.Handler {
 			return
 		}
 		writeJSON(w, http.StatusOK, n.Status())
-	})
-	mux.HandleFunc("DELETE /v1/voters/{id}", func(w http.ResponseWriter, r *http.Request) {
+	}))
+	mux.HandleFunc("DELETE /v1/voters/{id}", n.authorized(func(w http.ResponseWriter, r *http.Request) {
 		if n.redirect(w, r) {
 			return
 		}
@@ -223,7 +226,7 @@ func (n *Node) Handler() http.Handler {
 			return
 		}
 		writeJSON(w, http.StatusOK, n.Status())
-	})
+	}))
 	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, n.Status()) })
 	mux.HandleFunc("GET /livez", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
@@ -356,4 +359,20 @@ func writeError(w http.ResponseWriter, status int, err error) {
 		e.FailureCode, e.Diagnostics = fe.Code, fe.Diagnostics
 	}
 	writeJSON(w, status, e)
+}
+
+// authorized wraps a mutating handler: with an API token set, the request
+// must carry it as a bearer token (compared in constant time).
+func (n *Node) authorized(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if tok := *n.token.Load(); tok != "" {
+			got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+			if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(tok)) != 1 {
+				n.metrics.refused.Inc()
+				writeError(w, http.StatusUnauthorized, errors.New("this call changes the cluster and needs the API token (Authorization: Bearer …; tmmu --token or TMMU_TOKEN)"))
+				return
+			}
+		}
+		h(w, r)
+	}
 }

@@ -44,10 +44,10 @@ type Config struct {
 	Peers []Peer
 	// Fast shortens raft's timeouts for loopback clusters (tests, demo).
 	Fast bool
-	// ReplanToken, when set, is the bearer token POST
-	// /v1/jobs/{name}/replan requires.
-	ReplanToken string
-	Logger      *slog.Logger
+	// APIToken, when set, is the bearer token every mutating call of the
+	// HTTP API requires: job submissions, replan requests, voter changes.
+	APIToken string
+	Logger   *slog.Logger
 }
 
 // Validate reports every problem of c at once.
@@ -157,7 +157,7 @@ type Node struct {
 	metrics *metrics
 	// replans carries replan events to the agreement loop.
 	replans chan replanEvent
-	// token is the operator token replan requests need ("" for none).
+	// token is the bearer token mutating calls need ("" for none).
 	token atomic.Pointer[string]
 	// caughtUpTerm is the term in which this node, as leader, last
 	// applied everything committed before it took over (see State).
@@ -242,13 +242,13 @@ func Open(cfg Config) (*Node, error) {
 	}
 	n.raft, n.trans, n.store = r, trans, store
 	n.metrics = newMetrics(n)
-	n.SetReplanToken(cfg.ReplanToken)
+	n.SetAPIToken(cfg.APIToken)
 	return n, nil
 }
 
-// SetReplanToken sets the bearer token POST /v1/jobs/{name}/replan
-// requires ("" for none).
-func (n *Node) SetReplanToken(tok string) { n.token.Store(&tok) }
+// SetAPIToken sets the bearer token the API's mutating calls require
+// ("" for none).
+func (n *Node) SetAPIToken(tok string) { n.token.Store(&tok) }
 
 // ID returns the node's raft id.
 func (n *Node) ID() string { return n.cfg.ID }

@@ -9,7 +9,11 @@
 //
 // Every flag can come from the environment instead: TMMU_ID,
 // TMMU_RAFT_ADDR, TMMU_HTTP_ADDR, TMMU_DATA_DIR, TMMU_NATS, TMMU_PEERS,
-// TMMU_BOOTSTRAP, TMMU_FAST_FAILOVER, TMMU_REPLAN_TOKEN, TMMU_ETCD. A node joining an existing cluster
+// TMMU_BOOTSTRAP, TMMU_FAST_FAILOVER, TMMU_API_TOKEN(_FILE),
+// TMMU_NATS_USER, TMMU_NATS_PASSWORD(_FILE), TMMU_LOG_FORMAT, TMMU_ETCD.
+// Secrets (the API token, the NATS password) come from the environment or
+// files. "coordinator healthcheck URL" probes an endpoint and exits 0 on
+// 200, for container healthchecks. A node joining an existing cluster
 // starts without --bootstrap (with --peers listing the cluster, for
 // redirects) and is added by an operator: tmmu voter add ID RAFT HTTP. On
 // SIGTERM or SIGINT it hands leadership to another
@@ -38,6 +42,9 @@ import (
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "healthcheck" {
+		os.Exit(cli.Healthcheck(os.Args[2:]))
+	}
 	if err := run(os.Args[1:]); err != nil {
 		fmt.Fprintln(os.Stderr, "coordinator:", err)
 		os.Exit(1)
@@ -70,7 +77,12 @@ func run(args []string) error {
 	etcd := fs.String("etcd", "", "etcd endpoints, comma-separated: lets the leader shrink elastic jobs whose ranks left (empty: no elastic shrinking)")
 	peers := fs.String("peers", "", "the cluster's voters: id=raft_addr=http_addr,... (this node included)")
 	bootstrap := fs.Bool("bootstrap", false, "bootstrap a new cluster of --peers when the data dir is empty (every initial voter gets the same --peers; a node joining later runs without --bootstrap and is added with tmmu voter add)")
-	token := fs.String("replan-token", "", "bearer token operators' replan requests must carry (empty: none)")
+	token := fs.String("api-token", "", "bearer token every mutating API call (job submit, replan, voter changes) must carry (empty: none)")
+	tokenFile := fs.String("api-token-file", "", "read the API token from this file")
+	natsUser := fs.String("nats-user", "", "NATS user (when the server requires credentials)")
+	natsPassword := fs.String("nats-password", "", "NATS password")
+	natsPasswordFile := fs.String("nats-password-file", "", "read the NATS password from this file")
+	logFormat := fs.String("log-format", "text", "log format: text or json")
 	fast := fs.Bool("fast-failover", false, "raft heartbeat and election timeouts of 300 ms instead of 1 s, for clusters on one LAN")
 	verbose := fs.Bool("v", false, "debug logging")
 	if err := fs.Parse(args); err != nil {
@@ -83,7 +95,18 @@ func run(args []string) error {
 	if *verbose {
 		level = slog.LevelDebug
 	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	log, err := cli.Logger(os.Stderr, *logFormat, level)
+	if err != nil {
+		return err
+	}
+	apiToken, err := cli.Secret(*token, *tokenFile)
+	if err != nil {
+		return fmt.Errorf("--api-token-file: %w", err)
+	}
+	natsAuth, err := cli.NATSAuth(*natsUser, *natsPassword, *natsPasswordFile)
+	if err != nil {
+		return err
+	}
 	ps, err := parsePeers(*peers)
 	if err != nil {
 		return err
@@ -92,7 +115,7 @@ func run(args []string) error {
 		ps = []coord.Peer{{ID: *id, RaftAddr: *raftAddr, HTTPAddr: *httpAddr}}
 	}
 	node, err := coord.Open(coord.Config{ID: *id, RaftAddr: *raftAddr, HTTPAddr: *httpAddr, DataDir: *dataDir,
-		Bootstrap: *bootstrap, Peers: ps, Fast: *fast, ReplanToken: *token, Logger: log})
+		Bootstrap: *bootstrap, Peers: ps, Fast: *fast, APIToken: apiToken, Logger: log})
 	if err != nil {
 		return err
 	}
@@ -100,7 +123,7 @@ func run(args []string) error {
 	errc := make(chan error, 1)
 	go func() { errc <- srv.ListenAndServe() }()
 
-	nc, err := nats.Connect(*natsURL, nats.MaxReconnects(-1), nats.Name("tmmu-coordinator-"+*id))
+	nc, err := nats.Connect(*natsURL, append(natsAuth, nats.MaxReconnects(-1), nats.Name("tmmu-coordinator-"+*id))...)
 	if err != nil {
 		node.Shutdown()
 		return fmt.Errorf("nats %s: %w", *natsURL, err)

@@ -43,6 +43,8 @@ type clusterFlags struct {
 	coordinators *string
 	config       *string
 	timeout      *time.Duration
+	token        *string
+	tokenFile    *string
 }
 
 func addClusterFlags(fs *flag.FlagSet) clusterFlags {
@@ -50,6 +52,8 @@ func addClusterFlags(fs *flag.FlagSet) clusterFlags {
 		coordinators: fs.String("coordinators", "", "coordinator HTTP URLs, comma-separated (default http://127.0.0.1:8080)"),
 		config:       fs.String("config", "", "JSON config file: {\"coordinators\": [\"http://host:port\", ...]}"),
 		timeout:      fs.Duration("timeout", 30*time.Second, "give up after this long"),
+		token:        fs.String("token", "", "the coordinators' API token, which job submit, replan and voter changes need (TMMU_TOKEN)"),
+		tokenFile:    fs.String("token-file", "", "read the API token from this file (TMMU_TOKEN_FILE)"),
 	}
 }
 
@@ -102,7 +106,16 @@ func (c clusterFlags) client(e *env, fs *flag.FlagSet) (*coord.Client, error) {
 	if urls == "" {
 		urls = "http://127.0.0.1:8080"
 	}
-	return coord.NewClient(strings.Split(urls, ",")...), nil
+	cl := coord.NewClient(strings.Split(urls, ",")...)
+	cl.Token = *c.token
+	if *c.tokenFile != "" {
+		tok, err := cli.ReadSecret(*c.tokenFile)
+		if err != nil {
+			return nil, usagef("--token-file: %v", err)
+		}
+		cl.Token = tok
+	}
+	return cl, nil
 }
 
 // subcommand returns args[0] when it is one of subs; -h prints c's usage.
@@ -386,7 +399,7 @@ func printHistory(w io.Writer, name string, h []epochRecord) {
 var replanCmd = &command{
 	name:    "replan",
 	summary: "Ask the coordinators for a new plan epoch at the next safepoint: a new arena config, strategy or envelope (a request that changes nothing is answered with decision none).",
-	usage:   "replan --job NAME --reason TEXT [--arena-config FILE] [--strategy S] [--envelope FILE] [--id ID] [--token T] [cluster flags] [-o text|json]",
+	usage:   "replan --job NAME --reason TEXT [--arena-config FILE] [--strategy S] [--envelope FILE] [--id ID] [cluster flags] [-o text|json]",
 	run:     runReplan,
 }
 
@@ -399,7 +412,6 @@ func runReplan(c *command, e *env, args []string) error {
 	strategy := fs.String("strategy", "", "new placement strategy")
 	envFile := fs.String("envelope", "", "JSON file {\"seq\": [min, max], ...}: new ranges for the job's dynamic dimensions")
 	id := fs.String("id", "", "request id; a retry with the same id is not acted on twice")
-	token := fs.String("token", "", "operator token, when the coordinators require one (TMMU_TOKEN)")
 	out := fs.String("o", "text", "output: text or json")
 	pos, cl, err := cf.parse(e, fs, out, args)
 	if err != nil {
@@ -425,7 +437,7 @@ func runReplan(c *command, e *env, args []string) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), *cf.timeout)
 	defer cancel()
-	r, err := cl.Replan(ctx, *job, *token, req)
+	r, err := cl.Replan(ctx, *job, "", req)
 	if err != nil {
 		return err
 	}

@@ -109,8 +109,10 @@ func TestClusterCommands(t *testing.T) {
 	}
 }
 
-// TestReplanCommands: tmmu replan (with the operator token) on a running
-// job, and tmmu job history with the old and new plan hashes.
+// TestReplanCommands: with an API token set, job submit and replan
+// without it are refused; with it (flag, TMMU_TOKEN or a file) they work.
+// tmmu replan on a running job, and tmmu job history with the old and new
+// plan hashes.
 func TestReplanCommands(t *testing.T) {
 	l, err := localcluster.Start(localcluster.Options{Dir: t.TempDir()})
 	if err != nil {
@@ -118,14 +120,26 @@ func TestReplanCommands(t *testing.T) {
 	}
 	defer l.Close()
 	for _, n := range l.Coord.Nodes {
-		n.SetReplanToken("s3cret")
+		n.SetAPIToken("s3cret")
 	}
 	dir := t.TempDir()
 	irFile, specFile := filepath.Join(dir, "gpt2.json"), filepath.Join(dir, "spec.json")
 	mustRun(t, "", "gen", "gpt2", "--layers", "1", "--hidden", "32", "--heads", "2", "--seq", "8", "--vocab", "64", "--train", "--dtype", "bf16", "--out", irFile)
 	os.WriteFile(specFile, []byte(`{"world_size": 2, "data_parallel": {"zero_stage": 1}}`), 0o644)
 	urls := strings.Join(l.Coord.URLs(), ",")
-	mustRun(t, "", "job", "submit", irFile, "--shard-spec", specFile, "--name", "ops", "--steps", "0", "--coordinators", urls)
+	status, _, stderr := runCLI(t, "", "job", "submit", irFile, "--shard-spec", specFile, "--name", "ops", "--steps", "0", "--coordinators", urls)
+	if status != 1 || !strings.Contains(stderr, "401 Unauthorized") || !strings.Contains(stderr, "API token") {
+		t.Fatalf("job submit without the token: exit %d, %s", status, stderr)
+	}
+	status, _, stderr = runCLI(t, "", "job", "submit", irFile, "--shard-spec", specFile, "--name", "ops", "--steps", "0", "--coordinators", urls, "--token", "wrong")
+	if status != 1 || !strings.Contains(stderr, "401 Unauthorized") {
+		t.Fatalf("job submit with a wrong token: exit %d, %s", status, stderr)
+	}
+	tokenFile := filepath.Join(dir, "token")
+	os.WriteFile(tokenFile, []byte("s3cret\n"), 0o600)
+	mustRun(t, "", "job", "submit", irFile, "--shard-spec", specFile, "--name", "ops", "--steps", "0", "--coordinators", urls, "--token-file", tokenFile)
+	// Reads need no token.
+	mustRun(t, "", "job", "list", "--coordinators", urls)
 
 	ctx, drain := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -149,8 +163,8 @@ func TestReplanCommands(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	status, _, stderr := runCLI(t, "", "replan", "--job", "ops", "--reason", "slots please", "--strategy", "slots", "--coordinators", urls)
-	if status != 1 || !strings.Contains(stderr, "operator token") {
+	status, _, stderr = runCLI(t, "", "replan", "--job", "ops", "--reason", "slots please", "--strategy", "slots", "--coordinators", urls)
+	if status != 1 || !strings.Contains(stderr, "API token") {
 		t.Errorf("replan without the token: exit %d, %s", status, stderr)
 	}
 	t.Setenv("TMMU_TOKEN", "s3cret")

@@ -30,6 +30,7 @@ import (
 	"strings"
 
 	"github.com/tmmu/tmmu/failure"
+	"github.com/tmmu/tmmu/internal/cli"
 )
 
 // exitUsage is the exit status for a malformed command line; failures of the
@@ -46,7 +47,7 @@ type command struct {
 var commands []*command
 
 func init() {
-	commands = []*command{genCmd, planCmd, shardCmd, verifyCmd, benchCmd, vizCmd, trainCmd, demoCmd, jobCmd, replanCmd, statusCmd, voterCmd}
+	commands = []*command{genCmd, planCmd, shardCmd, verifyCmd, benchCmd, vizCmd, trainCmd, demoCmd, jobCmd, replanCmd, statusCmd, voterCmd, healthcheckCmd}
 }
 
 // env carries the process's streams so tests can run commands in-process.
@@ -204,4 +205,20 @@ func outputFormat(e *env, o string, allowed ...string) error {
 		}
 	}
 	return usagef("-o %s: want one of %s", o, strings.Join(allowed, ", "))
+}
+
+var healthcheckCmd = &command{
+	name:    "healthcheck",
+	summary: "Exit 0 when GET URL answers 200 within 3 s: a container healthcheck for images with no shell (NATS's /healthz, etcd's /health).",
+	usage:   "healthcheck URL",
+	run: func(c *command, e *env, args []string) error {
+		if len(args) == 1 && (args[0] == "-h" || args[0] == "--help") {
+			fmt.Fprintf(e.stderr, "Usage: tmmu %s\n\n%s\n", c.usage, c.summary)
+			return flag.ErrHelp
+		}
+		if code := cli.Healthcheck(args); code != 0 {
+			return fmt.Errorf("healthcheck %v failed", args)
+		}
+		return nil
+	},
 }

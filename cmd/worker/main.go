@@ -10,7 +10,11 @@
 //
 // Every flag can come from the environment instead (TMMU_IDENTITY,
 // TMMU_JOB, TMMU_COORDINATORS, TMMU_NATS, TMMU_ETCD, TMMU_LEASE_TTL,
-// TMMU_STANDBY, TMMU_EXECUTOR). SIGTERM or SIGINT drains it: the running step finishes,
+// TMMU_STANDBY, TMMU_EXECUTOR, TMMU_NATS_USER, TMMU_NATS_PASSWORD(_FILE),
+// TMMU_HTTP_ADDR, TMMU_LOG_FORMAT). With --http-addr it serves /livez,
+// /readyz (ready once it runs steps) and Prometheus /metrics;
+// "worker healthcheck URL" probes an endpoint, for container
+// healthchecks. SIGTERM or SIGINT drains it: the running step finishes,
 // the rank is released (shown as missing, kept for this identity).
 //
 // Executors (worker.Executors): "webgpu" and "cpu" train the rank's view
@@ -24,9 +28,11 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/signal"
 	"strings"
@@ -43,6 +49,9 @@ import (
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "healthcheck" {
+		os.Exit(cli.Healthcheck(os.Args[2:]))
+	}
 	if err := run(os.Args[1:]); err != nil {
 		fmt.Fprintln(os.Stderr, "worker:", err)
 		os.Exit(1)
@@ -60,6 +69,11 @@ func run(args []string) error {
 	ttl := fs.Int64("lease-ttl", 10, "rank lease TTL in seconds")
 	standby := fs.Duration("standby", 10*time.Minute, "how long to wait, when an elastic job's world leaves this worker out, for an epoch that takes it back")
 	executor := fs.String("executor", "auto", "auto (webgpu if an adapter exists, else cpu; arena for graphs the engine cannot run), webgpu, cpu, arena or plan-only")
+	natsUser := fs.String("nats-user", "", "NATS user (when the server requires credentials)")
+	natsPassword := fs.String("nats-password", "", "NATS password")
+	natsPasswordFile := fs.String("nats-password-file", "", "read the NATS password from this file")
+	httpAddr := fs.String("http-addr", "", "serve /livez, /readyz and /metrics here (empty: no HTTP)")
+	logFormat := fs.String("log-format", "text", "log format: text or json")
 	verbose := fs.Bool("v", false, "debug logging")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -74,8 +88,15 @@ func run(args []string) error {
 	if *verbose {
 		level = slog.LevelDebug
 	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-	nc, err := nats.Connect(*natsURL, nats.MaxReconnects(-1), nats.Name("tmmu-worker-"+*identity))
+	log, err := cli.Logger(os.Stderr, *logFormat, level)
+	if err != nil {
+		return err
+	}
+	natsAuth, err := cli.NATSAuth(*natsUser, *natsPassword, *natsPasswordFile)
+	if err != nil {
+		return err
+	}
+	nc, err := nats.Connect(*natsURL, append(natsAuth, nats.MaxReconnects(-1), nats.Name("tmmu-worker-"+*identity))...)
 	if err != nil {
 		return fmt.Errorf("nats %s: %w", *natsURL, err)
 	}
@@ -91,7 +112,21 @@ func run(args []string) error {
 	defer ec.Close()
 	cfg := worker.Config{Identity: *identity, Job: *job, Coordinator: coord.NewClient(strings.Split(*coords, ",")...),
 		Transport: tr, Rendezvous: rendezvous.New(ec, "", *ttl), Logger: log, Standby: *standby}
-	cfg.ExecutorName = *executor
+	exec, err := worker.Executors(*executor, tr, *job, log)
+	if err != nil {
+		return fmt.Errorf("--executor: %w", err)
+	}
+	m := newMetrics()
+	cfg.Executor = m.wrap(exec)
+	if *httpAddr != "" {
+		srv := &http.Server{Addr: *httpAddr, Handler: m.handler(), ReadHeaderTimeout: 10 * time.Second}
+		go func() {
+			if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				log.Error("metrics server", "addr", *httpAddr, "err", err)
+			}
+		}()
+		defer srv.Close()
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	res, err := worker.Run(ctx, cfg)

@@ -1,0 +1,85 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// ReadSecret reads a secret (a password, a token) from a file, without
+// the trailing newline. Secrets come from files or the environment,
+// never from an image.
+func ReadSecret(path string) (string, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	s := strings.TrimRight(string(data), "\r\n")
+	if s == "" {
+		return "", fmt.Errorf("%s is empty", path)
+	}
+	return s, nil
+}
+
+// Secret returns value, or the contents of file when value is empty and
+// file is set.
+func Secret(value, file string) (string, error) {
+	if value != "" || file == "" {
+		return value, nil
+	}
+	return ReadSecret(file)
+}
+
+// NATSAuth returns the connect option for a NATS user and password (the
+// password given directly or in a file); none when user is empty.
+func NATSAuth(user, password, passwordFile string) ([]nats.Option, error) {
+	if user == "" {
+		return nil, nil
+	}
+	pw, err := Secret(password, passwordFile)
+	if err != nil {
+		return nil, fmt.Errorf("NATS password: %w", err)
+	}
+	return []nats.Option{nats.UserInfo(user, pw)}, nil
+}
+
+// Logger returns the daemons' logger: slog text (format "text") or JSON
+// (format "json", for containers) on w.
+func Logger(w io.Writer, format string, level slog.Level) (*slog.Logger, error) {
+	o := &slog.HandlerOptions{Level: level}
+	switch format {
+	case "", "text":
+		return slog.New(slog.NewTextHandler(w, o)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, o)), nil
+	}
+	return nil, fmt.Errorf("log format %q: want text or json", format)
+}
+
+// Healthcheck is the daemons' "healthcheck URL" subcommand, for container
+// healthchecks in images with no shell: it exits 0 when GET url answers
+// 200 within the timeout.
+func Healthcheck(args []string) int {
+	if len(args) != 1 {
+		fmt.Fprintln(os.Stderr, "usage: healthcheck URL")
+		return 2
+	}
+	c := &http.Client{Timeout: 3 * time.Second}
+	resp, err := c.Get(args[0])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "healthcheck:", err)
+		return 1
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		fmt.Fprintln(os.Stderr, "healthcheck:", args[0], resp.Status)
+		return 1
+	}
+	return 0
+}
