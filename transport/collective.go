@@ -2,55 +2,74 @@ package transport
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
-// CollectiveSubject returns "tmmu.<job>.coll", where the ranks of a job
-// exchange collective data (core NATS, not stored).
-func CollectiveSubject(job string) (string, error) { return subject(job, "coll") }
+// CollectiveBucket is the KV bucket of the collectives: key
+// "<job>.<key hash>.<rank>.<part>" holds part of rank's contribution to
+// one exchange (4 bytes of part count, then the bytes). Entries expire
+// after CollectiveTTL.
+const CollectiveBucket = "tmmu_coll"
 
-// Group is one rank's membership in a job's collective group over NATS:
-// Exchange publishes this rank's bytes for a key and returns every rank's
-// for that key, in rank order. Messages larger than the server's maximum
-// payload are sent in parts. Messages for keys not asked for yet are kept
-// until they are.
-//
-// Every member must subscribe (NewGroup) before any member publishes:
-// workers build their executors, and so their groups, before reporting
-// ready for their first step, and no rank passes that step's barrier
-// until every rank has reported.
+// CollectiveTTL is how long a contribution is kept: long enough for a
+// rank that restarts, or that lost its connection while NATS restarted,
+// to read what the others sent before it came back.
+const CollectiveTTL = 10 * time.Minute
+
+// collectiveChunk is the largest part of a contribution: what one
+// message carries, less room for the protocol.
+func collectiveChunk(nc *nats.Conn) int {
+	return max(int(nc.MaxPayload())-4096, 4096)
+}
+
+// Group is one rank's membership in a job's collective group: Exchange
+// stores this rank's bytes for a key and returns every rank's for that
+// key, in rank order. Contributions are stored in JetStream
+// (CollectiveBucket), in parts when larger than a message, so a rank that
+// asks late — it restarted, or its connection dropped while NATS
+// restarted — still gets what the others sent earlier. Every member
+// watches the job's contributions from NewGroup on, including those
+// stored before.
 type Group struct {
-	nc      *nats.Conn
-	subject string
+	kv      jetstream.KeyValue
+	job     string
 	rank    int
 	size    int
+	chunk   int
 	timeout time.Duration
-	sub     *nats.Subscription
+	stop    context.CancelFunc
+	done    chan struct{}
 
 	mu      sync.Mutex
 	changed chan struct{}
-	pending map[string]*gathering
+	pending map[string]*gathering // by key hash
 }
 
 type gathering struct {
 	parts [][][]byte // rank → parts
 	got   []int      // rank → parts received
 	want  []int      // rank → parts expected (0 = unknown)
+	seen  time.Time
 }
 
 // DefaultCollectiveTimeout bounds one Exchange.
 const DefaultCollectiveTimeout = time.Minute
 
-// NewGroup subscribes rank (of size) to job's collective subject.
+// NewGroup makes rank (of size) a member of job's collective group.
 // timeout bounds each Exchange (0 = DefaultCollectiveTimeout).
 func (t *Transport) NewGroup(job string, rank, size int, timeout time.Duration) (*Group, error) {
-	subj, err := CollectiveSubject(job)
-	if err != nil {
+	if err := ValidJob(job); err != nil {
 		return nil, err
 	}
 	if rank < 0 || rank >= size {
@@ -59,85 +78,96 @@ func (t *Transport) NewGroup(job string, rank, size int, timeout time.Duration) 
 	if timeout <= 0 {
 		timeout = DefaultCollectiveTimeout
 	}
-	g := &Group{nc: t.nc, subject: subj, rank: rank, size: size, timeout: timeout,
-		changed: make(chan struct{}), pending: map[string]*gathering{}}
-	g.sub, err = t.nc.Subscribe(subj, g.receive)
+	ctx, stop := context.WithCancel(context.Background())
+	w, err := t.coll.Watch(ctx, job+".>", jetstream.IgnoreDeletes())
 	if err != nil {
-		return nil, fmt.Errorf("transport: subscribing to %s: %w", subj, err)
+		stop()
+		return nil, fmt.Errorf("transport: watching %s collectives: %w", job, err)
 	}
-	if err := g.sub.SetPendingLimits(-1, -1); err != nil {
-		g.sub.Unsubscribe()
-		return nil, err
-	}
-	// The server has the interest once a flush returns.
-	if err := t.nc.Flush(); err != nil {
-		g.sub.Unsubscribe()
-		return nil, fmt.Errorf("transport: subscribing to %s: %w", subj, err)
-	}
+	g := &Group{kv: t.coll, job: job, rank: rank, size: size, chunk: collectiveChunk(t.nc), timeout: timeout, stop: stop,
+		done: make(chan struct{}), changed: make(chan struct{}), pending: map[string]*gathering{}}
+	go func() {
+		defer close(g.done)
+		defer stopWatcher(w)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case e, ok := <-w.Updates():
+				if !ok {
+					return
+				}
+				if e != nil {
+					g.receive(e.Key(), e.Value())
+				}
+			}
+		}
+	}()
 	return g, nil
 }
 
 func (g *Group) Size() int { return g.size }
 func (g *Group) Rank() int { return g.rank }
 
-// Close unsubscribes.
-func (g *Group) Close() error { return g.sub.Unsubscribe() }
+// Close stops watching.
+func (g *Group) Close() error {
+	g.stop()
+	<-g.done
+	return nil
+}
 
-const (
-	hdrKey   = "Tmmu-Key"
-	hdrRank  = "Tmmu-Rank"
-	hdrPart  = "Tmmu-Part"
-	hdrParts = "Tmmu-Parts"
-)
+func keyHash(key string) string {
+	h := sha256.Sum256([]byte(key))
+	return hex.EncodeToString(h[:12])
+}
 
-func (g *Group) receive(m *nats.Msg) {
-	key := m.Header.Get(hdrKey)
-	rank, err1 := strconv.Atoi(m.Header.Get(hdrRank))
-	part, err2 := strconv.Atoi(m.Header.Get(hdrPart))
-	parts, err3 := strconv.Atoi(m.Header.Get(hdrParts))
-	if err1 != nil || err2 != nil || err3 != nil || rank < 0 || rank >= g.size || parts < 1 || part < 0 || part >= parts {
+func (g *Group) receive(key string, value []byte) {
+	f := strings.Split(strings.TrimPrefix(key, g.job+"."), ".")
+	if len(f) != 3 || len(value) < 4 {
+		return
+	}
+	rank, err1 := strconv.Atoi(f[1])
+	part, err2 := strconv.Atoi(f[2])
+	parts := int(binary.LittleEndian.Uint32(value))
+	if err1 != nil || err2 != nil || rank < 0 || rank >= g.size || parts < 1 || part < 0 || part >= parts {
 		return
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	p := g.gathering(key)
-	if p.want[rank] == 0 {
-		p.want[rank] = parts
-		p.parts[rank] = make([][]byte, parts)
+	p := g.gathering(f[0])
+	if p.want[rank] != parts {
+		// First sight, or a restarted rank sent its contribution again
+		// in another number of parts: start over for that rank.
+		p.want[rank], p.got[rank], p.parts[rank] = parts, 0, make([][]byte, parts)
 	}
-	if p.want[rank] != parts || p.parts[rank][part] != nil {
-		return
+	if p.parts[rank][part] == nil {
+		p.got[rank]++
 	}
-	p.parts[rank][part] = m.Data
-	p.got[rank]++
+	p.parts[rank][part] = value[4:]
 	close(g.changed)
 	g.changed = make(chan struct{})
 }
 
-func (g *Group) gathering(key string) *gathering {
-	p := g.pending[key]
+func (g *Group) gathering(h string) *gathering {
+	p := g.pending[h]
 	if p == nil {
 		p = &gathering{parts: make([][][]byte, g.size), got: make([]int, g.size), want: make([]int, g.size)}
-		g.pending[key] = p
+		g.pending[h] = p
 	}
+	p.seen = time.Now()
 	return p
 }
 
-// Exchange publishes data under key and waits for every rank's.
+// Exchange stores data under key and waits for every rank's.
 func (g *Group) Exchange(ctx context.Context, key string, data []byte) ([][]byte, error) {
-	chunk := int(g.nc.MaxPayload()) - 1024
-	if chunk < 1024 {
-		chunk = 1024
-	}
-	parts := max(1, (len(data)+chunk-1)/chunk)
+	h := keyHash(key)
+	parts := max(1, (len(data)+g.chunk-1)/g.chunk)
 	for i := range parts {
-		m := nats.NewMsg(g.subject)
-		m.Header.Set(hdrKey, key)
-		m.Header.Set(hdrRank, strconv.Itoa(g.rank))
-		m.Header.Set(hdrPart, strconv.Itoa(i))
-		m.Header.Set(hdrParts, strconv.Itoa(parts))
-		m.Data = data[min(i*chunk, len(data)):min((i+1)*chunk, len(data))]
-		if err := g.nc.PublishMsg(m); err != nil {
+		chunk := data[min(i*g.chunk, len(data)):min((i+1)*g.chunk, len(data))]
+		v := make([]byte, 4+len(chunk))
+		binary.LittleEndian.PutUint32(v, uint32(parts))
+		copy(v[4:], chunk)
+		if _, err := g.kv.Put(ctx, fmt.Sprintf("%s.%s.%d.%d", g.job, h, g.rank, i), v); err != nil {
 			return nil, fmt.Errorf("transport: collective %q: %w", key, err)
 		}
 	}
@@ -145,7 +175,7 @@ func (g *Group) Exchange(ctx context.Context, key string, data []byte) ([][]byte
 	defer timer.Stop()
 	for {
 		g.mu.Lock()
-		p := g.gathering(key)
+		p := g.gathering(h)
 		done := true
 		for r := range g.size {
 			done = done && p.want[r] > 0 && p.got[r] == p.want[r]
@@ -157,7 +187,8 @@ func (g *Group) Exchange(ctx context.Context, key string, data []byte) ([][]byte
 					out[r] = append(out[r], b...)
 				}
 			}
-			delete(g.pending, key)
+			delete(g.pending, h)
+			g.forget()
 			g.mu.Unlock()
 			return out, nil
 		}
@@ -168,7 +199,21 @@ func (g *Group) Exchange(ctx context.Context, key string, data []byte) ([][]byte
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		case <-timer.C:
-			return nil, fmt.Errorf("transport: collective %q: not every rank of %d sent its data within %s", key, g.size, g.timeout)
+			return nil, fmt.Errorf("transport: collective %q: %w: not every rank of %d sent its data within %s", key, ErrCollectiveTimeout, g.size, g.timeout)
+		}
+	}
+}
+
+// ErrCollectiveTimeout is wrapped by an Exchange that timed out.
+var ErrCollectiveTimeout = errors.New("collective timed out")
+
+// forget drops what was gathered for exchanges nobody asked for within
+// the bucket's TTL (other ranks' old contributions replayed at start).
+// g.mu is held.
+func (g *Group) forget() {
+	for h, p := range g.pending {
+		if time.Since(p.seen) > CollectiveTTL {
+			delete(g.pending, h)
 		}
 	}
 }

@@ -11,7 +11,8 @@ import (
 
 // TestGroupExchange: three ranks, each on its own connection, exchange
 // small and multi-part payloads under several keys (a fast rank's data
-// arrives before a slow rank asks for it); a missing rank times out.
+// arrives before a slow rank asks for it); a rank that comes late reads
+// what the others stored; a missing rank times out.
 func TestGroupExchange(t *testing.T) {
 	s := startServer(t)
 	const size = 3
@@ -57,6 +58,31 @@ func TestGroupExchange(t *testing.T) {
 	close(errs)
 	for err := range errs {
 		t.Error(err)
+	}
+	// A rank that joins after the others sent their data (it restarted)
+	// still reads it: contributions are stored.
+	late := make(chan error, 2)
+	for _, g := range groups[:2] {
+		go func() {
+			_, err := g.Exchange(context.Background(), "late", []byte{byte(g.Rank())})
+			late <- err
+		}()
+	}
+	time.Sleep(300 * time.Millisecond)
+	tr3, _ := newTransport(t, s)
+	g3, err := tr3.NewGroup("j", 2, size, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g3.Close()
+	all, err := g3.Exchange(context.Background(), "late", []byte{2})
+	if err != nil || len(all) != 3 || all[0][0] != 0 || all[1][0] != 1 || all[2][0] != 2 {
+		t.Fatalf("the late rank: %v %v", all, err)
+	}
+	for range 2 {
+		if err := <-late; err != nil {
+			t.Fatal(err)
+		}
 	}
 	tr, _ := newTransport(t, s)
 	lone, err := tr.NewGroup("k", 0, 2, 200*time.Millisecond)

@@ -58,6 +58,7 @@ type Transport struct {
 	kv       jetstream.KeyValue
 	progress jetstream.KeyValue
 	steps    jetstream.KeyValue
+	coll     jetstream.KeyValue
 	stream   jetstream.Stream
 	dropped  atomic.Uint64
 }
@@ -81,15 +82,20 @@ func New(nc *nats.Conn, opts ...Option) (*Transport, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
 	defer cancel()
-	kv, err := openBucket(ctx, js, Bucket, "tmmu plan-hash agreement: one report per job.epoch.rank", o)
+	kv, err := openBucket(ctx, js, jetstream.KeyValueConfig{Bucket: Bucket, Description: "tmmu plan-hash agreement: one report per job.epoch.rank"}, o)
 	if err != nil {
 		return nil, err
 	}
-	progress, err := openBucket(ctx, js, ProgressBucket, "tmmu step progress: the last step each job.rank finished", o)
+	progress, err := openBucket(ctx, js, jetstream.KeyValueConfig{Bucket: ProgressBucket, Description: "tmmu step progress: the last step each job.rank finished"}, o)
 	if err != nil {
 		return nil, err
 	}
-	steps, err := openBucket(ctx, js, StepsBucket, "tmmu step barrier: the step each job.epoch.rank is ready to run", o)
+	steps, err := openBucket(ctx, js, jetstream.KeyValueConfig{Bucket: StepsBucket, Description: "tmmu step barrier: the step each job.epoch.rank is ready to run"}, o)
+	if err != nil {
+		return nil, err
+	}
+	coll, err := openBucket(ctx, js, jetstream.KeyValueConfig{Bucket: CollectiveBucket, Description: "tmmu collectives: each rank's contribution, kept for a while",
+		MaxValueSize: int32(collectiveChunk(nc) + 64), TTL: CollectiveTTL}, o)
 	if err != nil {
 		return nil, err
 	}
@@ -97,29 +103,27 @@ func New(nc *nats.Conn, opts ...Option) (*Transport, error) {
 	if err != nil {
 		return nil, fmt.Errorf("transport: kv stream %s: %w", bucketStream, err)
 	}
-	return &Transport{nc: nc, js: js, kv: kv, progress: progress, steps: steps, stream: stream}, nil
+	return &Transport{nc: nc, js: js, kv: kv, progress: progress, steps: steps, coll: coll, stream: stream}, nil
 }
 
-// openBucket opens a KV bucket, creating it (history 1, MaxValueSize, the
-// configured storage and replicas) if it does not exist.
-func openBucket(ctx context.Context, js jetstream.JetStream, name, desc string, o options) (jetstream.KeyValue, error) {
-	kv, err := js.KeyValue(ctx, name)
+// openBucket opens a KV bucket, creating it if it does not exist: cfg
+// with history 1, MaxValueSize unless cfg sets one, and the configured
+// storage and replicas.
+func openBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig, o options) (jetstream.KeyValue, error) {
+	kv, err := js.KeyValue(ctx, cfg.Bucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		kv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
-			Bucket:       name,
-			Description:  desc,
-			History:      1,
-			MaxValueSize: MaxValueSize,
-			Storage:      o.storage,
-			Replicas:     o.replicas,
-		})
+		cfg.History, cfg.Storage, cfg.Replicas = 1, o.storage, o.replicas
+		if cfg.MaxValueSize == 0 {
+			cfg.MaxValueSize = MaxValueSize
+		}
+		kv, err = js.CreateKeyValue(ctx, cfg)
 		if errors.Is(err, jetstream.ErrBucketExists) {
 			// Created concurrently (by another worker) with another config.
-			kv, err = js.KeyValue(ctx, name)
+			kv, err = js.KeyValue(ctx, cfg.Bucket)
 		}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("transport: kv bucket %s: %w", name, err)
+		return nil, fmt.Errorf("transport: kv bucket %s: %w", cfg.Bucket, err)
 	}
 	return kv, nil
 }
