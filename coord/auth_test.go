@@ -62,3 +62,22 @@ func TestAPITokenGuardsMutations(t *testing.T) {
 		}
 	}
 }
+
+// TestTokenFollowsRedirects: a client that reaches a follower under
+// another host name ("localhost" for the leader's 127.0.0.1) is
+// redirected to the leader with its token (net/http would drop it).
+func TestTokenFollowsRedirects(t *testing.T) {
+	c, li := startCluster(t)
+	for _, n := range c.Nodes {
+		n.SetAPIToken("t0ken")
+	}
+	follower := (li + 1) % len(c.Nodes)
+	cl := NewClient(strings.Replace(c.URLs()[follower], "127.0.0.1", "localhost", 1))
+	cl.Token = "t0ken"
+	_, err := cl.Submit(t.Context(), &SubmitRequest{Name: "not a valid name"})
+	if err == nil || strings.Contains(err.Error(), "401") || !strings.Contains(err.Error(), "job name") {
+		t.Fatalf("a submission through a follower: %v (want the leader's answer about the name, not 401)", err)
+	}
+	t.Logf("the leader answered: %v", err)
+}
+

@@ -27,7 +27,20 @@ type Client struct {
 
 // NewClient returns a client for the given base URLs ("http://host:port").
 func NewClient(urls ...string) *Client {
-	return &Client{URLs: urls, HTTP: &http.Client{Timeout: 30 * time.Second}}
+	return &Client{URLs: urls, HTTP: &http.Client{Timeout: 30 * time.Second, CheckRedirect: keepToken}}
+}
+
+// keepToken follows a follower's redirect to the leader with the API
+// token: net/http drops Authorization on a redirect to another host, and
+// the coordinators are other hosts.
+func keepToken(req *http.Request, via []*http.Request) error {
+	if len(via) >= 10 {
+		return errors.New("coord: stopped after 10 redirects")
+	}
+	if a := via[0].Header.Get("Authorization"); a != "" {
+		req.Header.Set("Authorization", a)
+	}
+	return nil
 }
 
 // ErrNotFound is returned for a job the cluster does not have.
