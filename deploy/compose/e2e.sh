@@ -44,12 +44,15 @@ advanced() {
   return 1
 }
 
-# check NAME BEFORE_HISTORY: the job advanced, all its epochs are agreed
-# and the history before the fault is a prefix of the history now.
+# check NAME BEFORE_HISTORY FROM: once the fault is over, the job commits
+# 3 more steps; all its epochs are agreed; and the history before the
+# fault is a prefix of the history now.
 check() {
-  local name=$1 before=$2 from=$3 s h t0=$SECONDS
-  if ! s=$(advanced "$from" 120); then
-    fail "$name: the job did not advance past step $((from + 3)) within 120s (at $(last_step))"
+  local name=$1 before=$2 from=$3 s h t0=$SECONDS now
+  now=$(last_step)
+  now=${now:-$from}
+  if ! s=$(advanced "$now" 120); then
+    fail "$name: the job did not advance past step $((now + 3)) within 120s (at $(last_step))"
     return
   fi
   h=$(history)
@@ -62,7 +65,7 @@ check() {
     fail "$name: epochs agreed=$agreed, history before the fault kept=$prefix"
     return
   fi
-  pass "$name: job advanced from step $from to $s in $((SECONDS - t0))s; $n_now epoch(s) all agreed; the $n_before committed before the fault unchanged"
+  pass "$name: step $from before the fault, $now after it, $s committed $((SECONDS - t0))s later; $n_now epoch(s), all agreed; the $n_before committed before the fault unchanged"
 }
 
 healthy() {
@@ -135,9 +138,11 @@ sleep 2
 $COMPOSE start w2 >/dev/null 2>&1
 check "worker w2 killed and restarted" "$before" "$from"
 
-# 6. An operator replan to another strategy, at the next safepoint.
+# 6. An operator replan to the other strategy, at the next safepoint.
 before=$(history) from=$(last_step)
-out=$($TMMU replan --job "$JOB" --reason "e2e: operator asks for the slot layout" --strategy slots --id "e2e-$(date +%s)" -o json 2>&1)
+strategy=slots
+[ "$(jq -r '.[-1].strategy' <<<"$before")" = slots ] && strategy=packed
+out=$($TMMU replan --job "$JOB" --reason "e2e: operator asks for the $strategy layout" --strategy $strategy --id "e2e-$(date +%s)" -o json 2>&1)
 if jq -e '.decision == "replan"' <<<"$out" >/dev/null 2>&1; then
   pass "operator replan: epoch $(jq -r .epoch <<<"$out") committed, switching at step $(jq -r .boundary <<<"$out")"
 else
