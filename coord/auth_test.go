@@ -80,4 +80,3 @@ func TestTokenFollowsRedirects(t *testing.T) {
 	}
 	t.Logf("the leader answered: %v", err)
 }
-
