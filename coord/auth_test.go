@@ -1,6 +1,7 @@
 package coord
 
 import (
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -50,6 +51,15 @@ func TestAPITokenGuardsMutations(t *testing.T) {
 		if resp.StatusCode == http.StatusUnauthorized {
 			t.Errorf("%s %s with the token: 401", call.method, call.path)
 		}
+	}
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(body), "tmmu_coordinator_unauthorized_requests_total 16") {
+		t.Errorf("the 16 refused calls are not counted:\n%s", body)
 	}
 	for _, path := range []string{"/v1/jobs", "/v1/status", "/readyz", "/metrics"} {
 		resp, err := http.Get(base + path)

@@ -43,7 +43,19 @@ type JobSpec struct {
 	// Elastic lets the job shrink when ranks leave for good: the leader
 	// replans it for the live ranks (see RunAgreement).
 	Elastic bool `json:"elastic,omitempty" cbor:"elastic"`
+	// DataMode is how tensor data may be handled: "standard" (or empty),
+	// "confidential" or "regulated". The last two forbid debug fills and
+	// keep tensor-derived values (the loss) out of logs, metrics and
+	// results.
+	DataMode string `json:"data_mode,omitempty" cbor:"data_mode,omitempty"`
 }
+
+// Data modes.
+const (
+	DataStandard     = "standard"
+	DataConfidential = "confidential"
+	DataRegulated    = "regulated"
+)
 
 // DefaultWindow is JobSpec.Window's default.
 const DefaultWindow = 2

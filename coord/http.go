@@ -72,6 +72,7 @@ type metrics struct {
 	outcomes  *prometheus.CounterVec
 	agreement prometheus.Histogram
 	refused   prometheus.Counter
+	replans   *prometheus.CounterVec
 }
 
 func newMetrics(n *Node) *metrics {
@@ -89,10 +90,11 @@ func newMetrics(n *Node) *metrics {
 		func() float64 { _, i := n.applied(); return float64(i) })
 	m.submits = prometheus.NewCounter(prometheus.CounterOpts{Name: "tmmu_coordinator_jobs_submitted_total", Help: "Jobs this node submitted as leader."})
 	m.outcomes = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tmmu_coordinator_epoch_outcomes_total", Help: "Epoch outcomes this node committed as leader."}, []string{"agreed"})
+	m.replans = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tmmu_coordinator_replans_total", Help: "Replan decisions this node made as leader, by decision (none, replan, abort)."}, []string{"decision"})
 	m.refused = prometheus.NewCounter(prometheus.CounterOpts{Name: "tmmu_coordinator_unauthorized_requests_total", Help: "Mutating API calls refused for a missing or wrong token."})
 	m.agreement = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tmmu_coordinator_agreement_seconds", Help: "From watching an epoch's reports to committing its outcome.",
 		Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)})
-	m.reg.MustRegister(m.leader, m.term, m.applied, m.submits, m.outcomes, m.agreement, m.refused)
+	m.reg.MustRegister(m.leader, m.term, m.applied, m.submits, m.outcomes, m.agreement, m.refused, m.replans)
 	return m
 }
 

@@ -210,6 +210,7 @@ func (a *agreement) handleReplan(ev replanEvent) {
 	}
 	d := jr.r.Decide(step)
 	out.Decision, out.Reasons = string(d.Kind), d.Reasons
+	a.n.metrics.replans.WithLabelValues(string(d.Kind)).Inc()
 	switch d.Kind {
 	case replan.AbortJob:
 		reason := "aborted at a safepoint: " + strings.Join(d.Reasons, "; ")

@@ -28,6 +28,7 @@ type SubmitRequest struct {
 	ReplayToken  string              `json:"replay_token,omitempty"`  // 64 hex digits
 	Window       uint64              `json:"window,omitempty"`        // default DefaultWindow
 	Elastic      bool                `json:"elastic,omitempty"`
+	DataMode     string              `json:"data_mode,omitempty"` // standard (default), confidential or regulated
 }
 
 var jobName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
@@ -70,8 +71,13 @@ func PrepareSubmit(req *SubmitRequest) (*Command, *shard.GlobalPlan, error) {
 	if policy != ReplanAtSafepoint && policy != ReplanAbort {
 		return nil, nil, failure.New(failure.InvalidOptions, "tmmu.coordinator", fmt.Sprintf("replan_policy %q: want %s or %s", policy, ReplanAtSafepoint, ReplanAbort))
 	}
+	switch req.DataMode {
+	case "", DataStandard, DataConfidential, DataRegulated:
+	default:
+		return nil, nil, failure.New(failure.InvalidOptions, "tmmu.coordinator", fmt.Sprintf("data_mode %q: want %s, %s or %s", req.DataMode, DataStandard, DataConfidential, DataRegulated))
+	}
 	js := &JobSpec{Name: req.Name, ShardSpec: *rs, ArenaConfig: req.ArenaConfig, Mode: req.Mode, Strategy: req.Strategy,
-		ReplanPolicy: policy, Steps: req.Steps, Window: req.Window, Source: req.Model, Elastic: req.Elastic}
+		ReplanPolicy: policy, Steps: req.Steps, Window: req.Window, Source: req.Model, Elastic: req.Elastic, DataMode: req.DataMode}
 	if js.Window == 0 {
 		js.Window = DefaultWindow
 	}

@@ -24,6 +24,22 @@ type Executor struct {
 	e      *Engine
 	vocab  uint64
 	closes []func() error // run by Close
+	quiet  bool           // confidential or regulated: no loss reported
+}
+
+// SetDataMode applies the job's data mode (runtime.ModeSetter): in
+// confidential and regulated modes the engine refuses debug fills and the
+// executor reports only the state hash, not the loss.
+func (x *Executor) SetDataMode(mode string) error {
+	switch m := Mode(mode); m {
+	case "", Standard:
+		x.e.opts.Mode, x.quiet = Standard, false
+	case Confidential, Regulated:
+		x.e.opts.Mode, x.quiet = m, true
+	default:
+		return fmt.Errorf("engine: data mode %q: want standard, confidential or regulated", mode)
+	}
+	return nil
 }
 
 // NewExecutor builds an executor over g planned by p. ownBackend makes
@@ -85,6 +101,9 @@ func (x *Executor) Step(ctx context.Context, step uint64) (runtime.StepStats, er
 	loss := Float32s(res.Watched["loss"])
 	if len(loss) != 1 {
 		return runtime.StepStats{}, fmt.Errorf("engine: loss has %d elements", len(loss))
+	}
+	if x.quiet {
+		return runtime.StepStats{Nodes: len(x.e.actions), State: res.State.String()}, nil
 	}
 	return runtime.StepStats{Nodes: len(x.e.actions), HasLoss: true, Loss: float64(loss[0]), State: res.State.String()}, nil
 }

@@ -63,6 +63,14 @@ type StateCarrier interface {
 	Import(map[string][]uint32) error
 }
 
+// ModeSetter is implemented by executors that handle tensor data: the
+// worker tells them the job's data mode ("standard", "confidential",
+// "regulated") before the first step. In the last two they report no
+// tensor-derived values (HasLoss stays false) and refuse debug fills.
+type ModeSetter interface {
+	SetDataMode(mode string) error
+}
+
 // Closer is implemented by executors that hold device memory; the worker
 // closes an executor when a plan switch retires it.
 type Closer interface {

@@ -87,3 +87,28 @@ func TestWorkersTrain(t *testing.T) {
 	}
 	t.Logf("rank 0 losses %v; switched to plan %s at step %d; both runs end in state %.16s", replanned[0].Losses, sw.New.Short(), sw.Step, straight[0].LastState)
 }
+
+// TestConfidentialJob: in a confidential job the computing executor runs
+// and seals its state, but no loss leaves it (no Losses in the result).
+func TestConfidentialJob(t *testing.T) {
+	l, ctx := startLocal(t)
+	m, err := models.GPT2(models.GPT2Config{Layers: 1, Hidden: 32, Heads: 2, Seq: 8, Context: 8, Batch: 1, Vocab: 32, DType: ir.F32, Train: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	irJSON, _ := json.Marshal(m)
+	if _, err := l.Client().Submit(ctx, &coord.SubmitRequest{Name: "secret", IR: irJSON, Steps: 3, DataMode: coord.DataConfidential,
+		ShardSpec: json.RawMessage(`{"world_size": 1}`), ArenaConfig: engine.ExecutableArenas(engine.PortableLimits, nil)}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := l.RunWorker(ctx, worker.Config{Identity: "s0", Job: "secret", ExecutorName: "cpu", Poll: 20 * time.Millisecond}, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Executor != "cpu" || res.StepsRun != 3 || len(res.Losses) != 0 || res.LastState == "" {
+		t.Fatalf("confidential job: executor %s, %d steps, losses %v, state %q", res.Executor, res.StepsRun, res.Losses, res.LastState)
+	}
+	if _, err := l.Client().Submit(ctx, &coord.SubmitRequest{Name: "bad", IR: irJSON, DataMode: "secretive", ShardSpec: json.RawMessage(`{"world_size": 1}`)}); err == nil {
+		t.Fatal("a data mode that does not exist was accepted")
+	}
+}

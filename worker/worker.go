@@ -168,6 +168,8 @@ type run struct {
 	world  uint64
 	models map[ir.Hash]*ir.Model
 	plans  map[uint64]*epochPlan
+	// dataMode is the job's data mode (coord.JobSpec.DataMode).
+	dataMode string
 	// job is the job as last fetched. It is kept from step to step and
 	// fetched again only when an announcement, a failed outcome or the
 	// poll says it changed. A stale copy is safe: it can only hold less
@@ -259,6 +261,7 @@ func (w *run) run(ctx context.Context) error {
 		return err
 	}
 	w.world = job.Spec.ShardSpec.WorldSize
+	w.dataMode = job.Spec.DataMode
 	claim, err := cfg.Rendezvous.Claim(ctx, cfg.Job, w.world, cfg.Identity)
 	if err != nil {
 		return err
@@ -356,9 +359,11 @@ func (w *run) run(ctx context.Context) error {
 			return fmt.Errorf("worker: step %d: %w", step, err)
 		}
 		took := time.Since(t)
+		if stats.State != "" {
+			w.res.LastState = stats.State
+		}
 		if stats.HasLoss {
 			w.res.Losses = append(w.res.Losses, stats.Loss)
-			w.res.LastState = stats.State
 			w.log.Debug("step", "step", step, "loss", stats.Loss, "state_hash", stats.State)
 		}
 		w.res.StepTime += took
@@ -628,6 +633,12 @@ func (w *run) start(p *epochPlan, step uint64) error {
 	exec, err := newExecutor(w.cfg, p.graph, p.plan.Plan)
 	if err != nil {
 		return err
+	}
+	if ms, ok := exec.(runtime.ModeSetter); ok {
+		if err := ms.SetDataMode(w.dataMode); err != nil {
+			closeExecutor(exec)
+			return err
+		}
 	}
 	w.mu.Lock()
 	var prev runtime.Executor

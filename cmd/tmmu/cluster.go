@@ -23,7 +23,7 @@ import (
 var jobCmd = &command{
 	name:    "job",
 	summary: "Submit jobs to a coordinator cluster, list them, and show a job's epochs (replan history).",
-	usage: "job submit IR|--source FILE --shard-spec SPEC --name NAME [--steps N] [--mode M] [--strategy S] [--arena-config FILE] [--replan-policy P] [cluster flags] [-o text|json]\n" +
+	usage: "job submit IR|--source FILE --shard-spec SPEC --name NAME [--steps N] [--mode M] [--strategy S] [--arena-config FILE] [--replan-policy P] [--data-mode M] [cluster flags] [-o text|json]\n" +
 		"       tmmu job list [cluster flags] [-o text|json]\n" +
 		"       tmmu job history NAME [cluster flags] [-o text|json]",
 	run: runJob,
@@ -138,7 +138,7 @@ func runJob(c *command, e *env, args []string) error {
 	fs := newFlags(e, &command{name: "job " + sub, usage: c.usage, summary: c.summary})
 	cf := addClusterFlags(fs)
 	out := fs.String("o", "text", "output: text or json")
-	var specFile, name, mode, strategy, arenaFile, policy, source *string
+	var specFile, name, mode, strategy, arenaFile, policy, source, dataMode *string
 	var steps *uint64
 	if sub == "submit" {
 		specFile = fs.String("shard-spec", "", "shard spec file (required)")
@@ -148,6 +148,7 @@ func runJob(c *command, e *env, args []string) error {
 		strategy = fs.String("strategy", string(planner.Packed), "placement strategy")
 		arenaFile = fs.String("arena-config", "", "arena config file (default: every arena aligned to 256 bytes in 128 MiB regions, WebGPU's default limits, so any worker's device can run the plan)")
 		policy = fs.String("replan-policy", coord.ReplanAtSafepoint, "replan_at_safepoint or abort")
+		dataMode = fs.String("data-mode", coord.DataStandard, "standard, confidential or regulated (the last two forbid debug fills and keep the loss out of logs and metrics)")
 		source = fs.String("source", "", "instead of an IR file, a model source JSON file: {\"model\": \"gpt2\", \"config\": {...}, \"dims\": {\"seq\": {\"min\": 1, \"max\": 512, \"buckets\": [512, 1024]}}} (dynamic dimensions, for shape replans)")
 	}
 	pos, cl, err := cf.parse(e, fs, out, args[1:])
@@ -189,7 +190,7 @@ func runJob(c *command, e *env, args []string) error {
 		return err
 	}
 	req := &coord.SubmitRequest{Name: *name, ShardSpec: specJSON, Mode: planner.Mode(*mode),
-		Strategy: planner.Strategy(*strategy), Steps: *steps, ReplanPolicy: *policy}
+		Strategy: planner.Strategy(*strategy), Steps: *steps, ReplanPolicy: *policy, DataMode: *dataMode}
 	if *source != "" {
 		data, err := readInput(e, *source)
 		if err != nil {

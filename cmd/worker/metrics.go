@@ -100,6 +100,13 @@ func (x *measured) Import(s map[string][]uint32) error {
 	return nil
 }
 
+func (x *measured) SetDataMode(mode string) error {
+	if s, ok := x.Executor.(runtime.ModeSetter); ok {
+		return s.SetDataMode(mode)
+	}
+	return nil
+}
+
 func (x *measured) Close() error {
 	if c, ok := x.Executor.(runtime.Closer); ok {
 		return c.Close()
