@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"net/url"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -51,7 +52,26 @@ type Local struct {
 }
 
 // Start starts NATS, etcd and the coordinators, and waits for a leader.
-func Start(o Options) (l *Local, err error) {
+//
+// Ports are picked free and bound a moment later, so another process can
+// take one in between: a start that fails on an address in use is
+// retried (three times at most) in fresh directories.
+func Start(o Options) (*Local, error) {
+	var err error
+	for try := range 3 {
+		oo := o
+		if try > 0 {
+			oo.Dir = filepath.Join(o.Dir, fmt.Sprint("retry", try))
+		}
+		var l *Local
+		if l, err = start(oo); err == nil || !strings.Contains(err.Error(), "address already in use") {
+			return l, err
+		}
+	}
+	return nil, err
+}
+
+func start(o Options) (l *Local, err error) {
 	if o.Coordinators == 0 {
 		o.Coordinators = 3
 	}
@@ -59,10 +79,11 @@ func Start(o Options) (l *Local, err error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	l = &Local{log: log}
+	started := &Local{log: log}
+	l = started
 	defer func() {
 		if err != nil {
-			l.Close()
+			started.Close() // l is nil by now
 		}
 	}()
 	ns, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: -1, JetStream: true,
