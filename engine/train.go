@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 
 	"github.com/tmmu/tmmu/ir"
 	"github.com/tmmu/tmmu/planner"
@@ -20,15 +21,7 @@ func unshared(g *ir.Graph, p *planner.Plan) *planner.Plan {
 	end := map[string]uint64{}
 	base := map[string]uint64{} // root id → its new offset
 	place := func(i int) int {
-		k, _ := slices.BinarySearchFunc(q.Tensors, g.Tensors[i].ID, func(t planner.TensorPlacement, id string) int {
-			switch {
-			case t.ID < id:
-				return -1
-			case t.ID > id:
-				return 1
-			}
-			return 0
-		})
+		k, _ := slices.BinarySearchFunc(q.Tensors, g.Tensors[i].ID, func(t planner.TensorPlacement, id string) int { return strings.Compare(t.ID, id) })
 		return k
 	}
 	for i := range g.Tensors {

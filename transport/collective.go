@@ -79,7 +79,13 @@ func (t *Transport) NewGroup(job string, rank, size int, timeout time.Duration) 
 		timeout = DefaultCollectiveTimeout
 	}
 	ctx, stop := context.WithCancel(context.Background())
-	w, err := t.coll.Watch(ctx, job+".>", jetstream.IgnoreDeletes())
+	type entry struct {
+		key   string
+		value []byte
+	}
+	entries, err := watch(ctx, t.coll, job+".>", func(e jetstream.KeyValueEntry) (entry, bool) {
+		return entry{e.Key(), e.Value()}, e.Operation() == jetstream.KeyValuePut
+	})
 	if err != nil {
 		stop()
 		return nil, fmt.Errorf("transport: watching %s collectives: %w", job, err)
@@ -88,19 +94,8 @@ func (t *Transport) NewGroup(job string, rank, size int, timeout time.Duration) 
 		done: make(chan struct{}), changed: make(chan struct{}), pending: map[string]*gathering{}}
 	go func() {
 		defer close(g.done)
-		defer stopWatcher(w)
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case e, ok := <-w.Updates():
-				if !ok {
-					return
-				}
-				if e != nil {
-					g.receive(e.Key(), e.Value())
-				}
-			}
+		for e := range entries {
+			g.receive(e.key, e.value)
 		}
 	}()
 	return g, nil
