@@ -94,6 +94,23 @@ func PlanRank(m *ir.Model, spec *Spec, rank uint64, opts planner.Options) (*Rank
 	return rp, nil
 }
 
+// PlanView plans a view that RankView made of spec, as PlanRank would
+// (the same plan and hash): a rank whose graph and shard spec stay the
+// same across a replan (a new strategy or arena config) keeps its view
+// and only plans it again.
+func PlanView(v *View, spec *Spec, opts planner.Options) (*RankPlan, error) {
+	rs, err := spec.Resolve()
+	if err != nil {
+		return nil, err
+	}
+	rp, err := planView(v, rs, opts)
+	if err != nil {
+		return nil, err
+	}
+	rp.View = v
+	return rp, nil
+}
+
 // PlanRanks plans every rank of the job and returns the global plan with
 // the rank plans in rank order. Ranks of one pipeline stage share a view,
 // so each stage is planned once and its plan restamped per rank

@@ -26,7 +26,8 @@ import (
 // the raft commit, every rank's report and the agreement, and waiting for
 // the boundary, which lies past the window of 2 steps the ranks may run
 // ahead of the committed progress. Each round's phases (raft commit,
-// agreement, boundary) are logged.
+// agreement, boundary) are logged. A strategy change keeps every rank's
+// view (same graph, spec and rank), so each rank only plans again.
 func BenchmarkReplan(b *testing.B) {
 	for _, ranks := range []int{8, 64} {
 		b.Run(fmt.Sprintf("ranks=%d", ranks), func(b *testing.B) { benchReplan(b, ranks) })

@@ -168,6 +168,10 @@ type run struct {
 	world  uint64
 	models map[ir.Hash]*ir.Model
 	plans  map[uint64]*epochPlan
+	// view is the last rank view planned, for viewKey: a replan that
+	// keeps the graph, spec and rank plans it again without a new view.
+	view    *shard.View
+	viewKey viewKey
 	// dataMode is the job's data mode (coord.JobSpec.DataMode).
 	dataMode string
 	// job is the job as last fetched. It is kept from step to step and
@@ -525,6 +529,14 @@ func (w *run) await(ctx context.Context, step uint64) (*epochPlan, error) {
 	}
 }
 
+// viewKey identifies a rank view: the model (one *ir.Model per IR hash),
+// the shard spec's hash and the rank.
+type viewKey struct {
+	model *ir.Model
+	spec  ir.Hash
+	rank  uint64
+}
+
 // prepare plans this rank under epoch i and reports the hash, once.
 func (w *run) prepare(ctx context.Context, job *coord.Job, i uint64) (*epochPlan, error) {
 	w.mu.Lock()
@@ -568,10 +580,18 @@ func (w *run) prepare(ctx context.Context, job *coord.Job, i uint64) (*epochPlan
 		w.cfg.AdjustOptions(&opts)
 	}
 	t := time.Now()
-	rp, err := shard.PlanRank(model, spec, rank, opts)
+	var rp *shard.RankPlan
+	key := viewKey{model: model, spec: spec.Hash(), rank: rank}
+	if w.view != nil && w.viewKey == key {
+		// Same graph, spec and rank as the epoch before: keep the view.
+		rp, err = shard.PlanView(w.view, spec, opts)
+	} else {
+		rp, err = shard.PlanRank(model, spec, rank, opts)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("worker: planning rank %d under epoch %d: %w", rank, i, err)
 	}
+	w.view, w.viewKey = rp.View, key
 	if i == 0 || w.res.PlanTime == 0 {
 		w.res.PlanTime = time.Since(t)
 	}
