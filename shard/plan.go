@@ -86,12 +86,7 @@ func PlanRank(m *ir.Model, spec *Spec, rank uint64, opts planner.Options) (*Rank
 	if err != nil {
 		return nil, err
 	}
-	rp, err := planView(v, rs, opts)
-	if err != nil {
-		return nil, err
-	}
-	rp.View = v
-	return rp, nil
+	return PlanView(v, rs, opts)
 }
 
 // PlanView plans a view that RankView made of spec, as PlanRank would
