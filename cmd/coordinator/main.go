@@ -79,9 +79,7 @@ func run(args []string) error {
 	bootstrap := fs.Bool("bootstrap", false, "bootstrap a new cluster of --peers when the data dir is empty (every initial voter gets the same --peers; a node joining later runs without --bootstrap and is added with tmmu voter add)")
 	token := fs.String("api-token", "", "bearer token every mutating API call (job submit, replan, voter changes) must carry (empty: none)")
 	tokenFile := fs.String("api-token-file", "", "read the API token from this file")
-	natsUser := fs.String("nats-user", "", "NATS user (when the server requires credentials)")
-	natsPassword := fs.String("nats-password", "", "NATS password")
-	natsPasswordFile := fs.String("nats-password-file", "", "read the NATS password from this file")
+	natsAuth := cli.NATSFlags(fs)
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	fast := fs.Bool("fast-failover", false, "raft heartbeat and election timeouts of 300 ms instead of 1 s, for clusters on one LAN")
 	verbose := fs.Bool("v", false, "debug logging")
@@ -103,7 +101,7 @@ func run(args []string) error {
 	if err != nil {
 		return fmt.Errorf("--api-token-file: %w", err)
 	}
-	natsAuth, err := cli.NATSAuth(*natsUser, *natsPassword, *natsPasswordFile)
+	natsOpts, err := natsAuth()
 	if err != nil {
 		return err
 	}
@@ -123,7 +121,7 @@ func run(args []string) error {
 	errc := make(chan error, 1)
 	go func() { errc <- srv.ListenAndServe() }()
 
-	nc, err := nats.Connect(*natsURL, append(natsAuth, nats.MaxReconnects(-1), nats.Name("tmmu-coordinator-"+*id))...)
+	nc, err := nats.Connect(*natsURL, append(natsOpts, nats.MaxReconnects(-1), nats.Name("tmmu-coordinator-"+*id))...)
 	if err != nil {
 		node.Shutdown()
 		return fmt.Errorf("nats %s: %w", *natsURL, err)

@@ -69,9 +69,7 @@ func run(args []string) error {
 	ttl := fs.Int64("lease-ttl", 10, "rank lease TTL in seconds")
 	standby := fs.Duration("standby", 10*time.Minute, "how long to wait, when an elastic job's world leaves this worker out, for an epoch that takes it back")
 	executor := fs.String("executor", "auto", "auto (webgpu if an adapter exists, else cpu; arena for graphs the engine cannot run), webgpu, cpu, arena or plan-only")
-	natsUser := fs.String("nats-user", "", "NATS user (when the server requires credentials)")
-	natsPassword := fs.String("nats-password", "", "NATS password")
-	natsPasswordFile := fs.String("nats-password-file", "", "read the NATS password from this file")
+	natsAuth := cli.NATSFlags(fs)
 	httpAddr := fs.String("http-addr", "", "serve /livez, /readyz and /metrics here (empty: no HTTP)")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	verbose := fs.Bool("v", false, "debug logging")
@@ -92,11 +90,11 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
-	natsAuth, err := cli.NATSAuth(*natsUser, *natsPassword, *natsPasswordFile)
+	natsOpts, err := natsAuth()
 	if err != nil {
 		return err
 	}
-	nc, err := nats.Connect(*natsURL, append(natsAuth, nats.MaxReconnects(-1), nats.Name("tmmu-worker-"+*identity))...)
+	nc, err := nats.Connect(*natsURL, append(natsOpts, nats.MaxReconnects(-1), nats.Name("tmmu-worker-"+*identity))...)
 	if err != nil {
 		return fmt.Errorf("nats %s: %w", *natsURL, err)
 	}

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -34,6 +35,16 @@ func Secret(value, file string) (string, error) {
 		return value, nil
 	}
 	return ReadSecret(file)
+}
+
+// NATSFlags registers --nats-user, --nats-password and
+// --nats-password-file on fs; the function it returns gives the connect
+// options once the flags (and ApplyEnv) are parsed.
+func NATSFlags(fs *flag.FlagSet) func() ([]nats.Option, error) {
+	user := fs.String("nats-user", "", "NATS user (when the server requires credentials)")
+	password := fs.String("nats-password", "", "NATS password")
+	file := fs.String("nats-password-file", "", "read the NATS password from this file")
+	return func() ([]nats.Option, error) { return NATSAuth(*user, *password, *file) }
 }
 
 // NATSAuth returns the connect option for a NATS user and password (the
