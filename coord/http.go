@@ -189,9 +189,7 @@ func (n *Node) Handler() http.Handler {
 			return
 		}
 		var req ReplanRequest
-		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&req); err != nil {
+		if err := decodeStrict(w, r, 1<<20, &req); err != nil {
 			writeError(w, http.StatusBadRequest, err)
 			return
 		}
@@ -207,9 +205,7 @@ func (n *Node) Handler() http.Handler {
 			return
 		}
 		var p Peer
-		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<16))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&p); err != nil {
+		if err := decodeStrict(w, r, 1<<16, &p); err != nil {
 			writeError(w, http.StatusBadRequest, err)
 			return
 		}
@@ -306,14 +302,20 @@ func (n *Node) readRedirect(w http.ResponseWriter, r *http.Request) bool {
 	return false
 }
 
+// decodeStrict decodes a request body of at most limit bytes into v,
+// refusing unknown fields.
+func decodeStrict(w http.ResponseWriter, r *http.Request, limit int64, v any) error {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, limit))
+	dec.DisallowUnknownFields()
+	return dec.Decode(v)
+}
+
 func (n *Node) handleSubmit(w http.ResponseWriter, r *http.Request) {
 	if n.redirect(w, r) {
 		return
 	}
 	var req SubmitRequest
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxSubmitBytes))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
+	if err := decodeStrict(w, r, MaxSubmitBytes, &req); err != nil {
 		writeError(w, http.StatusBadRequest, failure.New(failure.InvalidEncoding, "tmmu.coordinator", "submission: "+err.Error()))
 		return
 	}
