@@ -10,10 +10,10 @@ import (
 	"github.com/tmmu/tmmu/models"
 )
 
-// TestPackedCapacity: a capacity the packed layout meets but the slots
-// layout does not plans with packed and fails with slots; a capacity below
-// the lower bound fails with ARENA_TOO_SMALL saying no placement fits.
-func TestPackedCapacity(t *testing.T) {
+// smallGPT2 is a 2-layer GPT-2 train_full graph (hidden 64, vocabulary
+// 512).
+func smallGPT2(t *testing.T) *ir.Graph {
+	t.Helper()
 	c := models.DefaultGPT2Config()
 	c.Layers, c.Hidden, c.Heads, c.Seq, c.Context, c.Vocab, c.Train = 2, 64, 4, 32, 32, 512, true
 	m, err := models.GPT2(c)
@@ -24,6 +24,14 @@ func TestPackedCapacity(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return g
+}
+
+// TestPackedCapacity: a capacity the packed layout meets but the slots
+// layout does not plans with packed and fails with slots; a capacity below
+// the lower bound fails with ARENA_TOO_SMALL saying no placement fits.
+func TestPackedCapacity(t *testing.T) {
+	g := smallGPT2(t)
 	plan := func(st Strategy, capacity uint64) (*Plan, error) {
 		opts := DefaultOptions(g)
 		opts.Strategy = st

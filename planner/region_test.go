@@ -4,8 +4,6 @@ import (
 	"testing"
 
 	"github.com/tmmu/tmmu/failure"
-	"github.com/tmmu/tmmu/ir"
-	"github.com/tmmu/tmmu/models"
 )
 
 // TestRegionBytes: with region_bytes set, no storage of any strategy
@@ -13,16 +11,7 @@ import (
 // one moved across a boundary, the arena config hash changes, and a
 // storage larger than a region is refused.
 func TestRegionBytes(t *testing.T) {
-	c := models.DefaultGPT2Config()
-	c.Layers, c.Hidden, c.Heads, c.Seq, c.Context, c.Vocab, c.Train = 2, 64, 4, 32, 32, 512, true
-	m, err := models.GPT2(c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := ir.Compile(m)
-	if err != nil {
-		t.Fatal(err)
-	}
+	g := smallGPT2(t)
 	const region = 256 << 10
 	for _, st := range []Strategy{Slots, Packed, GreedySize} {
 		opts := DefaultOptions(g)
