@@ -107,8 +107,8 @@ type collective struct {
 	size     uint64 // group size
 }
 
-// collectiveOps are the collectives the engine runs (data parallel);
-// tensor- and pipeline-parallel views are refused.
+// isCollective reports whether op is a collective of package shard; the
+// engine runs the data-parallel ones and refuses the others.
 func isCollective(op string) bool {
 	return strings.HasPrefix(op, "dp.") || strings.HasPrefix(op, "tp.") || strings.HasPrefix(op, "pp.")
 }
@@ -157,14 +157,14 @@ func (c *collective) run(ctx context.Context, e *Engine, key string) error {
 	n, size := c.in.numel, c.size
 	part := (max(c.in.numel, c.out.numel) + size - 1) / size
 	send, err := be.Read(c.in.region, c.in.word*4, n*4)
+	if err != nil {
+		return deviceError(err)
+	}
 	if c.op == "dp.all_gather" && c.inPlace {
 		// The whole tensor is in place; this rank's partition is new.
 		lo := min(rank*part, n)
 		hi := min(lo+part, n)
 		send = send[lo*4 : hi*4]
-	}
-	if err != nil {
-		return deviceError(err)
 	}
 	all, err := e.opts.Collectives.Exchange(ctx, key, send)
 	if err != nil {

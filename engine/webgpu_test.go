@@ -4,7 +4,6 @@ import (
 	"errors"
 	"math"
 	"os"
-	"slices"
 	"testing"
 
 	"github.com/tmmu/tmmu/ir"
@@ -125,11 +124,9 @@ func paramsAfter(t *testing.T, g *ir.Graph, p *planner.Plan, opts Options) map[s
 	if err := e.InitState(nil); err != nil {
 		t.Fatal(err)
 	}
-	vocab := uint64(0)
-	for i := range g.Tensors {
-		if tt := &g.Tensors[i]; tt.Role == ir.Parameter && len(tt.Shape) == 2 && slices.Contains([]string{"wte", "embed_tokens.w"}, tt.ID) {
-			vocab = tt.Shape[0]
-		}
+	vocab, err := vocabOf(g)
+	if err != nil {
+		t.Fatal(err)
 	}
 	for s := range 2 {
 		if err := e.FeedLM(uint64(s), vocab); err != nil {
