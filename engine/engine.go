@@ -115,7 +115,7 @@ func New(g *ir.Graph, p *planner.Plan, opts Options) (*Engine, error) {
 	l := &lowerer{e: e}
 	for _, ni := range live.Order {
 		n := &g.Nodes[ni]
-		a := action{node: n.ID}
+		a := action{node: n.ID, outputs: n.Outputs}
 		if isCollective(n.Op) {
 			a.coll, err = l.collective(n)
 		} else {
@@ -282,8 +282,7 @@ func (e *Engine) StepAt(ctx context.Context, step uint64) (*StepResult, error) {
 			}
 		}
 		if len(e.watch) > 0 {
-			n := &e.g.Nodes[e.nodeIndex(a.node)]
-			for _, id := range n.Outputs {
+			for _, id := range a.outputs {
 				if _, ok := e.watch[id]; ok {
 					w, err := e.ReadTensor(id)
 					if err != nil {
@@ -301,11 +300,6 @@ func (e *Engine) StepAt(ctx context.Context, step uint64) (*StepResult, error) {
 	res.State = st
 	e.t++
 	return res, nil
-}
-
-func (e *Engine) nodeIndex(id string) int32 {
-	i, _ := e.g.NodeIndex(id)
-	return i
 }
 
 // StateHash seals the persistent state after a step.

@@ -17,6 +17,7 @@ const OpExecute = "UML_OS.TMMU.Execute_v1"
 // for a node, or a collective.
 type action struct {
 	node     string
+	outputs  []string // the node's outputs, for Watch
 	launches []Launch
 	coll     *collective
 }
