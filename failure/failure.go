@@ -48,6 +48,9 @@ const (
 	UnsupportedExecution  Code = "UNSUPPORTED_EXECUTION"   // a graph, dtype or op the executors cannot run
 	ModeViolation         Code = "MODE_VIOLATION"          // an operation the job's mode forbids (debug fill in confidential or regulated mode)
 	DeviceError           Code = "DEVICE_ERROR"            // the device refused memory or failed a kernel or a transfer
+	CheckpointCorrupt     Code = "CHECKPOINT_CORRUPT"      // a checkpoint object does not hash to its digest, or does not decode
+	RestoreMismatch       Code = "RESTORE_MISMATCH"        // a restored state does not hash to the checkpoint's state hash
+	CheckpointStoreFull   Code = "CHECKPOINT_STORE_FULL"   // the checkpoint store has no room for an object
 )
 
 // Codes lists every code in a fixed order.
@@ -56,7 +59,8 @@ var Codes = []Code{
 	ArenaTooSmall, AlignmentViolation, InvalidEncoding, InvalidIRGraph,
 	ReadBeforeWrite, InvalidAlias, InvalidExecutionOrder, InvalidOptions,
 	PlanMismatch, IOError, InvalidShardSpec, UnsupportedExecution,
-	ModeViolation, DeviceError,
+	ModeViolation, DeviceError, CheckpointCorrupt, RestoreMismatch,
+	CheckpointStoreFull,
 }
 
 // Error implements error so that a Code can be the target of errors.Is.
