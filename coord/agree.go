@@ -4,9 +4,13 @@ import (
 	"context"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
+	"github.com/tmmu/tmmu/checkpoint"
 	"github.com/tmmu/tmmu/rendezvous"
 	"github.com/tmmu/tmmu/transport"
 )
@@ -28,10 +32,23 @@ import (
 // Leadership lost, it stops its watchers; commands are idempotent, so a
 // commit that raced a leadership change is harmless.
 //
-// With a rendezvous client (nil: none) it also shrinks elastic jobs whose
-// ranks left for good (see shrink).
-func (n *Node) RunAgreement(ctx context.Context, t *transport.Transport, rv *rendezvous.Client) {
-	a := &agreement{n: n, t: t, rv: rv, watch: map[string]context.CancelFunc{}, replans: map[string]*jobReplans{}}
+//   - for every live job, it watches the checkpoint reports and commits
+//     each checkpoint once every rank of the world reported it, collects
+//     the objects no kept checkpoint needs, and decides the ranks'
+//     recovery requests (package recovery: roll back, drop a corrupt
+//     checkpoint, pause, fail);
+//   - it announces a job's changes of status (cancelled, paused, done,
+//     deleted) so that its workers fetch it, and cleans up after deleted
+//     jobs.
+//
+// With a rendezvous client it also tracks which ranks hold no lease (tmmu
+// status) and shrinks elastic jobs whose ranks left for good (see resize).
+func (n *Node) RunAgreement(ctx context.Context, l Leading) {
+	a := &agreement{n: n, t: l.Transport, rv: l.Rendezvous, store: l.Store, shrinkAfter: l.ShrinkAfter,
+		watch: map[string]context.CancelFunc{}, replans: map[string]*jobReplans{}, recov: map[string]*nats.Subscription{}, marks: map[string]mark{}}
+	if a.shrinkAfter == 0 {
+		a.shrinkAfter = DefaultShrinkAfter
+	}
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
 	defer a.stopAll()
@@ -50,13 +67,31 @@ func (n *Node) RunAgreement(ctx context.Context, t *transport.Transport, rv *ren
 			}
 			a.sync(ctx)
 			a.handleReplan(ev)
+		case q := <-n.recovers:
+			if !n.IsLeader() {
+				continue
+			}
+			a.sync(ctx)
+			a.handleRecovery(q)
 		}
 		if !n.IsLeader() {
 			a.stopAll()
 			continue
 		}
+		if a.store == nil {
+			sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			st, err := checkpoint.NewNATSStore(sctx, a.t.JetStream(), checkpoint.NATSConfig{})
+			cancel()
+			if err != nil {
+				n.log.Warn("opening the checkpoint store", "err", err)
+				continue
+			}
+			a.store = st
+		}
 		a.sync(ctx)
 		if s, _ := n.applied(); s != nil {
+			a.trackAbsent(ctx, s)
+			a.announceChanges(ctx, s)
 			a.checkMembership(ctx, s)
 		}
 	}
@@ -65,14 +100,21 @@ func (n *Node) RunAgreement(ctx context.Context, t *transport.Transport, rv *ren
 type agreement struct {
 	n     *Node
 	t     *transport.Transport
+	store checkpoint.Store
 	mu    sync.Mutex
-	watch map[string]context.CancelFunc // "job/epoch" or "job/progress" → watcher
+	watch map[string]context.CancelFunc // "job/epoch", "job/progress" or "job/checkpoints" → watcher
 	wg    sync.WaitGroup
 	// replans holds the replan state of each live job (leader only).
 	replans map[string]*jobReplans
+	// recov holds each live job's subscription to recovery requests.
+	recov map[string]*nats.Subscription
+	// marks is what was last announced of each job.
+	marks map[string]mark
 	// rv, when set, lets the leader see which ranks left elastic jobs.
-	rv        *rendezvous.Client
-	lastCheck time.Time
+	rv          *rendezvous.Client
+	shrinkAfter time.Duration
+	lastCheck   time.Time
+	lastAbsent  time.Time
 }
 
 func (a *agreement) stopAll() {
@@ -85,8 +127,16 @@ func (a *agreement) stopAll() {
 		jr.sub.Unsubscribe()
 		delete(a.replans, k)
 	}
+	for k, sub := range a.recov {
+		sub.Unsubscribe()
+		delete(a.recov, k)
+	}
 	a.mu.Unlock()
 	a.wg.Wait()
+	a.marks = map[string]mark{}
+	a.n.absentMu.Lock()
+	a.n.absent = nil
+	a.n.absentMu.Unlock()
 }
 
 func (a *agreement) sync(ctx context.Context) {
@@ -108,19 +158,54 @@ func (a *agreement) sync(ctx context.Context) {
 				}()
 			}
 		}
-		live := j.Status == StatusRunning || j.Status == StatusAgreeing
-		pkey := name + "/progress"
-		if _, ok := a.watch[pkey]; live && !ok {
-			wctx, cancel := context.WithCancel(ctx)
-			a.watch[pkey] = cancel
-			a.wg.Add(1)
-			go func() {
-				defer a.wg.Done()
-				a.progress(wctx, name, j.LastStep)
-			}()
+		live := !j.Final()
+		for _, w := range []struct {
+			key string
+			run func(context.Context)
+		}{
+			{name + "/progress", func(c context.Context) { a.progress(c, name) }},
+			{name + "/checkpoints", func(c context.Context) { a.watchCheckpoints(c, name) }},
+		} {
+			if _, ok := a.watch[w.key]; live && !ok {
+				wctx, cancel := context.WithCancel(ctx)
+				a.watch[w.key] = cancel
+				a.wg.Add(1)
+				go func() {
+					defer a.wg.Done()
+					w.run(wctx)
+				}()
+			} else if ok && !live {
+				a.watch[w.key]()
+				delete(a.watch, w.key)
+			}
+		}
+		if sub, ok := a.recov[name]; live && !ok {
+			sub, err := a.t.SubscribeRecovery(name, func(q transport.RecoveryRequest) {
+				select {
+				case a.n.recovers <- q:
+				default: // the loop is busy; the rank asks again
+				}
+			})
+			if err != nil {
+				a.n.log.Warn("subscribing to recovery requests", "job", name, "err", err)
+			} else {
+				a.recov[name] = sub
+			}
 		} else if ok && !live {
-			a.watch[pkey]()
-			delete(a.watch, pkey)
+			sub.Unsubscribe()
+			delete(a.recov, name)
+		}
+	}
+	for name, sub := range a.recov {
+		if s.Jobs[name] == nil {
+			sub.Unsubscribe()
+			delete(a.recov, name)
+		}
+	}
+	for key, cancel := range a.watch {
+		if job, _, _ := strings.Cut(key, "/"); s.Jobs[job] == nil {
+			cancel()
+			delete(a.watch, key)
 		}
 	}
 	a.syncReplans(s)
@@ -173,15 +258,18 @@ func (a *agreement) forget(job string, epoch uint64) {
 
 // progress commits the highest step every rank of a job has finished:
 // by rank, or, once an elastic job names its ranks, by identity over the
-// ranks that run the next step and every epoch after it. It re-evaluates on
-// every record and on a tick, since a new epoch can change who counts.
-func (a *agreement) progress(ctx context.Context, job string, committed uint64) {
+// ranks that run the next step and every epoch after it. Only reports of
+// the job's current timeline count (epochs from the last rollback on).
+// It re-evaluates on every record and on a tick, since a new epoch can
+// change who counts.
+func (a *agreement) progress(ctx context.Context, job string) {
 	ch, err := a.t.WatchProgress(ctx, job)
 	if err != nil {
 		a.n.log.Warn("watching progress", "job", job, "err", err)
+		a.forgetKey(job + "/progress")
 		return
 	}
-	type rec struct{ rank, step uint64 }
+	type rec struct{ rank, step, epoch uint64 }
 	latest := map[string]rec{}
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
@@ -191,17 +279,25 @@ func (a *agreement) progress(ctx context.Context, job string, committed uint64) 
 			return
 		case d, ok := <-ch:
 			if !ok {
+				a.forgetKey(job + "/progress")
 				return
 			}
-			if r, seen := latest[d.Identity]; !seen || d.Step > r.step {
-				latest[d.Identity] = rec{d.Rank, d.Step}
+			if r, seen := latest[d.Identity]; !seen || d.Epoch > r.epoch || (d.Epoch == r.epoch && d.Step > r.step) {
+				latest[d.Identity] = rec{d.Rank, d.Step, d.Epoch}
 			}
 		case <-tick.C:
 		}
 		s, _ := a.n.applied()
 		j := s.Jobs[job]
-		if j == nil {
+		if j == nil || j.Final() {
 			continue
+		}
+		committed, timeline := j.LastStep, j.Timeline()
+		stepOf := func(r rec) uint64 {
+			if r.epoch < timeline {
+				return 0 // an abandoned timeline's
+			}
+			return r.step
 		}
 		last := uint64(len(j.Epochs) - 1)
 		spec, members := j.World(last)
@@ -220,14 +316,14 @@ func (a *agreement) progress(ctx context.Context, job string, committed uint64) 
 					}
 				}
 				if in {
-					low = min(low, latest[id].step)
+					low = min(low, stepOf(latest[id]))
 				}
 			}
 		} else {
 			perRank := make([]uint64, spec.WorldSize)
 			for _, r := range latest {
 				if r.rank < spec.WorldSize {
-					perRank[r.rank] = max(perRank[r.rank], r.step)
+					perRank[r.rank] = max(perRank[r.rank], stepOf(r))
 				}
 			}
 			low = slices.Min(perRank)
@@ -235,15 +331,14 @@ func (a *agreement) progress(ctx context.Context, job string, committed uint64) 
 		if low <= committed {
 			continue
 		}
-		if _, err := a.n.Apply(&Command{Kind: CmdProgress, Job: job, Step: low}, 5*time.Second); err != nil {
+		if _, err := a.n.Apply(&Command{Kind: CmdProgress, Job: job, Step: low, Epoch: timeline}, 5*time.Second); err != nil {
 			a.n.log.Debug("committing progress", "job", job, "step", low, "err", err)
 			continue
 		}
-		committed = low
 		// Tell the ranks how far they may run now.
 		if s, _ := a.n.applied(); s.Jobs[job] != nil {
 			j := s.Jobs[job]
-			e := j.EpochFor(low + 1)
+			e := j.EpochFor(j.LastStep + 1)
 			a.t.PublishAnnouncement(transport.Announcement{Job: job, Epoch: e.Epoch, Kind: transport.KindGrant, StartStep: j.Horizon(e.Epoch)})
 		}
 	}

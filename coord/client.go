@@ -43,8 +43,12 @@ func keepToken(req *http.Request, via []*http.Request) error {
 	return nil
 }
 
-// ErrNotFound is returned for a job the cluster does not have.
+// ErrNotFound is returned for a job the cluster does not have (yet): the
+// leader's answer, or every node's while none knows a leader.
 var ErrNotFound = errors.New("coord: not found")
+
+// ErrGone is returned for a job that was deleted (410): final.
+var ErrGone = errors.New("coord: the job was deleted")
 
 // Retries is how many times a request goes round all URLs when every
 // node is unreachable or has no leader (an election in progress), with
@@ -70,7 +74,8 @@ func (c *Client) do(ctx context.Context, method, path string, body []byte, out a
 	return err
 }
 
-// once tries every URL once; retry says the failure may pass.
+// once tries every URL once; retry says the failure may pass (a stale
+// not-found included: the next round may reach a node that knows).
 func (c *Client) once(ctx context.Context, method, path string, body []byte, out any) (retry bool, err error) {
 	var last error
 	for _, base := range c.URLs {
@@ -103,6 +108,13 @@ func (c *Client) once(ctx context.Context, method, path string, body []byte, out
 			continue
 		}
 		switch {
+		case resp.StatusCode == http.StatusGone:
+			return false, fmt.Errorf("%w: %s", ErrGone, apiMessage(data))
+		case resp.StatusCode == http.StatusNotFound && resp.Header.Get("X-Tmmu-Stale") != "":
+			// A node that does not know the leader yet (it restarted)
+			// answered from its own state: ask another.
+			last = fmt.Errorf("%w: %s (a node without a leader answered)", ErrNotFound, apiMessage(data))
+			continue
 		case resp.StatusCode == http.StatusNotFound:
 			return false, fmt.Errorf("%w: %s", ErrNotFound, apiMessage(data))
 		case resp.StatusCode == http.StatusServiceUnavailable || resp.StatusCode >= 500:
@@ -208,6 +220,22 @@ func (c *Client) RemoveVoter(ctx context.Context, id string) (*Status, error) {
 func (c *Client) RankPlan(ctx context.Context, job string, rank uint64) (*shard.RankPlan, error) {
 	var rp shard.RankPlan
 	return &rp, c.do(ctx, http.MethodGet, fmt.Sprintf("/v1/jobs/%s/ranks/%d/plan", url.PathEscape(job), rank), nil, &rp)
+}
+
+// Cancel cancels a job: its workers stop, its checkpoints stay.
+func (c *Client) Cancel(ctx context.Context, job, reason string) (*Job, error) {
+	body, err := json.Marshal(CancelRequest{Reason: reason})
+	if err != nil {
+		return nil, err
+	}
+	var j Job
+	return &j, c.do(ctx, http.MethodPost, "/v1/jobs/"+url.PathEscape(job)+"/cancel", body, &j)
+}
+
+// Delete deletes a job: its workers stop, and its checkpoints and
+// reports are removed.
+func (c *Client) Delete(ctx context.Context, job string) error {
+	return c.do(ctx, http.MethodDelete, "/v1/jobs/"+url.PathEscape(job), nil, nil)
 }
 
 // Replan sends an operator's replan request; token is the operator token

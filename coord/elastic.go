@@ -12,16 +12,17 @@ import (
 )
 
 // resize replans an elastic job whose current epoch lost ranks for good
-// (their rendezvous leases expired) for the ranks still present, or, when
-// every rank is live and lost ranks came back, for the larger world
-// (whole tensor × pipeline groups only).
+// (their rendezvous leases gone for ShrinkAfter) for the ranks still
+// present, or, when every rank is live and lost ranks came back, for the
+// larger world (whole tensor × pipeline groups only).
 //
-// A shrink's boundary is fenced from the stored step reports: the live ranks
-// cannot pass a barrier the lost rank never reported ready, so the first
-// step after the lost ranks' last reports is one nobody ran, and one every
-// live rank can reach. The new epoch keeps the tensor and pipeline degrees
-// and gives the data-parallel group the rest; its ranks are the live
-// identities in their old rank order.
+// A shrink rolls the job back to its last committed checkpoint: the lost
+// ranks' shards of the state after it exist only there. The new world
+// restores it, recut for its size (package checkpoint), and runs the
+// steps after it again. A growth starts at a boundary past the horizon,
+// from the checkpoint the old world writes just before it. The new epoch
+// keeps the tensor and pipeline degrees and gives the data-parallel group
+// the rest; its ranks are the live identities in their old rank order.
 func (a *agreement) resize(ctx context.Context, j *Job) error {
 	cur := j.Current()
 	if j.Status != StatusRunning || cur.Outcome == nil || !cur.Outcome.Agreed {
@@ -41,10 +42,24 @@ func (a *agreement) resize(ctx context.Context, j *Job) error {
 			}
 		}
 	}
+	// A rank counts as gone once the leader has seen its lease missing
+	// for shrinkAfter: one that lost it while etcd restarted claims it
+	// again well before.
 	live := map[string]bool{}
 	for _, m := range present {
 		if m.Present {
 			live[m.Identity] = true
+		}
+	}
+	longGone := map[string]bool{}
+	for _, x := range a.n.absentOf(j.Spec.Name) {
+		if time.Since(x.Since) >= a.shrinkAfter {
+			longGone[x.Identity] = true
+		}
+	}
+	for _, id := range members {
+		if !live[id] && !longGone[id] {
+			live[id] = true // missing, not for long enough yet
 		}
 	}
 	var keep, gone []string
@@ -68,24 +83,22 @@ func (a *agreement) resize(ctx context.Context, j *Job) error {
 		}
 	}
 	group := spec.TensorParallel.Degree * spec.Stages()
-	boundary, fence := cur.StartStep, false
+	boundary := cur.StartStep
+	var restore *Restore
 	var reason string
 	switch {
 	case len(gone) > 0 && len(keep) > 0:
 		if uint64(len(keep))%group != 0 {
 			return fmt.Errorf("coord: job %q kept %d ranks, not a multiple of tensor × pipeline %d: it waits for ranks to return", j.Spec.Name, len(keep), group)
 		}
-		steps, err := a.t.Steps(ctx, j.Spec.Name, cur.Epoch)
-		if err != nil {
-			return err
+		restore = &Restore{Rollback: true}
+		from := "the initial state"
+		if k := j.LastCheckpoint(); k != nil {
+			restore.Step = k.Step
+			from = fmt.Sprintf("the checkpoint of step %d", k.Step)
 		}
-		for _, r := range lost {
-			if rep, ok := steps[r]; ok {
-				boundary = max(boundary, rep.Step+1)
-			}
-		}
-		fence = true
-		reason = fmt.Sprintf("ranks %v (%s) left: world %d → %d", lost, strings.Join(gone, ", "), spec.WorldSize, len(keep))
+		boundary = restore.Step + 1
+		reason = fmt.Sprintf("ranks %v (%s) left: world %d → %d, restoring %s", lost, strings.Join(gone, ", "), spec.WorldSize, len(keep), from)
 	case len(gone) == 0 && len(back) > 0:
 		// Growth: every rank of the world is live and stepping, so the
 		// usual boundary past the horizon is reachable.
@@ -95,7 +108,8 @@ func (a *agreement) resize(ctx context.Context, j *Job) error {
 		}
 		back = back[:n-uint64(len(keep))]
 		keep = append(keep, back...)
-		reason = fmt.Sprintf("%s came back: world %d → %d", strings.Join(back, ", "), spec.WorldSize, len(keep))
+		restore = &Restore{} // at the boundary, from the old world's checkpoint there
+		reason = fmt.Sprintf("%s came back: world %d → %d, from the checkpoint at the boundary", strings.Join(back, ", "), spec.WorldSize, len(keep))
 	default:
 		return nil
 	}
@@ -116,11 +130,11 @@ func (a *agreement) resize(ctx context.Context, j *Job) error {
 		return err
 	}
 	e := &Epoch{Epoch: cur.Epoch + 1, StartStep: boundary, GlobalPlanHash: gp.Hash, IRHash: gp.IRHash, ShardSpec: rs, Members: keep,
-		Reason: reason, CommittedAt: time.Now().UnixNano()}
+		Reason: reason, CommittedAt: time.Now().UnixNano(), Restore: restore}
 	for _, r := range gp.Ranks {
 		e.Expected = append(e.Expected, r.PlanHash)
 	}
-	if _, err := a.n.Apply(&Command{Kind: CmdEpoch, Job: j.Spec.Name, New: e, Fence: fence}, 10*time.Second); err != nil {
+	if _, err := a.n.Apply(&Command{Kind: CmdEpoch, Job: j.Spec.Name, New: e}, 10*time.Second); err != nil {
 		return err
 	}
 	a.t.PublishAnnouncement(transport.Announcement{Job: j.Spec.Name, Epoch: e.Epoch, Kind: transport.KindEpoch, StartStep: e.StartStep, Reason: trim(e.Reason)})

@@ -1,6 +1,7 @@
 package coord
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"slices"
@@ -48,6 +49,39 @@ type JobSpec struct {
 	// keep tensor-derived values (the loss) out of logs, metrics and
 	// results.
 	DataMode string `json:"data_mode,omitempty" cbor:"data_mode,omitempty"`
+	// CheckpointEvery is the checkpoint interval in steps: every rank
+	// checkpoints the state after each multiple of it, after the last
+	// step and at every epoch boundary (default DefaultCheckpointEvery).
+	CheckpointEvery uint64 `json:"checkpoint_every,omitempty" cbor:"checkpoint_every,omitempty"`
+	// CheckpointKeep is how many committed checkpoints the job keeps
+	// (default DefaultCheckpointKeep); older ones are garbage-collected.
+	CheckpointKeep uint64 `json:"checkpoint_keep,omitempty" cbor:"checkpoint_keep,omitempty"`
+	// Seed is the job's seed: the batch of a step and every random draw
+	// derive from (Seed, step, rank), so a rank that goes back to a
+	// checkpoint computes the same steps again.
+	Seed uint64 `json:"seed,omitempty" cbor:"seed,omitempty"`
+}
+
+// Checkpoint defaults.
+const (
+	DefaultCheckpointEvery = 50
+	DefaultCheckpointKeep  = 3
+)
+
+// Every returns the checkpoint interval (the default for 0).
+func (s *JobSpec) Every() uint64 {
+	if s.CheckpointEvery == 0 {
+		return DefaultCheckpointEvery
+	}
+	return s.CheckpointEvery
+}
+
+// Keep returns how many checkpoints are kept (the default for 0).
+func (s *JobSpec) Keep() uint64 {
+	if s.CheckpointKeep == 0 {
+		return DefaultCheckpointKeep
+	}
+	return s.CheckpointKeep
 }
 
 // Data modes.
@@ -62,10 +96,11 @@ const DefaultWindow = 2
 
 // Job statuses.
 const (
-	StatusAgreeing = "agreeing" // the current epoch waits for every rank's plan hash
-	StatusRunning  = "running"  // the current epoch is agreed; ranks run steps
-	StatusDone     = "done"     // every step ran
-	StatusFailed   = "failed"   // a committed failure (plan mismatch, abort)
+	StatusAgreeing  = "agreeing"  // the current epoch waits for every rank's plan hash
+	StatusRunning   = "running"   // the current epoch is agreed; ranks run steps
+	StatusDone      = "done"      // every step ran and the last checkpoint is committed
+	StatusFailed    = "failed"    // a committed failure (plan mismatch, abort, a restore that does not match)
+	StatusCancelled = "cancelled" // an operator cancelled the job
 )
 
 // Job is a job as the replicated state holds it.
@@ -77,12 +112,98 @@ type Job struct {
 	Reason        string  `json:"reason,omitempty" cbor:"reason"`
 	Epochs        []Epoch `json:"epochs" cbor:"epochs"`
 	// LastStep is the highest step every rank has finished (the steps
-	// are numbered from 1), as recorded by the leader.
+	// are numbered from 1), as recorded by the leader. A rollback sets
+	// it back to the checkpoint's step.
 	LastStep uint64 `json:"last_step" cbor:"last_step"`
+	// Checkpoints are the committed checkpoints the job keeps, oldest
+	// first (at most Spec.Keep()).
+	Checkpoints []Checkpoint `json:"checkpoints,omitempty" cbor:"checkpoints,omitempty"`
+	// Dropped are the last checkpoints dropped because an object of
+	// theirs was corrupt (at most MaxDropped), with the reason.
+	Dropped []Checkpoint `json:"dropped_checkpoints,omitempty" cbor:"dropped,omitempty"`
+	// Paused, when set, says why the job waits (the checkpoint store is
+	// full): ranks run no new step until it clears, which the next
+	// committed checkpoint does.
+	Paused string `json:"paused,omitempty" cbor:"paused,omitempty"`
+}
+
+// MaxDropped bounds Job.Dropped.
+const MaxDropped = 8
+
+// Checkpoint is a committed checkpoint: every rank of the world of Epoch
+// stored its shard of the state after Step.
+type Checkpoint struct {
+	Step   uint64            `json:"step" cbor:"step"`
+	Epoch  uint64            `json:"epoch" cbor:"epoch"`
+	World  uint64            `json:"world" cbor:"world"`
+	Shards []CheckpointShard `json:"shards" cbor:"shards"` // by rank
+	// Bytes is the sum of the shards' sizes; WriteNanos the slowest
+	// rank's time to store its shard.
+	Bytes      uint64 `json:"bytes" cbor:"bytes"`
+	WriteNanos int64  `json:"write_nanos" cbor:"write_nanos"`
+	// CommittedAt is the leader's clock (Unix ns) when it proposed it.
+	CommittedAt int64 `json:"committed_at_unix_nano" cbor:"committed_at"`
+	// Reason says why it was dropped (Job.Dropped only).
+	Reason string `json:"reason,omitempty" cbor:"reason,omitempty"`
+}
+
+// CheckpointShard is one rank's object of a checkpoint.
+type CheckpointShard struct {
+	Rank      uint64  `json:"rank" cbor:"rank"`
+	Identity  string  `json:"identity" cbor:"identity"`
+	Digest    ir.Hash `json:"digest" cbor:"digest"`
+	StateHash ir.Hash `json:"state_hash" cbor:"state_hash"`
+	Bytes     uint64  `json:"bytes" cbor:"bytes"`
+}
+
+// Restore makes an epoch start from a checkpoint instead of from the
+// state the epoch before left: the state after Step (0: the initial
+// state). The epoch's StartStep is Step+1. A Rollback sends the job back
+// to Step (the committed progress too); otherwise the epoch restores at
+// its boundary, from the checkpoint the world before it writes there
+// (an elastic job that grows).
+type Restore struct {
+	Step     uint64 `json:"step" cbor:"step"`
+	Rollback bool   `json:"rollback,omitempty" cbor:"rollback,omitempty"`
 }
 
 // Current returns the job's latest epoch.
 func (j *Job) Current() *Epoch { return &j.Epochs[len(j.Epochs)-1] }
+
+// Final reports whether the job is over: done, failed or cancelled.
+func (j *Job) Final() bool {
+	return j.Status == StatusDone || j.Status == StatusFailed || j.Status == StatusCancelled
+}
+
+// Checkpoint returns the committed checkpoint of step, or nil.
+func (j *Job) Checkpoint(step uint64) *Checkpoint {
+	for i := range j.Checkpoints {
+		if j.Checkpoints[i].Step == step {
+			return &j.Checkpoints[i]
+		}
+	}
+	return nil
+}
+
+// LastCheckpoint returns the newest committed checkpoint, or nil.
+func (j *Job) LastCheckpoint() *Checkpoint {
+	if len(j.Checkpoints) == 0 {
+		return nil
+	}
+	return &j.Checkpoints[len(j.Checkpoints)-1]
+}
+
+// Timeline returns the latest epoch that rolled the job back (0 when
+// none did): progress reported under earlier epochs belongs to an
+// abandoned timeline.
+func (j *Job) Timeline() uint64 {
+	for i := len(j.Epochs) - 1; i > 0; i-- {
+		if r := j.Epochs[i].Restore; r != nil && r.Rollback {
+			return uint64(i)
+		}
+	}
+	return 0
+}
 
 // Epoch is one plan epoch of a job: the plan every rank must hold.
 type Epoch struct {
@@ -106,6 +227,8 @@ type Epoch struct {
 	// identities of its ranks in rank order.
 	ShardSpec *shard.Spec `json:"shard_spec,omitempty" cbor:"shard_spec,omitempty"`
 	Members   []string    `json:"members,omitempty" cbor:"members,omitempty"`
+	// Restore, when set, makes the epoch start from a checkpoint.
+	Restore *Restore `json:"restore,omitempty" cbor:"restore,omitempty"`
 	// CommittedAt is the leader's clock (Unix ns) when it proposed the
 	// epoch; it is data, not read by Apply.
 	CommittedAt int64 `json:"committed_at_unix_nano" cbor:"committed_at"`
@@ -188,21 +311,28 @@ type Mismatch struct {
 	Got      ir.Hash `json:"got" cbor:"got"`
 }
 
-// State is the replicated state: every job by name, and the HTTP
-// addresses of voters added after the cluster was bootstrapped.
+// State is the replicated state: every job by name, the HTTP addresses of
+// voters added after the cluster was bootstrapped, and the jobs deleted
+// (name → the leader's clock, Unix ns, when it proposed the deletion), so
+// that their workers learn the deletion is final.
 type State struct {
-	Jobs  map[string]*Job `json:"jobs" cbor:"jobs"`
-	Peers map[string]Peer `json:"peers,omitempty" cbor:"peers"`
+	Jobs    map[string]*Job  `json:"jobs" cbor:"jobs"`
+	Peers   map[string]Peer  `json:"peers,omitempty" cbor:"peers"`
+	Deleted map[string]int64 `json:"deleted,omitempty" cbor:"deleted,omitempty"`
 }
 
 // Command kinds.
 const (
-	CmdSubmit   = "submit"   // a new job with its first epoch
-	CmdOutcome  = "outcome"  // an epoch's agreement outcome
-	CmdProgress = "progress" // the highest step every rank finished
-	CmdEpoch    = "epoch"    // a new epoch (replan)
-	CmdFail     = "fail"     // fail a job with a reason
-	CmdPeer     = "peer"     // record (or, with Remove, forget) a voter's addresses
+	CmdSubmit     = "submit"     // a new job with its first epoch
+	CmdOutcome    = "outcome"    // an epoch's agreement outcome
+	CmdProgress   = "progress"   // the highest step every rank finished
+	CmdEpoch      = "epoch"      // a new epoch (replan)
+	CmdFail       = "fail"       // fail a job with a reason
+	CmdPeer       = "peer"       // record (or, with Remove, forget) a voter's addresses
+	CmdCheckpoint = "checkpoint" // a complete checkpoint
+	CmdPause      = "pause"      // pause a job with a reason (or, with Remove, resume it)
+	CmdCancel     = "cancel"     // cancel a job
+	CmdDelete     = "delete"     // delete a job
 )
 
 // Command is one replicated log entry. Commands are idempotent and keyed
@@ -226,6 +356,14 @@ type Command struct {
 	// derived it from the stored step reports (the first step a lost
 	// rank never reported ready, which no rank can have run).
 	Fence bool `cbor:"fence"`
+	// Checkpoint is a checkpoint command's manifest.
+	Checkpoint *Checkpoint `cbor:"checkpoint,omitempty"`
+	// Drop, with a rollback epoch, drops the checkpoint of that step
+	// first (an object of it was corrupt), atomically with the rollback.
+	Drop *uint64 `cbor:"drop,omitempty"`
+	// At is the leader's clock (Unix ns) for commands that record a
+	// time (deletion).
+	At int64 `cbor:"at,omitempty"`
 }
 
 // Result is what applying a command returns: Changed is false for a
@@ -263,6 +401,10 @@ func (s *State) Apply(c *Command) Result {
 		e := *c.New
 		e.Outcome = nil
 		s.Jobs[c.Job] = &Job{Spec: *c.Spec, IRHash: c.IRHash, ShardSpecHash: c.SSHash, Status: StatusAgreeing, Epochs: []Epoch{e}}
+		delete(s.Deleted, c.Job)
+		if len(s.Deleted) == 0 {
+			s.Deleted = nil
+		}
 		return Result{Changed: true}
 	case CmdOutcome:
 		if c.Outcome == nil || c.Epoch >= uint64(len(j.Epochs)) {
@@ -284,7 +426,9 @@ func (s *State) Apply(c *Command) Result {
 		}
 		return Result{Changed: true}
 	case CmdProgress:
-		if c.Step <= j.LastStep {
+		// Progress computed from an abandoned timeline's reports (a
+		// rollback committed since) is stale.
+		if c.Step <= j.LastStep || c.Epoch < j.Timeline() || j.Final() {
 			return Result{}
 		}
 		j.LastStep = c.Step
@@ -303,7 +447,7 @@ func (s *State) Apply(c *Command) Result {
 		case c.New.Epoch > next:
 			return Result{Err: fmt.Errorf("coord: job %q is at epoch %d; epoch %d skips ahead", c.Job, next-1, c.New.Epoch)}
 		}
-		if j.Status == StatusFailed || j.Status == StatusDone {
+		if j.Final() {
 			return Result{Err: fmt.Errorf("coord: job %q is %s", c.Job, j.Status)}
 		}
 		if prev := j.Current(); prev.Outcome == nil || !prev.Outcome.Agreed {
@@ -311,32 +455,126 @@ func (s *State) Apply(c *Command) Result {
 		}
 		e := *c.New
 		e.Outcome = nil
-		// The boundary lies past every step a rank may already run
-		// under the epoch before (its horizon), whatever progress was
-		// committed since the leader chose it.
-		if !c.Fence {
+		switch r := e.Restore; {
+		case r != nil && r.Rollback:
+			// Back (or on) to a committed checkpoint: every rank
+			// restores it and runs the steps after it again.
+			rr := *r
+			e.Restore = &rr
+			if c.Drop != nil {
+				if j.Checkpoint(*c.Drop) == nil || *c.Drop == r.Step {
+					return Result{Err: fmt.Errorf("coord: job %q: no checkpoint of step %d to drop, or it is the one restored", c.Job, *c.Drop)}
+				}
+				j.dropCheckpoint(*c.Drop, e.Reason)
+			}
+			if r.Step > 0 && j.Checkpoint(r.Step) == nil {
+				return Result{Err: fmt.Errorf("coord: job %q has no committed checkpoint of step %d", c.Job, r.Step)}
+			}
+			e.StartStep = r.Step + 1
+			j.LastStep = r.Step
+			// Checkpoints past it belong to the timeline abandoned.
+			j.Checkpoints = slices.DeleteFunc(j.Checkpoints, func(k Checkpoint) bool { return k.Step > r.Step })
+		case !c.Fence:
+			// The boundary lies past every step a rank may already run
+			// under the epoch before (its horizon), whatever progress
+			// was committed since the leader chose it.
 			e.StartStep = max(e.StartStep, j.Horizon(uint64(len(j.Epochs))-1)+1)
-		} else if e.StartStep <= j.LastStep || e.StartStep < j.Current().StartStep {
+			if r != nil {
+				e.Restore = &Restore{Step: e.StartStep - 1}
+			}
+		case e.StartStep <= j.LastStep || e.StartStep < j.Current().StartStep:
 			return Result{Err: fmt.Errorf("coord: job %q: fenced boundary %d is not past the finished step %d", c.Job, e.StartStep, j.LastStep)}
 		}
 		j.Epochs = append(j.Epochs, e)
 		j.Status = StatusAgreeing
 		return Result{Changed: true}
 	case CmdFail:
-		if j.Status == StatusFailed {
+		if j.Final() {
 			return Result{}
 		}
 		j.Status, j.Reason = StatusFailed, c.Reason
+		return Result{Changed: true}
+	case CmdCheckpoint:
+		k := c.Checkpoint
+		if k == nil || k.Step == 0 || uint64(len(k.Shards)) != k.World {
+			return Result{Err: fmt.Errorf("coord: malformed checkpoint for %q", c.Job)}
+		}
+		if e := j.EpochFor(k.Step); e.Epoch != k.Epoch || worldOf(j, e.Epoch) != k.World {
+			return Result{Err: fmt.Errorf("coord: job %q: step %d does not run under epoch %d with %d ranks", c.Job, k.Step, k.Epoch, k.World)}
+		}
+		if have := j.Checkpoint(k.Step); have != nil {
+			if have.Epoch == k.Epoch {
+				return Result{} // a retry
+			}
+			return Result{Err: fmt.Errorf("coord: job %q already has a checkpoint of step %d", c.Job, k.Step)}
+		}
+		kk := *k
+		kk.Shards = slices.Clone(k.Shards)
+		at, _ := slices.BinarySearchFunc(j.Checkpoints, kk.Step, func(x Checkpoint, step uint64) int { return cmp.Compare(x.Step, step) })
+		j.Checkpoints = slices.Insert(j.Checkpoints, at, kk)
+		if n := uint64(len(j.Checkpoints)); n > j.Spec.Keep() {
+			j.Checkpoints = slices.Delete(j.Checkpoints, 0, int(n-j.Spec.Keep()))
+		}
+		j.Paused = "" // the store took every shard
+		j.finish()
+		return Result{Changed: true}
+	case CmdPause:
+		if j.Final() || (c.Remove && j.Paused == "") || (!c.Remove && j.Paused == c.Reason) {
+			return Result{}
+		}
+		if c.Remove {
+			j.Paused = ""
+		} else {
+			j.Paused = c.Reason
+		}
+		return Result{Changed: true}
+	case CmdCancel:
+		if j.Final() {
+			return Result{}
+		}
+		j.Status, j.Reason = StatusCancelled, c.Reason
+		return Result{Changed: true}
+	case CmdDelete:
+		delete(s.Jobs, c.Job)
+		if s.Deleted == nil {
+			s.Deleted = map[string]int64{}
+		}
+		s.Deleted[c.Job] = c.At
 		return Result{Changed: true}
 	}
 	return Result{Err: fmt.Errorf("coord: unknown command %q", c.Kind)}
 }
 
-// finish marks a running job done once its last step is committed.
+// finish marks a running job done once its last step and the checkpoint
+// of its last step are committed: a done job's final state is durable.
 func (j *Job) finish() {
 	if j.Spec.Steps > 0 && j.LastStep >= j.Spec.Steps && j.Status == StatusRunning {
-		j.Status = StatusDone
+		if k := j.LastCheckpoint(); k != nil && k.Step >= j.Spec.Steps {
+			j.Status = StatusDone
+		}
 	}
+}
+
+// dropCheckpoint removes the checkpoint of step, keeping it in Dropped
+// with the reason.
+func (j *Job) dropCheckpoint(step uint64, reason string) {
+	k := j.Checkpoint(step)
+	if k == nil {
+		return
+	}
+	d := *k
+	d.Reason = reason
+	j.Dropped = append(j.Dropped, d)
+	if len(j.Dropped) > MaxDropped {
+		j.Dropped = slices.Delete(j.Dropped, 0, len(j.Dropped)-MaxDropped)
+	}
+	j.Checkpoints = slices.DeleteFunc(j.Checkpoints, func(x Checkpoint) bool { return x.Step == step })
+}
+
+// worldOf returns the world size of epoch i.
+func worldOf(j *Job, i uint64) uint64 {
+	spec, _ := j.World(i)
+	return spec.WorldSize
 }
 
 func (s *State) applyPeer(c *Command) Result {
@@ -377,9 +615,11 @@ func describe(o *Outcome) string {
 
 // Clone returns a deep copy of s (for snapshots and readers).
 func (s *State) Clone() *State {
-	c := &State{Jobs: make(map[string]*Job, len(s.Jobs)), Peers: maps.Clone(s.Peers)}
+	c := &State{Jobs: make(map[string]*Job, len(s.Jobs)), Peers: maps.Clone(s.Peers), Deleted: maps.Clone(s.Deleted)}
 	for name, j := range s.Jobs {
 		jj := *j
+		jj.Checkpoints = slices.Clone(j.Checkpoints)
+		jj.Dropped = slices.Clone(j.Dropped)
 		jj.Epochs = slices.Clone(j.Epochs)
 		for i := range jj.Epochs {
 			jj.Epochs[i].Expected = slices.Clone(jj.Epochs[i].Expected)

@@ -49,16 +49,37 @@ type JobSummary struct {
 	Steps          uint64   `json:"steps"`
 	GlobalPlanHash string   `json:"global_plan_hash"`
 	Missing        []uint64 `json:"missing_ranks,omitempty"`
+	// Absent are the ranks without an etcd lease, since when, as the
+	// leader sees them (only from the leader, and only with etcd).
+	Absent []Absent `json:"absent_ranks,omitempty"`
+	// Paused says why the job waits (a full checkpoint store).
+	Paused string `json:"paused,omitempty"`
+	// LastCheckpoint is the step of the newest committed checkpoint (0:
+	// none), of Checkpoints kept.
+	LastCheckpoint uint64 `json:"last_checkpoint"`
+	Checkpoints    int    `json:"checkpoints"`
 }
 
-func summarize(j *Job) JobSummary {
+func (n *Node) summarize(j *Job) JobSummary {
 	e := j.Current()
-	s := JobSummary{Name: j.Spec.Name, Status: j.Status, Reason: j.Reason, Epoch: e.Epoch, WorldSize: j.Spec.ShardSpec.WorldSize,
-		LastStep: j.LastStep, Steps: j.Spec.Steps, GlobalPlanHash: e.GlobalPlanHash.String()}
+	spec, _ := j.World(e.Epoch)
+	s := JobSummary{Name: j.Spec.Name, Status: j.Status, Reason: j.Reason, Epoch: e.Epoch, WorldSize: spec.WorldSize,
+		LastStep: j.LastStep, Steps: j.Spec.Steps, GlobalPlanHash: e.GlobalPlanHash.String(), Paused: j.Paused, Checkpoints: len(j.Checkpoints)}
 	if e.Outcome != nil {
 		s.Agreed, s.Missing = e.Outcome.Agreed, e.Outcome.Missing
 	}
+	if k := j.LastCheckpoint(); k != nil {
+		s.LastCheckpoint = k.Step
+	}
+	if n.IsLeader() {
+		s.Absent = n.absentOf(j.Spec.Name)
+	}
 	return s
+}
+
+// CancelRequest is the body of POST /v1/jobs/{name}/cancel.
+type CancelRequest struct {
+	Reason string `json:"reason"`
 }
 
 // metrics are a node's Prometheus collectors (a registry per node, so
@@ -73,6 +94,12 @@ type metrics struct {
 	agreement prometheus.Histogram
 	refused   prometheus.Counter
 	replans   *prometheus.CounterVec
+	// checkpoints
+	checkpoints     prometheus.Counter
+	checkpointBytes prometheus.Gauge
+	checkpointWrite prometheus.Histogram
+	collected       prometheus.Counter
+	recoveries      *prometheus.CounterVec
 }
 
 func newMetrics(n *Node) *metrics {
@@ -94,7 +121,13 @@ func newMetrics(n *Node) *metrics {
 	m.refused = prometheus.NewCounter(prometheus.CounterOpts{Name: "tmmu_coordinator_unauthorized_requests_total", Help: "Mutating API calls refused for a missing or wrong token."})
 	m.agreement = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tmmu_coordinator_agreement_seconds", Help: "From watching an epoch's reports to committing its outcome.",
 		Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)})
-	m.reg.MustRegister(m.leader, m.term, m.applied, m.submits, m.outcomes, m.agreement, m.refused, m.replans)
+	m.checkpoints = prometheus.NewCounter(prometheus.CounterOpts{Name: "tmmu_checkpoints_total", Help: "Checkpoints this node committed as leader (every rank of the world stored its shard)."})
+	m.checkpointBytes = prometheus.NewGauge(prometheus.GaugeOpts{Name: "tmmu_checkpoint_bytes", Help: "Bytes of the last checkpoint this node committed, every rank's shard."})
+	m.checkpointWrite = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tmmu_checkpoint_duration_seconds", Help: "The slowest rank's time to store its shard, per committed checkpoint.",
+		Buckets: prometheus.ExponentialBuckets(0.001, 2, 18)})
+	m.collected = prometheus.NewCounter(prometheus.CounterOpts{Name: "tmmu_checkpoint_objects_collected_total", Help: "Checkpoint objects deleted because no kept checkpoint needs them."})
+	m.recoveries = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tmmu_coordinator_recovery_requests_total", Help: "Ranks' recovery requests by kind and the decision taken (none, rollback, pause, fail)."}, []string{"kind", "decision"})
+	m.reg.MustRegister(m.leader, m.term, m.applied, m.submits, m.outcomes, m.agreement, m.refused, m.replans, m.checkpoints, m.checkpointBytes, m.checkpointWrite, m.collected, m.recoveries)
 	return m
 }
 
@@ -109,6 +142,8 @@ func newMetrics(n *Node) *metrics {
 //	GET  /v1/status             raft state, leader, term, voters, jobs
 //	POST /v1/jobs/{name}/replan an operator's replan request
 //	POST /v1/voters             add a voter {id, raft_addr, http_addr} (its node runs without bootstrap)
+//	POST /v1/jobs/{name}/cancel cancel a job {reason}: its workers stop, its checkpoints stay
+//	DELETE /v1/jobs/{name}      delete a job: its workers stop; its checkpoints and reports are removed
 //	DELETE /v1/voters/{id}      remove a voter
 //	GET  /livez, /readyz        liveness; readiness (a leader is known)
 //	GET  /metrics               Prometheus metrics
@@ -116,7 +151,9 @@ func newMetrics(n *Node) *metrics {
 // Job reads on a follower point to the leader (307), so a read sees every
 // write acknowledged before it; with ?local=1, or while no leader is known,
 // the follower answers from its own applied state, which may trail the
-// leader's by a few entries (the response then carries X-Tmmu-Stale: 1).
+// leader's by a few entries (the response then carries X-Tmmu-Stale: 1,
+// and a client treats a stale 404 as an answer to retry). A deleted job
+// answers 410 Gone.
 // /v1/status always answers for the node asked, naming the leader.
 //
 // With an API token set, every POST and DELETE needs "Authorization:
@@ -131,7 +168,7 @@ func (n *Node) Handler() http.Handler {
 		s, _ := n.State()
 		out := []JobSummary{}
 		for _, name := range s.Names() {
-			out = append(out, summarize(s.Jobs[name]))
+			out = append(out, n.summarize(s.Jobs[name]))
 		}
 		writeJSON(w, http.StatusOK, out)
 	})
@@ -200,6 +237,26 @@ func (n *Node) Handler() http.Handler {
 		}
 		writeJSON(w, http.StatusOK, out)
 	}))
+	mux.HandleFunc("POST /v1/jobs/{name}/cancel", n.authorized(func(w http.ResponseWriter, r *http.Request) {
+		if n.redirect(w, r) {
+			return
+		}
+		var req CancelRequest
+		if err := decodeStrict(w, r, 1<<16, &req); err != nil {
+			writeError(w, http.StatusBadRequest, err)
+			return
+		}
+		if strings.TrimSpace(req.Reason) == "" {
+			req.Reason = "cancelled by an operator"
+		}
+		n.mutate(w, r.PathValue("name"), &Command{Kind: CmdCancel, Job: r.PathValue("name"), Reason: req.Reason})
+	}))
+	mux.HandleFunc("DELETE /v1/jobs/{name}", n.authorized(func(w http.ResponseWriter, r *http.Request) {
+		if n.redirect(w, r) {
+			return
+		}
+		n.mutate(w, r.PathValue("name"), &Command{Kind: CmdDelete, Job: r.PathValue("name"), At: time.Now().UnixNano()})
+	}))
 	mux.HandleFunc("POST /v1/voters", n.authorized(func(w http.ResponseWriter, r *http.Request) {
 		if n.redirect(w, r) {
 			return
@@ -252,7 +309,7 @@ func (n *Node) Status() Status {
 		}
 	}
 	for _, name := range s.Names() {
-		st.Jobs = append(st.Jobs, summarize(s.Jobs[name]))
+		st.Jobs = append(st.Jobs, n.summarize(s.Jobs[name]))
 	}
 	return st
 }
@@ -282,10 +339,37 @@ func (n *Node) job(w http.ResponseWriter, r *http.Request) *Job {
 	s, _ := n.State()
 	j, ok := s.Jobs[r.PathValue("name")]
 	if !ok {
+		if at, gone := s.Deleted[r.PathValue("name")]; gone {
+			writeError(w, http.StatusGone, fmt.Errorf("job %q was deleted at %s", r.PathValue("name"), time.Unix(0, at).UTC().Format(time.RFC3339)))
+			return nil
+		}
 		writeError(w, http.StatusNotFound, fmt.Errorf("no job %q", r.PathValue("name")))
 		return nil
 	}
 	return j
+}
+
+// mutate commits c for job and answers with the job (404 for no job).
+func (n *Node) mutate(w http.ResponseWriter, job string, c *Command) {
+	s, _ := n.State()
+	if s.Jobs[job] == nil {
+		writeError(w, http.StatusNotFound, fmt.Errorf("no job %q", job))
+		return
+	}
+	if _, err := n.Apply(c, 10*time.Second); err != nil {
+		status := http.StatusConflict
+		if errors.Is(err, ErrNotLeader) {
+			status = http.StatusServiceUnavailable
+		}
+		writeError(w, status, err)
+		return
+	}
+	s, _ = n.State()
+	if j := s.Jobs[job]; j != nil {
+		writeJSON(w, http.StatusOK, j)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"deleted": job})
 }
 
 // readRedirect points a job read on a follower to the leader, unless the

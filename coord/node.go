@@ -17,6 +17,7 @@ import (
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 
 	"github.com/tmmu/tmmu/ir"
+	"github.com/tmmu/tmmu/transport"
 )
 
 // Peer is one coordinator: its raft id, raft address and HTTP address.
@@ -155,8 +156,13 @@ type Node struct {
 
 	commits chan struct{} // signalled (non-blocking) after every applied command
 	metrics *metrics
-	// replans carries replan events to the agreement loop.
-	replans chan replanEvent
+	// replans carries replan events to the agreement loop, recovers the
+	// ranks' recovery requests.
+	replans  chan replanEvent
+	recovers chan transport.RecoveryRequest
+	// absent is, on the leader, each live job's ranks without a lease.
+	absentMu sync.Mutex
+	absent   map[string][]Absent
 	// token is the bearer token mutating calls need ("" for none).
 	token atomic.Pointer[string]
 	// caughtUpTerm is the term in which this node, as leader, last
@@ -177,7 +183,7 @@ func Open(cfg Config) (*Node, error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("coord: %w", err)
 	}
-	n := &Node{cfg: cfg, log: log.With("node", cfg.ID), peers: map[string]Peer{}, commits: make(chan struct{}, 1), replans: make(chan replanEvent, 256)}
+	n := &Node{cfg: cfg, log: log.With("node", cfg.ID), peers: map[string]Peer{}, commits: make(chan struct{}, 1), replans: make(chan replanEvent, 256), recovers: make(chan transport.RecoveryRequest, 256)}
 	for _, p := range cfg.Peers {
 		n.peers[p.ID] = p
 	}

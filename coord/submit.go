@@ -29,6 +29,12 @@ type SubmitRequest struct {
 	Window       uint64              `json:"window,omitempty"`        // default DefaultWindow
 	Elastic      bool                `json:"elastic,omitempty"`
 	DataMode     string              `json:"data_mode,omitempty"` // standard (default), confidential or regulated
+	// CheckpointEvery is the checkpoint interval in steps (default
+	// DefaultCheckpointEvery), CheckpointKeep how many checkpoints to keep
+	// (default DefaultCheckpointKeep), Seed the job's seed.
+	CheckpointEvery uint64 `json:"checkpoint_every,omitempty"`
+	CheckpointKeep  uint64 `json:"checkpoint_keep,omitempty"`
+	Seed            uint64 `json:"seed,omitempty"`
 }
 
 var jobName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
@@ -77,7 +83,14 @@ func PrepareSubmit(req *SubmitRequest) (*Command, *shard.GlobalPlan, error) {
 		return nil, nil, failure.New(failure.InvalidOptions, "tmmu.coordinator", fmt.Sprintf("data_mode %q: want %s, %s or %s", req.DataMode, DataStandard, DataConfidential, DataRegulated))
 	}
 	js := &JobSpec{Name: req.Name, ShardSpec: *rs, ArenaConfig: req.ArenaConfig, Mode: req.Mode, Strategy: req.Strategy,
-		ReplanPolicy: policy, Steps: req.Steps, Window: req.Window, Source: req.Model, Elastic: req.Elastic, DataMode: req.DataMode}
+		ReplanPolicy: policy, Steps: req.Steps, Window: req.Window, Source: req.Model, Elastic: req.Elastic, DataMode: req.DataMode,
+		CheckpointEvery: req.CheckpointEvery, CheckpointKeep: req.CheckpointKeep, Seed: req.Seed}
+	if js.CheckpointEvery == 0 {
+		js.CheckpointEvery = DefaultCheckpointEvery
+	}
+	if js.CheckpointKeep == 0 {
+		js.CheckpointKeep = DefaultCheckpointKeep
+	}
 	if js.Window == 0 {
 		js.Window = DefaultWindow
 	}

@@ -47,6 +47,9 @@ type Options struct {
 	// its own (the plan is still verified). Same kernels, same order:
 	// a correct plan computes the same bits.
 	Unshared bool
+	// Seed picks the batches (Batch): the batch of a step derives from
+	// (Seed, step, rank).
+	Seed uint64
 }
 
 // Engine runs one rank's planned graph on a backend: the plan's arenas
@@ -60,6 +63,8 @@ type Engine struct {
 	actions []action
 	t       uint64 // optimizer steps taken
 	watch   map[string]int32
+	// keyPrefix starts every collective key (the epoch; see Configure).
+	keyPrefix string
 }
 
 // New applies p to the backend's memory (ApplyPlan_v1) and prepares the
@@ -268,7 +273,7 @@ func (e *Engine) StepAt(ctx context.Context, step uint64) (*StepResult, error) {
 			return nil, err
 		}
 		if a.coll != nil {
-			if err := a.coll.run(ctx, e, fmt.Sprintf("%d/%s", step, a.node)); err != nil {
+			if err := a.coll.run(ctx, e, fmt.Sprintf("%s%d/%s", e.keyPrefix, step, a.node)); err != nil {
 				return nil, fmt.Errorf("engine: collective %s: %w", a.node, err)
 			}
 		}
@@ -316,10 +321,16 @@ func (e *Engine) CommitExecution() (StateHash, error) {
 	if err := e.opts.Backend.Wait(); err != nil {
 		return StateHash{}, deviceError(err)
 	}
+	return e.seal(e.t, e.ReadTensor)
+}
+
+// seal hashes the persistent tensors as read returns them, for optimizer
+// step t (CommitExecution_v1's preimage).
+func (e *Engine) seal(t uint64, read func(id string) ([]uint32, error)) (StateHash, error) {
 	h := sha256.New()
-	fmt.Fprintf(h, "tmmu-state-v1 step %d\n", e.t)
+	fmt.Fprintf(h, "tmmu-state-v1 step %d\n", t)
 	for _, id := range e.persistent() {
-		w, err := e.ReadTensor(id)
+		w, err := read(id)
 		if err != nil {
 			return StateHash{}, err
 		}

@@ -27,18 +27,21 @@ type Executor struct {
 	quiet  bool           // confidential or regulated: no loss reported
 }
 
-// SetDataMode applies the job's data mode (runtime.ModeSetter): in
-// confidential and regulated modes the engine refuses debug fills and the
-// executor reports only the state hash, not the loss.
-func (x *Executor) SetDataMode(mode string) error {
-	switch m := Mode(mode); m {
+// Configure applies the job's setup (runtime.Configurer): in
+// confidential and regulated data modes the engine refuses debug fills
+// and the executor reports only the state hash, not the loss; the seed
+// picks the batches; collectives are keyed by the epoch.
+func (x *Executor) Configure(s runtime.Setup) error {
+	switch m := Mode(s.DataMode); m {
 	case "", Standard:
 		x.e.opts.Mode, x.quiet = Standard, false
 	case Confidential, Regulated:
 		x.e.opts.Mode, x.quiet = m, true
 	default:
-		return fmt.Errorf("engine: data mode %q: want standard, confidential or regulated", mode)
+		return fmt.Errorf("engine: data mode %q: want standard, confidential or regulated", s.DataMode)
 	}
+	x.e.opts.Seed = s.Seed
+	x.e.keyPrefix = fmt.Sprintf("e%d/", s.Epoch)
 	return nil
 }
 
@@ -108,44 +111,65 @@ func (x *Executor) Step(ctx context.Context, step uint64) (runtime.StepStats, er
 	return runtime.StepStats{Nodes: len(x.e.actions), HasLoss: true, Loss: float64(loss[0]), State: res.State.String()}, nil
 }
 
-// Export returns the persistent tensors (parameters, optimizer state).
-func (x *Executor) Export() (map[string][]uint32, error) {
-	out := map[string][]uint32{}
+// Export returns the persistent tensors (parameters, optimizer state)
+// and the optimizer's step count.
+func (x *Executor) Export() (runtime.State, error) {
+	out := runtime.State{Tensors: map[string][]uint32{}, OptimizerStep: x.e.t}
 	for _, id := range x.e.persistent() {
 		w, err := x.e.ReadTensor(id)
 		if err != nil {
-			return nil, err
+			return runtime.State{}, err
 		}
-		out[id] = w
+		out.Tensors[id] = w
 	}
-	out[stepKey] = []uint32{uint32(x.e.t), uint32(x.e.t >> 32)}
 	return out, nil
 }
 
-// stepKey carries the optimizer's step count (bias correction) in an
-// export; no tensor id contains a NUL.
-const stepKey = "\x00adamw.t"
-
-// Import overwrites the persistent tensors with an earlier executor's.
-// Every persistent tensor must be present with the same element count: a
-// plan switch that changes how state is partitioned (a world-size change
-// under ZeRO) is refused, not silently re-initialised.
-func (x *Executor) Import(state map[string][]uint32) error {
+// Import overwrites the persistent tensors and the optimizer's step
+// count. Every persistent tensor must be present with the same element
+// count: a state cut for another world is recut first (package
+// checkpoint), never silently re-initialised.
+func (x *Executor) Import(s runtime.State) error {
+	if err := x.check(s); err != nil {
+		return err
+	}
 	for _, id := range x.e.persistent() {
-		w, ok := state[id]
-		ti, _ := x.e.g.TensorIndex(id)
-		n, _ := ir.Numel(x.e.g.Tensors[ti].Shape)
-		if !ok || uint64(len(w)) != n {
-			return unsupported("carrying state into the new plan: tensor %q has %d elements here and %d before (resharding model state is not built)", id, n, len(w))
-		}
-		if err := x.e.WriteTensor(id, w); err != nil {
+		if err := x.e.WriteTensor(id, s.Tensors[id]); err != nil {
 			return err
 		}
 	}
-	if t := state[stepKey]; len(t) == 2 {
-		x.e.t = uint64(t[0]) | uint64(t[1])<<32
+	if s.OptimizerStep > 0 {
+		x.e.t = s.OptimizerStep
 	}
 	return nil
+}
+
+func (x *Executor) check(s runtime.State) error {
+	for _, id := range x.e.persistent() {
+		w, ok := s.Tensors[id]
+		ti, _ := x.e.g.TensorIndex(id)
+		n, _ := ir.Numel(x.e.g.Tensors[ti].Shape)
+		if !ok || uint64(len(w)) != n {
+			return unsupported("importing model state: tensor %q has %d elements here and %d in the state", id, n, len(w))
+		}
+	}
+	return nil
+}
+
+// StateHash seals the state the device holds, as the last step sealed it
+// (the optimizer's count before the next step).
+func (x *Executor) StateHash() (string, error) {
+	h, err := x.e.seal(x.e.t-1, x.e.ReadTensor)
+	return h.String(), err
+}
+
+// HashOf is the state hash the executor seals holding s.
+func (x *Executor) HashOf(s runtime.State) (string, error) {
+	if err := x.check(s); err != nil {
+		return "", err
+	}
+	h, err := x.e.seal(s.OptimizerStep-1, func(id string) ([]uint32, error) { return s.Tensors[id], nil })
+	return h.String(), err
 }
 
 // Close releases the device memory (and the backend when owned).

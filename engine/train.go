@@ -132,14 +132,14 @@ func (e *Engine) partitioned(id string) ([]uint64, bool) {
 }
 
 // Batch is a deterministic language-modelling task: row r of the global
-// batch at step s counts up modulo vocab from a start drawn from (s, r),
-// and the labels are the next tokens. A model learns it quickly, so the
-// loss falls within a few steps.
-func Batch(step, rows, seq, vocab uint64) (tokens, labels []int32) {
+// batch at step s counts up modulo vocab from a start drawn from
+// (seed, s, r), and the labels are the next tokens. A model learns it
+// quickly, so the loss falls within a few steps.
+func Batch(seed, step, rows, seq, vocab uint64) (tokens, labels []int32) {
 	tokens = make([]int32, rows*seq)
 	labels = make([]int32, rows*seq)
 	for r := range rows {
-		h := step*0x9e3779b97f4a7c15 ^ (r+1)*0xbf58476d1ce4e5b9
+		h := step*0x9e3779b97f4a7c15 ^ (r+1)*0xbf58476d1ce4e5b9 ^ seed*0x94d049bb133111eb
 		start := splitmix(&h) % vocab
 		for i := range seq {
 			tokens[r*seq+i] = int32((start + i) % vocab)
@@ -164,7 +164,7 @@ func (e *Engine) FeedLM(step, vocab uint64) error {
 		return fmt.Errorf("engine: tokens has shape %v, want [batch, seq]", shape)
 	}
 	B, S := shape[0], shape[1]
-	tok, lab := Batch(step, B*e.opts.DataSize, S, vocab)
+	tok, lab := Batch(e.opts.Seed, step, B*e.opts.DataSize, S, vocab)
 	lo, hi := e.opts.DataRank*B*S, (e.opts.DataRank+1)*B*S
 	words := func(v []int32) []uint32 {
 		w := make([]uint32, len(v))

@@ -34,6 +34,9 @@ type Options struct {
 	Dir          string // data of etcd, NATS and the coordinators
 	Coordinators int    // default 3
 	Logger       *slog.Logger
+	// ShrinkAfter is the coordinators' coord.Leading.ShrinkAfter (0:
+	// its default).
+	ShrinkAfter time.Duration
 }
 
 // Local is a running local cluster.
@@ -44,11 +47,12 @@ type Local struct {
 	EtcdEndpoint string
 	Coord        *coord.Cluster
 
-	log    *slog.Logger
-	mu     sync.Mutex
-	agree  []context.CancelFunc // per coordinator: its agreement loop
-	agreeW sync.WaitGroup
-	conns  []*nats.Conn
+	log         *slog.Logger
+	shrinkAfter time.Duration
+	mu          sync.Mutex
+	agree       []context.CancelFunc // per coordinator: its agreement loop
+	agreeW      sync.WaitGroup
+	conns       []*nats.Conn
 }
 
 // Start starts NATS, etcd and the coordinators, and waits for a leader.
@@ -79,7 +83,7 @@ func start(o Options) (l *Local, err error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	started := &Local{log: log}
+	started := &Local{log: log, shrinkAfter: o.ShrinkAfter}
 	l = started
 	defer func() {
 		if err != nil {
@@ -167,7 +171,7 @@ func (l *Local) startAgreement(i int) error {
 	l.agreeW.Add(1)
 	go func() {
 		defer l.agreeW.Done()
-		node.RunAgreement(ctx, t, rv)
+		node.RunAgreement(ctx, coord.Leading{Transport: t, Rendezvous: rv, ShrinkAfter: l.shrinkAfter})
 	}()
 	return nil
 }

@@ -54,21 +54,52 @@ type StepStats struct {
 	State   string  `json:"state_hash,omitempty"`
 }
 
-// StateCarrier is implemented by executors that hold model state: at a
-// plan switch the worker moves the persistent tensors (parameters and
-// optimizer state, by tensor id) from the old executor to the new one,
-// so training continues across a replan in the same process.
-type StateCarrier interface {
-	Export() (map[string][]uint32, error)
-	Import(map[string][]uint32) error
+// State is an executor's model state: its persistent tensors
+// (parameters, optimizer state) by id, as 32-bit words, and the
+// optimizer's step count for the next step.
+type State struct {
+	Tensors       map[string][]uint32
+	OptimizerStep uint64
 }
 
-// ModeSetter is implemented by executors that handle tensor data: the
-// worker tells them the job's data mode ("standard", "confidential",
-// "regulated") before the first step. In the last two they report no
-// tensor-derived values (HasLoss stays false) and refuse debug fills.
-type ModeSetter interface {
-	SetDataMode(mode string) error
+// StateCarrier is implemented by executors that hold model state. At a
+// plan switch the worker moves the state from the old executor to the
+// new one, so training continues across a replan in the same process;
+// at a checkpoint it exports the state, and after a restore it imports
+// it and checks that the executor seals the state it was given.
+type StateCarrier interface {
+	Export() (State, error)
+	// Import overwrites the executor's state. Every persistent tensor
+	// must be present with the executor's element count.
+	Import(State) error
+	// StateHash is the sealed state hash (CommitExecution_v1) of the
+	// state the executor holds, as its last step sealed it; read back
+	// from the device.
+	StateHash() (string, error)
+	// HashOf is the state hash the executor seals when it holds s.
+	HashOf(s State) (string, error)
+}
+
+// Setup is what a worker tells an executor about the job before its
+// first step.
+type Setup struct {
+	// DataMode is the job's data mode ("standard", "confidential",
+	// "regulated"). In the last two, executors report no tensor-derived
+	// values (HasLoss stays false) and refuse debug fills.
+	DataMode string
+	// Seed is the job's seed: the batch of a step and every random draw
+	// derive from (Seed, step, rank).
+	Seed uint64
+	// Epoch is the plan epoch the executor runs: collectives are keyed
+	// by it, so ranks of an abandoned timeline (a rollback) never mix
+	// their data with the new one's.
+	Epoch uint64
+}
+
+// Configurer is implemented by executors that handle tensor data or
+// exchange it: the worker configures them before their first step.
+type Configurer interface {
+	Configure(Setup) error
 }
 
 // Closer is implemented by executors that hold device memory; the worker

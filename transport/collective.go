@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -50,6 +51,7 @@ type Group struct {
 	timeout time.Duration
 	stop    context.CancelFunc
 	done    chan struct{}
+	retries atomic.Uint64
 
 	mu      sync.Mutex
 	changed chan struct{}
@@ -63,11 +65,11 @@ type gathering struct {
 	seen  time.Time
 }
 
-// DefaultCollectiveTimeout bounds one Exchange.
-const DefaultCollectiveTimeout = time.Minute
-
 // NewGroup makes rank (of size) a member of job's collective group.
-// timeout bounds each Exchange (0 = DefaultCollectiveTimeout).
+// timeout, when above 0, bounds each Exchange; with 0 an Exchange waits
+// for every rank until its context ends (a worker cancels a step that a
+// rollback abandoned, so a rank that died makes the others wait, not
+// fail).
 func (t *Transport) NewGroup(job string, rank, size int, timeout time.Duration) (*Group, error) {
 	if err := ValidJob(job); err != nil {
 		return nil, err
@@ -75,15 +77,12 @@ func (t *Transport) NewGroup(job string, rank, size int, timeout time.Duration) 
 	if rank < 0 || rank >= size {
 		return nil, fmt.Errorf("transport: rank %d of a group of %d", rank, size)
 	}
-	if timeout <= 0 {
-		timeout = DefaultCollectiveTimeout
-	}
 	ctx, stop := context.WithCancel(context.Background())
 	type entry struct {
 		key   string
 		value []byte
 	}
-	entries, err := watch(ctx, t.coll, job+".>", func(e jetstream.KeyValueEntry) (entry, bool) {
+	entries, err := watch(ctx, t, t.coll, job+".>", func(e jetstream.KeyValueEntry) (entry, bool) {
 		return entry{e.Key(), e.Value()}, e.Operation() == jetstream.KeyValuePut
 	})
 	if err != nil {
@@ -100,6 +99,9 @@ func (t *Transport) NewGroup(job string, rank, size int, timeout time.Duration) 
 	}()
 	return g, nil
 }
+
+// Retries returns how many times storing a contribution was retried.
+func (g *Group) Retries() uint64 { return g.retries.Load() }
 
 func (g *Group) Size() int { return g.size }
 func (g *Group) Rank() int { return g.rank }
@@ -153,7 +155,9 @@ func (g *Group) gathering(h string) *gathering {
 	return p
 }
 
-// Exchange stores data under key and waits for every rank's.
+// Exchange stores data under key and waits for every rank's. Storing is
+// retried, with backoff, until it succeeds or ctx ends: a NATS restart
+// delays an exchange, it does not fail it.
 func (g *Group) Exchange(ctx context.Context, key string, data []byte) ([][]byte, error) {
 	h := keyHash(key)
 	parts := max(1, (len(data)+g.chunk-1)/g.chunk)
@@ -162,12 +166,30 @@ func (g *Group) Exchange(ctx context.Context, key string, data []byte) ([][]byte
 		v := make([]byte, 4+len(chunk))
 		binary.LittleEndian.PutUint32(v, uint32(parts))
 		copy(v[4:], chunk)
-		if _, err := g.kv.Put(ctx, fmt.Sprintf("%s.%s.%d.%d", g.job, h, g.rank, i), v); err != nil {
-			return nil, fmt.Errorf("transport: collective %q: %w", key, err)
+		k := fmt.Sprintf("%s.%s.%d.%d", g.job, h, g.rank, i)
+		for wait := 20 * time.Millisecond; ; wait = min(2*wait, time.Second) {
+			// Each attempt is bounded: a request sent while the
+			// connection was down may never be answered.
+			actx, cancel := context.WithTimeout(ctx, AttemptTimeout)
+			_, err := g.kv.Put(actx, k, v)
+			cancel()
+			if err == nil {
+				break
+			}
+			g.retries.Add(1)
+			select {
+			case <-ctx.Done():
+				return nil, fmt.Errorf("transport: collective %q: %w (storing: %v)", key, ctx.Err(), err)
+			case <-time.After(wait):
+			}
 		}
 	}
-	timer := time.NewTimer(g.timeout)
-	defer timer.Stop()
+	var expire <-chan time.Time
+	if g.timeout > 0 {
+		timer := time.NewTimer(g.timeout)
+		defer timer.Stop()
+		expire = timer.C
+	}
 	for {
 		g.mu.Lock()
 		p := g.gathering(h)
@@ -193,11 +215,15 @@ func (g *Group) Exchange(ctx context.Context, key string, data []byte) ([][]byte
 		case <-changed:
 		case <-ctx.Done():
 			return nil, ctx.Err()
-		case <-timer.C:
+		case <-expire:
 			return nil, fmt.Errorf("transport: collective %q: %w: not every rank of %d sent its data within %s", key, ErrCollectiveTimeout, g.size, g.timeout)
 		}
 	}
 }
+
+// AttemptTimeout bounds one attempt to store something that is retried
+// until it is stored.
+const AttemptTimeout = 2 * time.Second
 
 // ErrCollectiveTimeout is wrapped by an Exchange that timed out.
 var ErrCollectiveTimeout = errors.New("collective timed out")

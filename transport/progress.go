@@ -41,7 +41,7 @@ func (t *Transport) WatchProgress(ctx context.Context, job string) (<-chan StepD
 	if err := ValidJob(job); err != nil {
 		return nil, err
 	}
-	return watch(ctx, t.progress, job+".*", func(e jetstream.KeyValueEntry) (StepDone, bool) {
+	return watch(ctx, t, t.progress, job+".*", func(e jetstream.KeyValueEntry) (StepDone, bool) {
 		var d StepDone
 		if e.Operation() != jetstream.KeyValuePut {
 			return d, false

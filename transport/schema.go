@@ -35,6 +35,13 @@ const (
 	// KindGrant announces that ranks may run epoch Epoch up to step
 	// StartStep (the horizon the committed progress allows).
 	KindGrant = "grant"
+	// KindCheckpoint announces that the checkpoint of step StartStep is
+	// committed (a restore waiting for it may go on; a finished job is
+	// done).
+	KindCheckpoint = "checkpoint"
+	// KindHold announces that the job was paused, resumed, cancelled or
+	// deleted: workers fetch it.
+	KindHold = "hold"
 )
 
 // PlanReport is a worker's proof that it computed plan hash PlanHash for rank
@@ -104,6 +111,47 @@ type ReplanRequest struct {
 	// Dims are the dynamic dimension sizes the rank observed at the end
 	// of Step ("seq": 2048), for an envelope exit.
 	Dims map[string]uint64 `cbor:"dims,omitempty" json:"dims,omitempty"`
+}
+
+// CheckpointReport is a rank's shard of the checkpoint of step Step: it
+// stored the object Digest (Bytes long, written in Nanos) holding its
+// state, which seals to StateHash. It is stored once per (job, step,
+// epoch, rank) in CheckpointBucket; the leader commits the checkpoint once
+// every rank of the world of Epoch reported.
+type CheckpointReport struct {
+	Job       string  `cbor:"job" json:"job"`
+	Step      uint64  `cbor:"step" json:"step"`
+	Epoch     uint64  `cbor:"epoch" json:"epoch"`
+	Rank      uint64  `cbor:"rank" json:"rank"`
+	Identity  string  `cbor:"identity" json:"identity"`
+	Digest    ir.Hash `cbor:"digest" json:"digest"`
+	StateHash ir.Hash `cbor:"state_hash" json:"state_hash"`
+	Bytes     uint64  `cbor:"bytes" json:"bytes"`
+	Nanos     int64   `cbor:"nanos" json:"nanos"`
+}
+
+// Recovery request kinds (package recovery's RequestKind).
+const (
+	RecoverStateless = "stateless"
+	RecoverCorrupt   = "corrupt"
+	RecoverMismatch  = "mismatch"
+	RecoverStoreFull = "store_full"
+)
+
+// RecoveryRequest asks the leader for help with the training state: the
+// rank holds no state for step Step (stateless), read a corrupt object
+// of the checkpoint of step Step (corrupt), restored it and holds another
+// state (mismatch), or cannot store its shard of it (store_full). Ranks
+// repeat a request until they see its answer; the leader's decisions are
+// idempotent (recovery.Decide).
+type RecoveryRequest struct {
+	Job      string `cbor:"job" json:"job"`
+	Kind     string `cbor:"kind" json:"kind"`
+	Epoch    uint64 `cbor:"epoch" json:"epoch"`
+	Rank     uint64 `cbor:"rank" json:"rank"`
+	Identity string `cbor:"identity" json:"identity"`
+	Step     uint64 `cbor:"step" json:"step"`
+	Detail   string `cbor:"detail,omitempty" json:"detail,omitempty"`
 }
 
 // Announcement is a leader broadcast to every worker of a job: a new epoch
@@ -281,12 +329,46 @@ func (a Announcement) Validate() error {
 		return invalid("announcement", "%v", err)
 	}
 	switch a.Kind {
-	case KindEpoch, KindReplan, KindAbort, KindGrant:
+	case KindEpoch, KindReplan, KindAbort, KindGrant, KindCheckpoint, KindHold:
 	default:
 		return invalid("announcement", "unknown kind %q", a.Kind)
 	}
 	if err := checkText("reason", a.Reason, MaxReasonLen, false); err != nil {
 		return invalid("announcement", "%v", err)
+	}
+	return nil
+}
+
+// Validate checks r: a valid job name and identity, a step and a
+// non-zero digest.
+func (r CheckpointReport) Validate() error {
+	if err := ValidJob(r.Job); err != nil {
+		return invalid("checkpoint report", "%v", err)
+	}
+	if err := checkText("identity", r.Identity, MaxIdentityLen, true); err != nil {
+		return invalid("checkpoint report", "%v", err)
+	}
+	if r.Step == 0 || r.Digest.IsZero() || r.Nanos < 0 {
+		return invalid("checkpoint report", "rank %d: step %d, digest %s, %d ns", r.Rank, r.Step, r.Digest.Short(), r.Nanos)
+	}
+	return nil
+}
+
+// Validate checks r: a valid job name, identity and kind.
+func (r RecoveryRequest) Validate() error {
+	if err := ValidJob(r.Job); err != nil {
+		return invalid("recovery request", "%v", err)
+	}
+	if err := checkText("identity", r.Identity, MaxIdentityLen, true); err != nil {
+		return invalid("recovery request", "%v", err)
+	}
+	if err := checkText("detail", r.Detail, MaxReasonLen, false); err != nil {
+		return invalid("recovery request", "%v", err)
+	}
+	switch r.Kind {
+	case RecoverStateless, RecoverCorrupt, RecoverMismatch, RecoverStoreFull:
+	default:
+		return invalid("recovery request", "unknown kind %q", r.Kind)
 	}
 	return nil
 }

@@ -57,7 +57,7 @@ func (t *Transport) WatchSteps(ctx context.Context, job string, epoch uint64) (<
 	if err := ValidJob(job); err != nil {
 		return nil, err
 	}
-	return watch(ctx, t.steps, epochFilter(job, epoch), func(e jetstream.KeyValueEntry) (StepReport, bool) {
+	return watch(ctx, t, t.steps, epochFilter(job, epoch), func(e jetstream.KeyValueEntry) (StepReport, bool) {
 		return t.entryStep(e, job, epoch)
 	})
 }
@@ -73,7 +73,7 @@ func (t *Transport) WatchJobSteps(ctx context.Context, job string) (<-chan StepR
 	if err := ValidJob(job); err != nil {
 		return nil, err
 	}
-	return watch(ctx, t.steps, job+".*.*", func(e jetstream.KeyValueEntry) (StepReport, bool) {
+	return watch(ctx, t, t.steps, job+".*.*", func(e jetstream.KeyValueEntry) (StepReport, bool) {
 		return t.entryStep(e, job, anyEpoch)
 	})
 }

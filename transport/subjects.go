@@ -37,6 +37,10 @@ func ReplanSubject(job string) (string, error) { return subject(job, "replan") }
 // Announcement messages.
 func AnnounceSubject(job string) (string, error) { return subject(job, "announce") }
 
+// RecoverSubject returns "tmmu.<job>.recover", where workers publish
+// RecoveryRequest messages.
+func RecoverSubject(job string) (string, error) { return subject(job, "recover") }
+
 // ReportKey returns the KV key of (job, epoch, rank) in Bucket:
 // "<job>.<epoch>.<rank>".
 func ReportKey(job string, epoch, rank uint64) (string, error) {

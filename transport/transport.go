@@ -59,8 +59,10 @@ type Transport struct {
 	progress jetstream.KeyValue
 	steps    jetstream.KeyValue
 	coll     jetstream.KeyValue
+	ckpt     jetstream.KeyValue
 	stream   jetstream.Stream
 	dropped  atomic.Uint64
+	resumed  atomic.Uint64
 }
 
 // New returns a Transport over nc. It opens the KV bucket Bucket, creating
@@ -99,12 +101,23 @@ func New(nc *nats.Conn, opts ...Option) (*Transport, error) {
 	if err != nil {
 		return nil, err
 	}
+	ckpt, err := openBucket(ctx, js, jetstream.KeyValueConfig{Bucket: CheckpointBucket, Description: "tmmu checkpoint reports: each rank's shard of each checkpoint"}, o)
+	if err != nil {
+		return nil, err
+	}
 	stream, err := js.Stream(ctx, bucketStream)
 	if err != nil {
 		return nil, fmt.Errorf("transport: kv stream %s: %w", bucketStream, err)
 	}
-	return &Transport{nc: nc, js: js, kv: kv, progress: progress, steps: steps, coll: coll, stream: stream}, nil
+	return &Transport{nc: nc, js: js, kv: kv, progress: progress, steps: steps, coll: coll, ckpt: ckpt, stream: stream}, nil
 }
+
+// JetStream returns the JetStream context the transport uses (for the
+// checkpoint object store).
+func (t *Transport) JetStream() jetstream.JetStream { return t.js }
+
+// Conn returns the NATS connection the transport uses.
+func (t *Transport) Conn() *nats.Conn { return t.nc }
 
 // openBucket opens a KV bucket, creating it if it does not exist: cfg
 // with history 1, MaxValueSize unless cfg sets one, and the configured
@@ -238,7 +251,7 @@ func (t *Transport) WatchReports(ctx context.Context, job string, epoch uint64) 
 	if err := ValidJob(job); err != nil {
 		return nil, err
 	}
-	return watch(ctx, t.kv, epochFilter(job, epoch), func(e jetstream.KeyValueEntry) (PlanReport, bool) {
+	return watch(ctx, t, t.kv, epochFilter(job, epoch), func(e jetstream.KeyValueEntry) (PlanReport, bool) {
 		return t.entryReport(e, job, epoch)
 	})
 }
@@ -247,7 +260,15 @@ func (t *Transport) WatchReports(ctx context.Context, job string, epoch uint64) 
 // stored ones, then each update. The watch's own context always ends (see
 // Reports), and the watch is stopped and drained before the channel
 // closes.
-func watch[T any](ctx context.Context, kv jetstream.KeyValue, filter string, decode func(jetstream.KeyValueEntry) (T, bool)) (<-chan T, error) {
+//
+// The watch rides through NATS restarts: when the connection reconnects,
+// or the watch ends while the connection lives, it is opened again from
+// the revision after the last one delivered (the client's ordered
+// consumer would recover by itself only after missing two 5-second
+// heartbeats). A value may then be delivered twice; every consumer here
+// keeps the latest or the highest. The channel closes when ctx is done or
+// the connection is closed for good.
+func watch[T any](ctx context.Context, t *Transport, kv jetstream.KeyValue, filter string, decode func(jetstream.KeyValueEntry) (T, bool)) (<-chan T, error) {
 	wctx, cancel := context.WithCancel(ctx)
 	w, err := kv.Watch(wctx, filter, jetstream.IgnoreDeletes())
 	if err != nil {
@@ -258,18 +279,34 @@ func watch[T any](ctx context.Context, kv jetstream.KeyValue, filter string, dec
 	go func() {
 		defer close(out)
 		defer cancel()
-		defer stopWatcher(w)
+		var last uint64 // the revision of the last entry delivered
+		seen := t.nc.Stats().Reconnects
+		tick := time.NewTicker(watchCheck)
+		defer tick.Stop()
+		defer func() {
+			if w != nil {
+				stopWatcher(w)
+			}
+		}()
 		for {
+			if w == nil {
+				w = t.reopen(wctx, kv, filter, last)
+				if w == nil {
+					return // ctx done, or the connection closed for good
+				}
+			}
 			select {
 			case <-ctx.Done():
 				return
 			case e, ok := <-w.Updates():
 				if !ok {
-					return
+					w = nil
+					continue
 				}
 				if e == nil {
 					continue // end of initial values
 				}
+				last = max(last, e.Revision())
 				v, ok := decode(e)
 				if !ok {
 					continue
@@ -279,11 +316,51 @@ func watch[T any](ctx context.Context, kv jetstream.KeyValue, filter string, dec
 				case <-ctx.Done():
 					return
 				}
+			case <-tick.C:
+				if r := t.nc.Stats().Reconnects; r != seen {
+					seen = r
+					t.resumed.Add(1)
+					stopWatcher(w)
+					w = nil
+				}
 			}
 		}
 	}()
 	return out, nil
 }
+
+// watchCheck is how often a watch looks for a reconnection.
+const watchCheck = 100 * time.Millisecond
+
+// reopen opens a watch on filter again, from the revision after last,
+// retrying with backoff while NATS (or its JetStream) is not back; nil
+// once ctx is done or the connection is closed for good.
+func (t *Transport) reopen(ctx context.Context, kv jetstream.KeyValue, filter string, last uint64) jetstream.KeyWatcher {
+	opts := []jetstream.WatchOpt{jetstream.IgnoreDeletes()}
+	if last > 0 {
+		opts = append(opts, jetstream.ResumeFromRevision(last+1))
+	}
+	wait := 50 * time.Millisecond
+	for {
+		if ctx.Err() != nil || t.nc.IsClosed() {
+			return nil
+		}
+		w, err := kv.Watch(ctx, filter, opts...)
+		if err == nil {
+			return w
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, time.Second)
+	}
+}
+
+// Resumed returns how many times watches were opened again after NATS
+// reconnected.
+func (t *Transport) Resumed() uint64 { return t.resumed.Load() }
 
 // stopWatcher stops w and drains its channel until the client closes it.
 // The client's message callback blocks while the channel is full, so
@@ -331,9 +408,10 @@ type message interface {
 	jobName() string
 }
 
-func (o Outcome) jobName() string       { return o.Job }
-func (r ReplanRequest) jobName() string { return r.Job }
-func (a Announcement) jobName() string  { return a.Job }
+func (o Outcome) jobName() string         { return o.Job }
+func (r ReplanRequest) jobName() string   { return r.Job }
+func (a Announcement) jobName() string    { return a.Job }
+func (r RecoveryRequest) jobName() string { return r.Job }
 
 func publish[T message](t *Transport, subjectOf func(string) (string, error), v T) error {
 	subj, err := subjectOf(v.jobName())
@@ -404,4 +482,13 @@ func (t *Transport) PublishAnnouncement(a Announcement) error {
 // job.
 func (t *Transport) SubscribeAnnouncements(job string, h func(Announcement)) (*nats.Subscription, error) {
 	return subscribe(t, AnnounceSubject, job, h)
+}
+
+// PublishRecovery validates r and publishes it on RecoverSubject(r.Job).
+func (t *Transport) PublishRecovery(r RecoveryRequest) error { return publish(t, RecoverSubject, r) }
+
+// SubscribeRecovery calls h with each valid RecoveryRequest published for
+// job.
+func (t *Transport) SubscribeRecovery(job string, h func(RecoveryRequest)) (*nats.Subscription, error) {
+	return subscribe(t, RecoverSubject, job, h)
 }

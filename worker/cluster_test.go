@@ -22,7 +22,7 @@ import (
 // with it (a minute at most).
 func startLocal(t *testing.T) (*localcluster.Local, context.Context) {
 	t.Helper()
-	l, err := localcluster.Start(localcluster.Options{Dir: t.TempDir()})
+	l, err := localcluster.Start(localcluster.Options{Dir: t.TempDir(), ShrinkAfter: 3 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

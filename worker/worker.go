@@ -1,7 +1,9 @@
 // Package worker is one rank of a tmmu job: it joins through the etcd
 // rendezvous, fetches its job from the coordinators, plans its rank view,
 // proves its plan hash over NATS, waits until the epoch is committed as
-// agreed, and runs steps, each behind a go/no-go barrier.
+// agreed, and runs steps, each behind a go/no-go barrier; it checkpoints
+// its shard of the model state and restores it, so the job's training
+// state survives the cluster's faults.
 //
 // # One epoch
 //
@@ -16,12 +18,28 @@
 //     (polled). A mismatch is committed by the leader and ends the worker
 //     with ErrNotAgreed: no rank runs a step under an epoch that is not
 //     agreed.
-//  5. Run steps. Before step s every rank publishes a StepReport (s, its
-//     plan hash) and repeats it while it waits; a rank runs s once every
-//     rank has reported s or a later step with its expected hash (a rank
-//     reporting a later step has passed s already: that is how a replacement
-//     worker catches up with ranks waiting further on). After the step it
-//     publishes StepDone, from which the leader commits progress.
+//  5. Hold the state the next step needs (recovery.Prepare): carry it
+//     from the epoch before (checkpointing it at the boundary), start
+//     from the initial state, restore a committed checkpoint (verified by
+//     digest and by the state hash the executor then seals), go back to
+//     where a rollback epoch starts, or — a process that holds nothing,
+//     past the first step — ask the leader to roll the job back to its
+//     last checkpoint (transport.RecoveryRequest).
+//  6. Run steps. Before step s every rank publishes a StepReport (s, its
+//     plan hash); a rank runs s once every rank has reported s or a later
+//     step with its expected hash. After the step it publishes StepDone,
+//     from which the leader commits progress, and at a checkpoint step
+//     (recovery.Due) stores its shard (package checkpoint) and reports it.
+//
+// # Faults
+//
+// No transient fault ends a worker. NATS: the client reconnects, puts are
+// retried with backoff, watches resume (package transport). etcd: a lost
+// rank lease is claimed again for the same identity (the same rank, a new
+// lease). Coordinators: failed or stale answers are retried; only the
+// committed state ends a worker — the job done, failed, cancelled or
+// deleted. A rank that is gone makes the others wait, inside a collective
+// if need be: a step that a rollback abandons is cancelled.
 //
 // Cancelling the context drains the worker: it finishes the step it is
 // running, releases its rank (the lease is revoked; the rank shows as
@@ -34,6 +52,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
@@ -41,9 +60,11 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/tmmu/tmmu/checkpoint"
 	"github.com/tmmu/tmmu/coord"
 	"github.com/tmmu/tmmu/ir"
 	"github.com/tmmu/tmmu/planner"
+	"github.com/tmmu/tmmu/recovery"
 	"github.com/tmmu/tmmu/rendezvous"
 	"github.com/tmmu/tmmu/runtime"
 	"github.com/tmmu/tmmu/shard"
@@ -57,6 +78,10 @@ type Config struct {
 	Coordinator *coord.Client
 	Transport   *transport.Transport
 	Rendezvous  *rendezvous.Client
+	// Store holds the checkpoints; nil means the JetStream object store
+	// bucket checkpoint.DefaultBucket on Transport's connection. Every
+	// worker of a job and the coordinators use the same store.
+	Store checkpoint.Store
 	// Executor builds the executor for a planned view; nil means the
 	// arena executor, or plan-only when the plan is larger than
 	// runtime.DefaultMaxBytes.
@@ -75,6 +100,9 @@ type Config struct {
 	// OnStep is called just before each step runs (a test's safety
 	// recorder).
 	OnStep func(Event)
+	// Stats, if set, is told about checkpoints, restores and
+	// reconnections (the daemon's metrics).
+	Stats Stats
 	// Standby is how long a worker that an elastic job's world left out
 	// waits for an epoch that takes it back before it ends with
 	// ErrNotMember (0: it ends at once).
@@ -84,6 +112,18 @@ type Config struct {
 	// in case announcements are lost (default 1 s; grants and epochs
 	// normally arrive as NATS announcements).
 	Poll time.Duration
+}
+
+// Stats receives what a worker does beyond its steps. Its methods are
+// called from the worker's goroutine.
+type Stats interface {
+	// Checkpointed: the shard of step was stored and reported.
+	Checkpointed(step, bytes uint64, took time.Duration)
+	// Restored: the state after step was restored from its checkpoint.
+	Restored(step, bytes uint64, took time.Duration)
+	// Reconnected: a dependency came back after a failure ("etcd": the
+	// rank was claimed again; "coordinator": an answer after failures).
+	Reconnected(what string)
 }
 
 // Event describes a step about to run.
@@ -113,7 +153,8 @@ type Result struct {
 	Bytes         uint64 // the plan's reserved bytes
 	Replans       uint64 // replan requests this worker sent
 	// Losses are the training losses of the steps run, in order, when
-	// the executor computes (cpu, webgpu).
+	// the executor computes (cpu, webgpu). After a rollback the steps
+	// run again add their losses again.
 	Losses []float64
 	// LastState is the sealed state hash of the last step run
 	// (CommitExecution_v1) when the executor computes.
@@ -121,6 +162,11 @@ type Result struct {
 	// Switches are the trace records of the plan changes this worker
 	// made at epoch boundaries, in the same process.
 	Switches []Switch
+	// Checkpoints counts the shards this worker stored; Restores the
+	// checkpoints it restored; Rollbacks the rollbacks it asked for;
+	// Abandoned the steps a rollback cut short; Reclaims the times it
+	// claimed its rank again after losing the lease.
+	Checkpoints, Restores, Rollbacks, Abandoned, Reclaims uint64
 }
 
 // Switch is a plan change at a safepoint: from Step on the rank runs
@@ -135,16 +181,18 @@ type Switch struct {
 // ErrNotAgreed is returned when an epoch was committed as not agreed.
 var ErrNotAgreed = errors.New("worker: the epoch was not agreed")
 
-// ErrLeaseLost is returned when the worker's rank lease was lost (it
-// could not renew it in time): the job may already count it as gone.
-var ErrLeaseLost = errors.New("worker: the rank lease was lost")
-
 // ErrNotMember is returned when an epoch of an elastic job leaves this
 // worker out (it was counted as lost and came back too late).
 var ErrNotMember = errors.New("worker: the job's world no longer includes this worker")
 
 // ErrAborted is returned when the job was failed or aborted.
 var ErrAborted = errors.New("worker: the job was aborted")
+
+// ErrCancelled is returned when an operator cancelled the job.
+var ErrCancelled = errors.New("worker: the job was cancelled")
+
+// ErrDeleted is returned when the job was deleted.
+var ErrDeleted = errors.New("worker: the job was deleted")
 
 // epochPlan is this rank's plan under one epoch.
 type epochPlan struct {
@@ -159,11 +207,21 @@ type epochPlan struct {
 	reported time.Time
 	barrier  *barrier
 	put      uint64 // the highest step this rank reported ready under the epoch
+	// fresh: exec holds the initial state (built, nothing run or loaded).
+	fresh bool
+}
+
+// shardWritten is a shard this worker stored.
+type shardWritten struct {
+	epoch  uint64
+	digest ir.Hash
+	data   []byte // kept for the latest one: a same-world restore reads it here
 }
 
 type run struct {
 	cfg    Config
 	log    *slog.Logger
+	store  checkpoint.Store
 	rank   uint64
 	world  uint64
 	models map[ir.Hash]*ir.Model
@@ -172,8 +230,9 @@ type run struct {
 	// keeps the graph, spec and rank plans it again without a new view.
 	view    *shard.View
 	viewKey viewKey
-	// dataMode is the job's data mode (coord.JobSpec.DataMode).
+	// setup is what executors are told about the job.
 	dataMode string
+	seed     uint64
 	// job is the job as last fetched. It is kept from step to step and
 	// fetched again only when an announcement, a failed outcome or the
 	// poll says it changed. A stale copy is safe: it can only hold less
@@ -199,16 +258,42 @@ type run struct {
 	watchCtx context.Context
 	watches  sync.WaitGroup
 	standby  time.Time // when this worker found itself outside the world
-	// lost closes when the rank's lease is lost: the worker stops before
-	// reporting another step, so a leader that counted it as gone can
-	// fence the boundary at its last stored report.
-	lost <-chan struct{}
+	// hold is the model state the worker holds; holder the epoch whose
+	// executor holds it.
+	hold   recovery.Holding
+	holder *epochPlan
+	// written are the shards this worker stored, by step.
+	written map[uint64]shardWritten
+	// bad are checkpoints found corrupt (by step): not read again.
+	bad map[uint64]string
+	// asked is when a recovery request was last published, by kind and
+	// step, so requests repeat at the poll's pace.
+	asked map[string]time.Time
+	// failing counts consecutive failed coordinator fetches.
+	failing int
+	// claim is the rank's current claim (replaced when the lease is lost).
+	claimMu sync.Mutex
+	claim   *rendezvous.Claim
 }
 
-// skipTo sends the step loop ahead to an epoch that takes the worker back.
+// skipTo sends the step loop to another step: an epoch that takes the
+// worker back, or the first step of an epoch that starts from a
+// checkpoint.
 type skipTo struct{ step uint64 }
 
-func (s *skipTo) Error() string { return fmt.Sprintf("worker: rejoin at step %d", s.step) }
+func (s *skipTo) Error() string { return fmt.Sprintf("worker: go on at step %d", s.step) }
+
+// retryable marks a failure that may pass (NATS, etcd or the
+// coordinators unreachable): the worker waits and tries again.
+type retryable struct{ err error }
+
+func (r *retryable) Error() string { return r.err.Error() }
+func (r *retryable) Unwrap() error { return r.err }
+
+func transient(err error) error { return &retryable{err} }
+
+// errFinished ends the step loop: the job is done.
+var errFinished = errors.New("worker: the job is done")
 
 func standbySince(t *time.Time) time.Time {
 	if t.IsZero() {
@@ -217,8 +302,8 @@ func standbySince(t *time.Time) time.Time {
 	return *t
 }
 
-// Run runs the worker until the job's steps are done, an epoch is not
-// agreed, the job is aborted, or ctx ends (a drain: the current step
+// Run runs the worker until the job is done, failed, cancelled or
+// deleted, an epoch is not agreed, or ctx ends (a drain: the current step
 // finishes first).
 func Run(ctx context.Context, cfg Config) (Result, error) {
 	log := cfg.Logger
@@ -237,7 +322,8 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	}
 	w := &run{cfg: cfg, log: log.With("job", cfg.Job, "identity", cfg.Identity), models: map[ir.Hash]*ir.Model{},
 		plans: map[uint64]*epochPlan{}, wake: make(chan struct{}, 1), granted: make(chan struct{}, 1), grants: map[uint64]uint64{}, agreed: map[uint64]transport.Outcome{},
-		early: map[uint64]map[uint64]transport.StepReport{}}
+		early: map[uint64]map[uint64]transport.StepReport{}, written: map[uint64]shardWritten{}, bad: map[uint64]string{}, asked: map[string]time.Time{}}
+	w.store = cfg.Store
 	wctx, stop := context.WithCancel(ctx)
 	w.watchCtx = wctx
 	err := w.run(ctx)
@@ -248,6 +334,9 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	}
 	stop()
 	w.watches.Wait()
+	if errors.Is(err, errFinished) {
+		err = nil
+	}
 	return w.res, err
 }
 
@@ -258,6 +347,44 @@ func (w *run) poke() {
 	}
 }
 
+// backoff waits before the next try of something that failed: a growing,
+// jittered pause up to 2 s, or until ctx ends.
+func backoff(ctx context.Context, try int) error {
+	d := min(50*time.Millisecond<<min(try, 6), 2*time.Second)
+	d = d/2 + rand.N(d/2+1)
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(d):
+		return nil
+	}
+}
+
+// retry runs f until it succeeds or ctx ends, logging the first failure
+// of a run of them and the recovery. Each try gets transport.AttemptTimeout.
+func (w *run) retry(ctx context.Context, what string, f func(context.Context) error) error {
+	for try := 0; ; try++ {
+		actx, cancel := context.WithTimeout(ctx, transport.AttemptTimeout)
+		err := f(actx)
+		cancel()
+		if err == nil {
+			if try > 0 {
+				w.log.Info("recovered", "what", what, "tries", try+1)
+			}
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if try == 0 {
+			w.log.Warn("retrying", "what", what, "err", err)
+		}
+		if err := backoff(ctx, try); err != nil {
+			return err
+		}
+	}
+}
+
 func (w *run) run(ctx context.Context) error {
 	cfg := w.cfg
 	job, err := waitJob(ctx, cfg)
@@ -265,20 +392,47 @@ func (w *run) run(ctx context.Context) error {
 		return err
 	}
 	w.world = job.Spec.ShardSpec.WorldSize
-	w.dataMode = job.Spec.DataMode
-	claim, err := cfg.Rendezvous.Claim(ctx, cfg.Job, w.world, cfg.Identity)
+	w.dataMode, w.seed = job.Spec.DataMode, job.Spec.Seed
+	if w.store == nil {
+		for try := 0; ; try++ {
+			sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			w.store, err = checkpoint.NewNATSStore(sctx, cfg.Transport.JetStream(), checkpoint.NATSConfig{})
+			cancel()
+			if err == nil {
+				break
+			}
+			w.log.Warn("opening the checkpoint store", "err", err)
+			if err := backoff(ctx, try); err != nil {
+				return err
+			}
+		}
+	}
+	claim, err := w.claimRank(ctx)
 	if err != nil {
 		return err
 	}
+	w.claim = claim
+	kctx, stopClaim := context.WithCancel(ctx)
+	var keeping sync.WaitGroup
+	keeping.Add(1)
+	go func() {
+		defer keeping.Done()
+		w.keepClaim(kctx)
+	}()
 	defer func() {
+		// Stop claiming again first: releasing ends the lease.
+		stopClaim()
+		keeping.Wait()
 		rctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
-		if rerr := claim.Release(rctx); rerr != nil {
+		w.claimMu.Lock()
+		c := w.claim
+		w.claimMu.Unlock()
+		if rerr := c.Release(rctx); rerr != nil {
 			w.log.Warn("releasing the rank", "err", rerr)
 		}
 	}()
 	w.rank, w.res.Rank = claim.Rank, claim.Rank
-	w.lost = claim.Lost()
 	w.log = w.log.With("rank", w.rank)
 
 	// Listen before reporting anything, so nothing is missed.
@@ -341,7 +495,7 @@ func (w *run) run(ctx context.Context) error {
 	// others there).
 	step := max(job.Epochs[0].StartStep, job.LastStep+1)
 	w.res.FirstStep = step
-	for job.Spec.Steps == 0 || step <= job.Spec.Steps {
+	for {
 		p, err := w.await(ctx, step)
 		var skip *skipTo
 		if errors.As(err, &skip) {
@@ -358,11 +512,20 @@ func (w *run) run(ctx context.Context) error {
 			cfg.OnStep(Event{Job: cfg.Job, Identity: cfg.Identity, Rank: p.rank, Epoch: p.epoch, Step: step, PlanHash: p.hash})
 		}
 		t := time.Now()
-		stats, err := p.exec.Step(context.WithoutCancel(ctx), step)
+		stats, err := w.step(ctx, p, step)
+		if errors.Is(err, errAbandoned) {
+			// A rollback superseded the step: what it left is not a
+			// state of any timeline.
+			w.hold, w.holder = recovery.Holding{Stateless: w.hold.Stateless}, nil
+			w.res.Abandoned++
+			w.log.Info("a rollback abandoned the step", "step", step)
+			continue
+		}
 		if err != nil {
 			return fmt.Errorf("worker: step %d: %w", step, err)
 		}
 		took := time.Since(t)
+		w.hold = recovery.Holding{Valid: true, Step: step, Epoch: p.epoch, Stateless: w.hold.Stateless}
 		if stats.State != "" {
 			w.res.LastState = stats.State
 		}
@@ -373,8 +536,15 @@ func (w *run) run(ctx context.Context) error {
 		w.res.StepTime += took
 		w.res.StepsRun++
 		w.res.LastStep = step
-		if err := cfg.Transport.PutProgress(context.WithoutCancel(ctx), transport.StepDone{Job: cfg.Job, Epoch: p.epoch, Rank: p.rank, Step: step, Nanos: took.Nanoseconds(), Identity: cfg.Identity}); err != nil {
-			w.log.Warn("recording progress", "step", step, "err", err)
+		p.fresh = false
+		done := transport.StepDone{Job: cfg.Job, Epoch: p.epoch, Rank: p.rank, Step: step, Nanos: took.Nanoseconds(), Identity: cfg.Identity}
+		if err := w.retry(ctx, "recording progress", func(c context.Context) error { return cfg.Transport.PutProgress(c, done) }); err != nil {
+			return drained(ctx, err)
+		}
+		if spec := w.current().Spec; recovery.Due(step, spec.Every(), spec.Steps) {
+			if err := w.checkpoint(ctx, p, step, stats); err != nil {
+				return drained(ctx, err)
+			}
 		}
 		w.observe(p, step)
 		step++
@@ -382,7 +552,64 @@ func (w *run) run(ctx context.Context) error {
 			return nil
 		}
 	}
-	return nil
+}
+
+// drained returns nil for an error that a drain (ctx ending) caused.
+func drained(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
+}
+
+// errAbandoned is returned by step when a rollback superseded it.
+var errAbandoned = errors.New("worker: the step was abandoned")
+
+// step runs one step. It is cancelled when the job rolls back past it
+// (the leader committed an epoch that runs this step again) or ends: a
+// rank stuck in a collective with a rank that died is released that way.
+func (w *run) step(ctx context.Context, p *epochPlan, step uint64) (runtime.StepStats, error) {
+	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	var superseded bool
+	done := make(chan struct{})
+	exited := make(chan struct{})
+	go func() {
+		defer close(exited)
+		// A step longer than two polls may be waiting for a rank that
+		// is gone: look at the job on every announcement and poll.
+		t := time.NewTimer(2 * w.cfg.Poll)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-w.wake:
+			case <-t.C:
+				t.Reset(w.cfg.Poll)
+			}
+			j, err := w.cfg.Coordinator.RecentJob(sctx, w.cfg.Job)
+			if err != nil {
+				continue
+			}
+			w.mu.Lock()
+			w.job = j
+			w.mu.Unlock()
+			if j.Final() || j.EpochFor(step).Epoch != p.epoch {
+				superseded = true
+				cancel()
+				return
+			}
+		}
+	}()
+	stats, err := p.exec.Step(sctx, step)
+	close(done)
+	<-exited
+	if superseded {
+		w.poke()
+		return stats, errAbandoned
+	}
+	return stats, err
 }
 
 // observe asks for a replan when the step saw dimensions outside its
@@ -418,11 +645,61 @@ func (w *run) observe(p *epochPlan, step uint64) {
 	w.res.Replans++
 }
 
-// await returns the plan to run step under, once the step may run.
+// current returns the job as last fetched.
+func (w *run) current() *coord.Job {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.job
+}
+
+// fetch returns the job as the coordinators hold it. Failures are
+// retryable, but for a deleted job.
+func (w *run) fetch(ctx context.Context) (*coord.Job, error) {
+	j, err := w.cfg.Coordinator.RecentJob(ctx, w.cfg.Job)
+	if errors.Is(err, coord.ErrGone) {
+		return nil, fmt.Errorf("%w: %v", ErrDeleted, err)
+	}
+	if err != nil {
+		if w.failing == 0 {
+			w.log.Warn("fetching the job", "err", err)
+		}
+		w.failing++
+		return nil, transient(err)
+	}
+	if w.failing > 0 {
+		w.log.Info("the coordinators answer again", "failures", w.failing)
+		w.failing = 0
+		if w.cfg.Stats != nil {
+			w.cfg.Stats.Reconnected("coordinator")
+		}
+	}
+	return j, nil
+}
+
+// final returns the error that ends the worker for a job that is over.
+func final(job *coord.Job, step uint64) error {
+	switch job.Status {
+	case coord.StatusDone:
+		return errFinished
+	case coord.StatusCancelled:
+		return fmt.Errorf("%w: %s", ErrCancelled, job.Reason)
+	case coord.StatusFailed:
+		if e := job.EpochFor(step); e.Outcome != nil && !e.Outcome.Agreed {
+			return fmt.Errorf("%w: %s", ErrNotAgreed, job.Reason)
+		}
+		return fmt.Errorf("%w: %s", ErrAborted, job.Reason)
+	}
+	return nil
+}
+
+// await returns the plan to run step under, once the rank holds the
+// state the step needs and the step may run.
 func (w *run) await(ctx context.Context, step uint64) (*epochPlan, error) {
 	poll := time.NewTicker(w.cfg.Poll)
 	defer poll.Stop()
+	w.mu.Lock()
 	job := w.job
+	w.mu.Unlock()
 	fresh := job == nil
 	select {
 	case <-w.wake:
@@ -431,90 +708,41 @@ func (w *run) await(ctx context.Context, step uint64) (*epochPlan, error) {
 	}
 	for {
 		if fresh {
-			j, err := w.cfg.Coordinator.RecentJob(ctx, w.cfg.Job)
-			if err != nil {
+			j, err := w.fetch(ctx)
+			if err != nil && !isRetryable(err) {
 				return nil, err
 			}
-			job, w.job = j, j
+			if err == nil {
+				job = j
+				w.mu.Lock()
+				w.job = j
+				w.mu.Unlock()
+			}
 			fresh = false
 		}
-		if job.Status == coord.StatusFailed {
-			if e := job.EpochFor(step); e.Outcome != nil && !e.Outcome.Agreed {
-				return nil, fmt.Errorf("%w: %s", ErrNotAgreed, job.Reason)
-			}
-			return nil, fmt.Errorf("%w: %s", ErrAborted, job.Reason)
-		}
-		e := job.EpochFor(step)
-		// Plan and report every epoch from e on as soon as it exists.
-		for i := e.Epoch; i < uint64(len(job.Epochs)); i++ {
-			if _, err := w.prepare(ctx, job, i); err != nil {
+		if job == nil {
+			if err := w.pause(ctx, poll); err != nil {
 				return nil, err
-			}
-		}
-		w.mu.Lock()
-		p := w.plans[e.Epoch]
-		w.mu.Unlock()
-		if !p.member {
-			// Standby: the world does not include this worker (it was
-			// counted as lost). A later epoch that takes it back sends
-			// it to that epoch's boundary.
-			for i := e.Epoch + 1; i < uint64(len(job.Epochs)); i++ {
-				w.mu.Lock()
-				q := w.plans[i]
-				w.mu.Unlock()
-				if q != nil && q.member {
-					return nil, &skipTo{step: job.Epochs[i].StartStep}
-				}
-			}
-			if w.cfg.Standby == 0 || time.Since(standbySince(&w.standby)) > w.cfg.Standby {
-				return nil, fmt.Errorf("%w: epoch %d from step %d", ErrNotMember, e.Epoch, e.StartStep)
-			}
-			select {
-			case <-ctx.Done():
-				return nil, ctx.Err()
-			case <-w.wake:
-			case <-poll.C:
 			}
 			fresh = true
 			continue
 		}
-		w.standby = time.Time{}
-		ready := false
-		outcome := e.Outcome
-		if outcome == nil {
-			w.mu.Lock()
-			if o, ok := w.agreed[e.Epoch]; ok && o.Agreed {
-				outcome = &coord.Outcome{Agreed: true}
-			}
-			w.mu.Unlock()
+		if err := final(job, step); err != nil {
+			return nil, err
 		}
-		if outcome != nil {
-			if !outcome.Agreed {
-				return nil, fmt.Errorf("%w: %s", ErrNotAgreed, job.Reason)
-			}
-			if err := w.start(p, step); err != nil {
-				return nil, err
-			}
-			w.mu.Lock()
-			horizon := max(job.Horizon(e.Epoch), w.grants[e.Epoch])
-			w.mu.Unlock()
-			if horizon >= step {
-				if p.put < step {
-					select {
-					case <-w.lost:
-						return nil, ErrLeaseLost
-					default:
-					}
-					if err := w.cfg.Transport.PutStep(ctx, transport.StepReport{Job: w.cfg.Job, Epoch: e.Epoch, Rank: p.rank, Step: step, PlanHash: p.hash}); err != nil {
-						return nil, err
-					}
-					p.put = step
-				}
-				ready = p.barrier.ready(step)
-			}
+		p, ready, err := w.ready(ctx, job, step)
+		if err != nil && !isRetryable(err) {
+			return nil, err
 		}
 		if ready {
 			return p, nil
+		}
+		if err != nil {
+			w.log.Debug("waiting", "step", step, "err", err)
+		}
+		var changed <-chan struct{}
+		if p != nil && p.barrier != nil {
+			changed = p.barrier.changed
 		}
 		select {
 		case <-ctx.Done():
@@ -523,10 +751,99 @@ func (w *run) await(ctx context.Context, step uint64) (*epochPlan, error) {
 			fresh = true
 		case <-poll.C:
 			fresh = true
-		case <-p.barrier.changed:
+		case <-changed:
 		case <-w.granted:
 		}
 	}
+}
+
+func isRetryable(err error) bool {
+	var r *retryable
+	return errors.As(err, &r)
+}
+
+// pause waits for a poll tick, a wake-up or ctx.
+func (w *run) pause(ctx context.Context, poll *time.Ticker) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-w.wake:
+	case <-poll.C:
+	}
+	return nil
+}
+
+// ready plans every epoch from the step's on, brings the state the step
+// needs into the step's epoch, and reports the rank ready for the step
+// when the job's horizon allows; it says whether every rank is.
+func (w *run) ready(ctx context.Context, job *coord.Job, step uint64) (*epochPlan, bool, error) {
+	e := job.EpochFor(step)
+	// Plan and report every epoch from e on as soon as it exists.
+	for i := e.Epoch; i < uint64(len(job.Epochs)); i++ {
+		if _, err := w.prepare(ctx, job, i); err != nil {
+			return nil, false, err
+		}
+	}
+	w.mu.Lock()
+	p := w.plans[e.Epoch]
+	w.mu.Unlock()
+	if !p.member {
+		// Standby: the world does not include this worker (it was
+		// counted as lost). A later epoch that takes it back sends it
+		// to that epoch's boundary.
+		for i := e.Epoch + 1; i < uint64(len(job.Epochs)); i++ {
+			w.mu.Lock()
+			q := w.plans[i]
+			w.mu.Unlock()
+			if q != nil && q.member {
+				return nil, false, &skipTo{step: job.Epochs[i].StartStep}
+			}
+		}
+		if w.cfg.Standby == 0 || time.Since(standbySince(&w.standby)) > w.cfg.Standby {
+			return nil, false, fmt.Errorf("%w: epoch %d from step %d", ErrNotMember, e.Epoch, e.StartStep)
+		}
+		return p, false, nil
+	}
+	w.standby = time.Time{}
+	outcome := e.Outcome
+	if outcome == nil {
+		w.mu.Lock()
+		if o, ok := w.agreed[e.Epoch]; ok && o.Agreed {
+			outcome = &coord.Outcome{Agreed: true}
+		}
+		w.mu.Unlock()
+	}
+	if outcome == nil {
+		return p, false, nil
+	}
+	if !outcome.Agreed {
+		return nil, false, fmt.Errorf("%w: %s", ErrNotAgreed, job.Reason)
+	}
+	if ok, err := w.holdState(ctx, job, p, step); !ok || err != nil {
+		return p, false, err
+	}
+	if job.Spec.Steps > 0 && step > job.Spec.Steps {
+		// Every step ran: the job is done once its last checkpoint is
+		// committed, unless a rollback sends the ranks back.
+		return p, false, nil
+	}
+	if job.Paused != "" {
+		return p, false, nil
+	}
+	w.mu.Lock()
+	horizon := max(job.Horizon(e.Epoch), w.grants[e.Epoch])
+	w.mu.Unlock()
+	if horizon < step {
+		return p, false, nil
+	}
+	if p.put < step {
+		r := transport.StepReport{Job: w.cfg.Job, Epoch: e.Epoch, Rank: p.rank, Step: step, PlanHash: p.hash}
+		if err := w.cfg.Transport.PutStep(ctx, r); err != nil {
+			return p, false, transient(err)
+		}
+		p.put = step
+	}
+	return p, p.barrier.ready(step), nil
 }
 
 // viewKey identifies a rank view: the model (one *ir.Model per IR hash),
@@ -563,7 +880,7 @@ func (w *run) prepare(ctx context.Context, job *coord.Job, i uint64) (*epochPlan
 		// epoch to run: fetch it whole.
 		full, err := w.cfg.Coordinator.Job(ctx, w.cfg.Job)
 		if err != nil {
-			return nil, err
+			return nil, transient(err)
 		}
 		if i >= uint64(len(full.Epochs)) || uint64(len(full.Epochs[i].Expected)) != world {
 			return nil, fmt.Errorf("worker: epoch %d has no expected plan hash for each of %d ranks", i, world)
@@ -596,6 +913,13 @@ func (w *run) prepare(ctx context.Context, job *coord.Job, i uint64) (*epochPlan
 		w.res.PlanTime = time.Since(t)
 	}
 	p = &epochPlan{epoch: i, rank: rank, world: world, member: true, hash: rp.Plan.PlanHash, plan: rp, graph: rp.View.Graph, barrier: newBarrier(world, e.Expected)}
+	r := transport.PlanReport{Job: w.cfg.Job, Epoch: i, Rank: rank, Identity: w.cfg.Identity, PlanHash: p.hash}
+	if err := w.cfg.Transport.Report(ctx, r); err != nil {
+		if errors.Is(err, transport.ErrConflict) {
+			return nil, fmt.Errorf("worker: reporting the plan hash of epoch %d: %w", i, err)
+		}
+		return nil, transient(fmt.Errorf("worker: reporting the plan hash of epoch %d: %w", i, err))
+	}
 	w.mu.Lock()
 	for _, r := range w.early[i] {
 		p.barrier.add(r)
@@ -603,9 +927,6 @@ func (w *run) prepare(ctx context.Context, job *coord.Job, i uint64) (*epochPlan
 	delete(w.early, i)
 	w.plans[i] = p
 	w.mu.Unlock()
-	if err := w.cfg.Transport.Report(ctx, transport.PlanReport{Job: w.cfg.Job, Epoch: i, Rank: rank, Identity: w.cfg.Identity, PlanHash: p.hash}); err != nil {
-		return nil, fmt.Errorf("worker: reporting the plan hash of epoch %d: %w", i, err)
-	}
 	p.reported = time.Now()
 	w.log.Debug("planned and reported", "epoch", i, "plan_hash", p.hash.Short())
 	return p, nil
@@ -624,7 +945,7 @@ func (w *run) model(ctx context.Context, job *coord.Job, i uint64) (*ir.Model, e
 	}
 	data, err := w.cfg.Coordinator.IR(ctx, w.cfg.Job, i)
 	if err != nil {
-		return nil, fmt.Errorf("worker: fetching the IR of epoch %d: %w", i, err)
+		return nil, transient(fmt.Errorf("worker: fetching the IR of epoch %d: %w", i, err))
 	}
 	m, err := ir.DecodeCBOR(data)
 	if err != nil {
@@ -634,77 +955,6 @@ func (w *run) model(ctx context.Context, job *coord.Job, i uint64) (*ir.Model, e
 		w.models[h] = m
 	}
 	return m, nil
-}
-
-// start makes p the running epoch: its executor is built (the previous
-// epoch's is dropped: its last step has finished).
-func (w *run) start(p *epochPlan, step uint64) error {
-	if p.exec != nil {
-		return nil
-	}
-	if !w.started {
-		w.res.AgreementTime = time.Since(p.reported)
-		w.started = true
-	} else {
-		sw := Switch{Epoch: p.epoch, Step: step, Old: w.res.PlanHash, New: p.hash}
-		w.res.Switches = append(w.res.Switches, sw)
-		w.log.Info("switched plans at a safepoint", "epoch", sw.Epoch, "step", sw.Step, "old_plan_hash", sw.Old.Short(), "new_plan_hash", sw.New.Short())
-	}
-	exec, err := newExecutor(w.cfg, p.graph, p.plan.Plan)
-	if err != nil {
-		return err
-	}
-	if ms, ok := exec.(runtime.ModeSetter); ok {
-		if err := ms.SetDataMode(w.dataMode); err != nil {
-			closeExecutor(exec)
-			return err
-		}
-	}
-	w.mu.Lock()
-	var prev runtime.Executor
-	var prevEpoch uint64
-	for i, q := range w.plans {
-		if i < p.epoch && q.exec != nil {
-			if prev == nil || i > prevEpoch {
-				prev, prevEpoch = q.exec, i
-			}
-			q.exec = nil // its last step has run
-		}
-	}
-	w.running = p.epoch
-	for i := range w.early {
-		if i < p.epoch {
-			delete(w.early, i)
-		}
-	}
-	w.mu.Unlock()
-	if prev != nil {
-		if err := carryState(prev, exec); err != nil {
-			closeExecutor(exec)
-			return fmt.Errorf("worker: switching to epoch %d: %w", p.epoch, err)
-		}
-		closeExecutor(prev)
-	}
-	p.exec = exec
-	w.res.Epoch, w.res.PlanHash, w.res.Executor, w.res.Rank = p.epoch, p.hash, exec.Name(), p.rank
-	w.res.Model, w.res.Bytes = p.plan.ModelState, p.plan.Plan.Metrics.ReservedBytes
-	w.res.Epochs++
-	return nil
-}
-
-// carryState moves the model state from the executor of the epoch before
-// into the new one, when both hold state (the computing executors).
-func carryState(from, to runtime.Executor) error {
-	src, ok1 := from.(runtime.StateCarrier)
-	dst, ok2 := to.(runtime.StateCarrier)
-	if !ok1 || !ok2 {
-		return nil
-	}
-	state, err := src.Export()
-	if err != nil {
-		return err
-	}
-	return dst.Import(state)
 }
 
 func closeExecutor(x runtime.Executor) {
@@ -723,11 +973,17 @@ func newExecutor(cfg Config, g *ir.Graph, p *planner.Plan) (runtime.Executor, er
 	return runtime.NewArenaExecutor(g, p, 0)
 }
 
+// waitJob fetches the job until the coordinators have it: a worker may
+// start before its job is submitted, and a coordinator that restarted
+// may not know the leader yet. A deleted job is final.
 func waitJob(ctx context.Context, cfg Config) (*coord.Job, error) {
-	for {
-		j, err := cfg.Coordinator.Job(ctx, cfg.Job)
+	for try := 0; ; try++ {
+		j, err := cfg.Coordinator.RecentJob(ctx, cfg.Job)
 		if err == nil {
 			return j, nil
+		}
+		if errors.Is(err, coord.ErrGone) {
+			return nil, fmt.Errorf("%w: %v", ErrDeleted, err)
 		}
 		select {
 		case <-ctx.Done():

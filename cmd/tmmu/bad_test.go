@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -25,6 +26,7 @@ func runCLI(t *testing.T, stdin string, args ...string) (int, string, string) {
 func TestBadInputs(t *testing.T) {
 	bad := func(f string) string { return filepath.Join("testdata", "bad", f) }
 	tiny := filepath.Join("..", "..", "examples", "gpt2-tiny-train.json")
+	micro := filepath.Join("testdata", "micro-train.json")
 	cases := []struct {
 		args    []string
 		code    failure.Code
@@ -77,6 +79,9 @@ func TestBadInputs(t *testing.T) {
 		{[]string{"train", tiny, "--executor", "cpu", "--mode", "confidential", "--debug-fill", "emb.out", "--steps", "1"}, failure.ModeViolation, "confidential"},
 		{[]string{"train", tiny, "--executor", "cpu", "--device-memory", "64KiB", "--steps", "1"}, failure.DeviceError, "out of memory"},
 		{[]string{"shard", "validate", bad("shard-unknown-field.spec.json")}, failure.InvalidEncoding, `unknown field "zero_stage"`},
+		{[]string{"train", micro, "--executor", "cpu", "--steps", "3", "--checkpoint-dir", copyDir(t, bad("ckpt-corrupt")), "--resume"}, failure.CheckpointCorrupt, "does not hash to its digest"},
+		{[]string{"train", micro, "--executor", "cpu", "--steps", "3", "--checkpoint-dir", copyDir(t, bad("ckpt-mismatch")), "--resume"}, failure.RestoreMismatch, "the checkpoint says"},
+		{[]string{"train", micro, "--executor", "cpu", "--steps", "2", "--checkpoint-dir", t.TempDir(), "--checkpoint-max-bytes", "4KiB"}, failure.CheckpointStoreFull, "no room"},
 		{[]string{"plan", bad("no-such-file.json")}, failure.IOError, "no such file"},
 		{[]string{"plan", bad("chain.json"), "--arena-config", bad("no-such-arenas.json")}, failure.IOError, "no such file"},
 	}
@@ -129,6 +134,16 @@ func TestBadInputs(t *testing.T) {
 			t.Errorf("%s is not used by any case", f)
 		}
 	}
+}
+
+// copyDir copies a committed checkpoint directory into a temporary one,
+// so that a run that resumes from it writes nothing under testdata.
+func copyDir(t *testing.T, src string) string {
+	dst := t.TempDir()
+	if err := os.CopyFS(dst, os.DirFS(src)); err != nil {
+		t.Fatal(err)
+	}
+	return dst
 }
 
 // TestBadInputText: without -o json a failure is one line on stderr

@@ -5,22 +5,28 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/tmmu/tmmu/checkpoint"
 	"github.com/tmmu/tmmu/engine"
+	"github.com/tmmu/tmmu/failure"
+	"github.com/tmmu/tmmu/ir"
 	"github.com/tmmu/tmmu/planner"
+	"github.com/tmmu/tmmu/runtime"
 )
 
 var trainCmd = &command{
 	name: "train",
 	summary: "Plan a training graph for one device and run its steps there: forward, backward and AdamW on WebGPU or the cpu kernels, " +
 		"every tensor at its planned offset, on a synthetic counting task. Prints each step's loss and sealed state hash.",
-	usage: "train IR [--executor auto|webgpu|cpu] [--steps N] [--strategy S] [--lr X] [--unshared] [--mode standard|confidential|regulated] [--debug-fill TENSOR] [--device-memory BYTES] [-o text|json]",
-	run:   runTrain,
+	usage: "train IR [--executor auto|webgpu|cpu] [--steps N] [--seed S] [--strategy S] [--lr X] [--unshared] [--mode standard|confidential|regulated] [--debug-fill TENSOR] [--device-memory BYTES]\n" +
+		"       [--checkpoint-dir DIR [--checkpoint-every N] [--checkpoint-max-bytes SIZE] [--resume]] [-o text|json]",
+	run: runTrain,
 }
 
 type trainStep struct {
-	Step  uint64  `json:"step"`
-	Loss  float32 `json:"loss"`
-	State string  `json:"state_hash"`
+	Step       uint64  `json:"step"`
+	Loss       float32 `json:"loss"`
+	State      string  `json:"state_hash"`
+	Checkpoint string  `json:"checkpoint,omitempty"` // the object stored after the step
 }
 
 type trainResult struct {
@@ -32,7 +38,12 @@ type trainResult struct {
 	ArenaBytes  uint64      `json:"arena_bytes"`
 	Steps       []trainStep `json:"steps"`
 	StepsPerSec float64     `json:"steps_per_second"`
+	// Resumed is the checkpoint the run resumed from (its step's object).
+	Resumed string `json:"resumed,omitempty"`
 }
+
+// trainJob names tmmu train's checkpoints in their directory.
+const trainJob = "train"
 
 func runTrain(c *command, e *env, args []string) error {
 	fs := newFlags(e, c)
@@ -44,6 +55,11 @@ func runTrain(c *command, e *env, args []string) error {
 	mode := fs.String("mode", string(engine.Standard), "data-handling mode: standard, confidential or regulated (the last two forbid --debug-fill)")
 	debugFill := fs.String("debug-fill", "", "fill this tensor with a debug pattern before the first step (DebugFillTensor_v1)")
 	capacity := fs.String("device-memory", "", "bound the cpu device's memory (e.g. 64KiB), to see how running out is reported")
+	seed := fs.Uint64("seed", 0, "the seed the batches derive from, with the step")
+	ckptDir := fs.String("checkpoint-dir", "", "store a checkpoint of the model state after the last step (and every --checkpoint-every steps) in this directory")
+	ckptEvery := fs.Uint64("checkpoint-every", 0, "with --checkpoint-dir: also checkpoint every N steps")
+	ckptMax := fs.String("checkpoint-max-bytes", "", "with --checkpoint-dir: the most bytes the directory may hold (e.g. 64MiB); a checkpoint past it fails with CHECKPOINT_STORE_FULL")
+	resume := fs.Bool("resume", false, "with --checkpoint-dir: restore its newest checkpoint (verified by digest and state hash) and run the steps after it, up to --steps")
 	out := fs.String("o", "text", "output: text or json")
 	pos, err := parse(fs, args)
 	if err != nil {
@@ -60,9 +76,29 @@ func runTrain(c *command, e *env, args []string) error {
 	default:
 		return usagef("--mode %q: want standard, confidential or regulated", *mode)
 	}
-	g, err := loadGraph(e, pos[0])
+	if (*resume || *ckptEvery > 0 || *ckptMax != "") && *ckptDir == "" {
+		return usagef("--resume, --checkpoint-every and --checkpoint-max-bytes need --checkpoint-dir")
+	}
+	m, err := loadModel(e, pos[0])
 	if err != nil {
 		return err
+	}
+	g, err := ir.Compile(m)
+	if err != nil {
+		return err
+	}
+	var store *checkpoint.DirStore
+	if *ckptDir != "" {
+		if store, err = checkpoint.NewDirStore(*ckptDir); err != nil {
+			return ioError(err, *ckptDir)
+		}
+		if *ckptMax != "" {
+			n, err := planner.ParseByteSize(*ckptMax)
+			if err != nil {
+				return usagef("--checkpoint-max-bytes: %v", err)
+			}
+			store.MaxBytes = uint64(n)
+		}
 	}
 	be, reason, err := engine.Open(*backend)
 	if err != nil {
@@ -90,7 +126,7 @@ func runTrain(c *command, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	eopts := engine.Options{Backend: be, Mode: engine.Mode(*mode), Unshared: *unshared, AdamW: engine.DefaultAdamW}
+	eopts := engine.Options{Backend: be, Mode: engine.Mode(*mode), Unshared: *unshared, AdamW: engine.DefaultAdamW, Seed: *seed}
 	eopts.AdamW.LR = float32(*lr)
 	x, err := engine.NewExecutor(g, p, eopts, false)
 	if err != nil {
@@ -112,23 +148,123 @@ func runTrain(c *command, e *env, args []string) error {
 		fmt.Fprintf(e.stdout, "%s on %s: plan %s, %s of arenas in %s of device memory\n", g.Name, res.Device, p.PlanHash.Short(),
 			planner.FormatBytes(res.ArenaBytes), planner.FormatBytes(res.DeviceBytes))
 	}
+	var layout []checkpoint.Slice
+	from := uint64(1)
+	if store != nil {
+		if layout, err = checkpoint.Layout(g, m, 0, 1); err != nil {
+			return err
+		}
+		if *resume {
+			step, name, err := resumeTrain(store, x, layout)
+			if err != nil {
+				return err
+			}
+			from, res.Resumed = step+1, name
+			if *out == "text" {
+				fmt.Fprintf(e.stdout, "resumed from the checkpoint of step %d (%s), state verified\n", step, name)
+			}
+		}
+	}
 	start := time.Now()
-	for s := range *steps {
+	for s := from; s <= *steps; s++ {
 		stats, err := x.Step(context.Background(), s)
 		if err != nil {
 			return err
 		}
-		res.Steps = append(res.Steps, trainStep{Step: s, Loss: float32(stats.Loss), State: stats.State})
+		ts := trainStep{Step: s, Loss: float32(stats.Loss), State: stats.State}
+		if store != nil && (s == *steps || (*ckptEvery > 0 && s%*ckptEvery == 0)) {
+			if ts.Checkpoint, err = checkpointTrain(store, x, layout, s, *seed); err != nil {
+				return err
+			}
+		}
+		res.Steps = append(res.Steps, ts)
 		if *out == "text" {
-			fmt.Fprintf(e.stdout, "step %3d  loss %.4f  state %s\n", s, stats.Loss, stats.State[:12])
+			fmt.Fprintf(e.stdout, "step %3d  loss %.4f  state %s", s, stats.Loss, stats.State[:12])
+			if ts.Checkpoint != "" {
+				fmt.Fprintf(e.stdout, "  checkpoint %s", ts.Checkpoint)
+			}
+			fmt.Fprintln(e.stdout)
 		}
 	}
-	if *steps > 0 {
-		res.StepsPerSec = float64(*steps) / time.Since(start).Seconds()
+	if n := len(res.Steps); n > 0 {
+		res.StepsPerSec = float64(n) / time.Since(start).Seconds()
 	}
 	if *out == "json" {
 		return writeJSON(e.stdout, res)
 	}
 	fmt.Fprintf(e.stdout, "%.1f steps/s\n", res.StepsPerSec)
 	return nil
+}
+
+// checkpointTrain stores the executor's state after step in store and
+// returns the object's name.
+func checkpointTrain(store checkpoint.Store, x *engine.Executor, layout []checkpoint.Slice, step, seed uint64) (string, error) {
+	st, err := x.Export()
+	if err != nil {
+		return "", err
+	}
+	ts, err := checkpoint.FromState(layout, st.Tensors)
+	if err != nil {
+		return "", err
+	}
+	h, err := x.HashOf(st)
+	if err != nil {
+		return "", err
+	}
+	sh := &checkpoint.Shard{Step: step, World: 1, Seed: seed, OptimizerStep: st.OptimizerStep, Tensors: ts}
+	if sh.StateHash, err = ir.ParseHash(h); err != nil {
+		return "", err
+	}
+	data, digest, err := checkpoint.Encode(sh)
+	if err != nil {
+		return "", err
+	}
+	name := checkpoint.ObjectName(trainJob, step, 0, digest)
+	return name, store.Put(context.Background(), name, data)
+}
+
+// resumeTrain restores the newest checkpoint in store into x: the
+// object's bytes must hash to the digest its name carries
+// (CHECKPOINT_CORRUPT), and the executor must then seal the state hash
+// the checkpoint recorded (RESTORE_MISMATCH).
+func resumeTrain(store checkpoint.Store, x *engine.Executor, layout []checkpoint.Slice) (uint64, string, error) {
+	objs, err := store.List(context.Background(), checkpoint.JobPrefix(trainJob))
+	if err != nil {
+		return 0, "", err
+	}
+	var name string
+	var step uint64
+	for _, o := range objs {
+		if _, s, rank, _, err := checkpoint.ParseName(o.Name); err == nil && rank == 0 && (name == "" || s > step) {
+			name, step = o.Name, s
+		}
+	}
+	if name == "" {
+		return 0, "", failure.New(failure.IOError, opIO, "no checkpoint to resume from", "prefix", checkpoint.JobPrefix(trainJob))
+	}
+	_, _, _, digest, _ := checkpoint.ParseName(name)
+	data, err := store.Get(context.Background(), name)
+	if err != nil {
+		return 0, "", err
+	}
+	sh, err := checkpoint.Decode(data, digest)
+	if err != nil {
+		return 0, "", err
+	}
+	words, err := checkpoint.Recut([]*checkpoint.Shard{sh}, layout)
+	if err != nil {
+		return 0, "", err
+	}
+	st := runtime.State{Tensors: words, OptimizerStep: sh.OptimizerStep}
+	if err := x.Import(st); err != nil {
+		return 0, "", err
+	}
+	got, err := x.StateHash()
+	if err != nil {
+		return 0, "", err
+	}
+	if got != sh.StateHash.String() {
+		return 0, "", failure.New(failure.RestoreMismatch, "tmmu.train", fmt.Sprintf("the restored state seals %.12s, the checkpoint says %s", got, sh.StateHash.Short()), "object", name)
+	}
+	return step, name, nil
 }

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"io"
@@ -11,6 +12,9 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/tmmu/tmmu/checkpoint"
+	"github.com/tmmu/tmmu/transport"
 )
 
 // ReadSecret reads a secret (a password, a token) from a file, without
@@ -93,4 +97,57 @@ func Healthcheck(args []string) int {
 		return 1
 	}
 	return 0
+}
+
+// DialNATS connects to NATS and opens the transport, as the daemons do:
+// forever reconnecting (every 250 ms, with jitter), and waiting — rather
+// than failing — while NATS or its JetStream is not up yet, until ctx
+// ends. extra adds options (credentials).
+func DialNATS(ctx context.Context, url, name string, log *slog.Logger, extra ...nats.Option) (*nats.Conn, *transport.Transport, error) {
+	opts := append([]nats.Option{nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond),
+		nats.ReconnectJitter(100*time.Millisecond, time.Second), nats.RetryOnFailedConnect(true)}, extra...)
+	nc, err := nats.Connect(url, opts...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("nats %s: %w", url, err)
+	}
+	for try := 0; ; try++ {
+		tr, err := transport.New(nc, transport.WithTimeout(5*time.Second))
+		if err == nil {
+			return nc, tr, nil
+		}
+		if try == 0 {
+			log.Warn("waiting for NATS with JetStream", "url", url, "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			nc.Close()
+			return nil, nil, ctx.Err()
+		case <-time.After(min(time.Duration(try+1)*250*time.Millisecond, 2*time.Second)):
+		}
+	}
+}
+
+// CheckpointStore returns the checkpoint store the daemons use: the
+// directory dir when set (one machine, or a shared file system), else
+// the JetStream object store bucket on tr's connection.
+func CheckpointStore(ctx context.Context, dir string, tr *transport.Transport) (checkpoint.Store, error) {
+	if dir != "" {
+		return checkpoint.NewDirStore(dir)
+	}
+	for try := 0; ; try++ {
+		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		st, err := checkpoint.NewNATSStore(sctx, tr.JetStream(), checkpoint.NATSConfig{})
+		cancel()
+		if err == nil {
+			return st, nil
+		}
+		if ctx.Err() != nil {
+			return nil, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
 }

@@ -1,0 +1,288 @@
+package coord
+
+import (
+	"context"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/tmmu/tmmu/checkpoint"
+	"github.com/tmmu/tmmu/recovery"
+	"github.com/tmmu/tmmu/rendezvous"
+	"github.com/tmmu/tmmu/transport"
+)
+
+// Leading is what the leader's loops use besides raft (RunAgreement).
+type Leading struct {
+	Transport *transport.Transport
+	// Rendezvous, when set, lets the leader see which ranks hold their
+	// etcd lease (tmmu status shows the missing ones) and shrink elastic
+	// jobs whose ranks left for good.
+	Rendezvous *rendezvous.Client
+	// Store holds the checkpoints; nil means the JetStream object store
+	// bucket checkpoint.DefaultBucket on Transport's connection. The
+	// leader deletes what no kept checkpoint needs.
+	Store checkpoint.Store
+	// ShrinkAfter is how long a rank of an elastic job must have been
+	// missing before the job shrinks without it (default
+	// DefaultShrinkAfter): a rank whose lease lapsed while etcd
+	// restarted claims it again well within that.
+	ShrinkAfter time.Duration
+}
+
+// DefaultShrinkAfter is Leading.ShrinkAfter's default.
+const DefaultShrinkAfter = 10 * time.Second
+
+// Absent is a rank whose etcd lease is gone, as the leader saw it.
+type Absent struct {
+	Rank     uint64    `json:"rank"`
+	Identity string    `json:"identity,omitempty"`
+	Since    time.Time `json:"since"`
+}
+
+// recoveryJob is what package recovery's decisions need of j.
+func recoveryJob(j *Job) recovery.Job {
+	rj := recovery.Job{LastStep: j.LastStep, Final: j.Final(), Paused: j.Paused != ""}
+	for i := range j.Epochs {
+		e := &j.Epochs[i]
+		re := recovery.Epoch{Epoch: e.Epoch, StartStep: e.StartStep, World: worldOf(j, e.Epoch), Agreed: e.Outcome != nil && e.Outcome.Agreed}
+		if e.Restore != nil {
+			re.Restore = &recovery.Restore{Step: e.Restore.Step, Rollback: e.Restore.Rollback}
+		}
+		rj.Epochs = append(rj.Epochs, re)
+	}
+	for _, k := range j.Checkpoints {
+		rj.Checkpoints = append(rj.Checkpoints, recovery.Manifest{Step: k.Step, Epoch: k.Epoch, World: k.World})
+	}
+	return rj
+}
+
+// watchCheckpoints tallies the checkpoint reports of one job and commits
+// each complete checkpoint, then announces it and collects garbage. A
+// new leader replays the stored reports, so a checkpoint completed
+// during a failover is committed by the next leader.
+func (a *agreement) watchCheckpoints(ctx context.Context, job string) {
+	defer a.forgetKey(job + "/checkpoints")
+	ch, err := a.t.WatchCheckpoints(ctx, job)
+	if err != nil {
+		a.n.log.Warn("watching checkpoint reports", "job", job, "err", err)
+		return
+	}
+	var tally recovery.Tally
+	for r := range ch {
+		s, _ := a.n.applied()
+		j := s.Jobs[job]
+		if j == nil {
+			return
+		}
+		rj := recoveryJob(j)
+		shards, ok := tally.Add(&rj, recovery.Report{Step: r.Step, Epoch: r.Epoch, Rank: r.Rank, Identity: r.Identity, Digest: r.Digest, State: r.StateHash, Bytes: r.Bytes, Nanos: r.Nanos})
+		if !ok {
+			continue
+		}
+		k := &Checkpoint{Step: r.Step, Epoch: r.Epoch, World: uint64(len(shards)), CommittedAt: time.Now().UnixNano()}
+		for _, sh := range shards {
+			k.Shards = append(k.Shards, CheckpointShard{Rank: sh.Rank, Identity: sh.Identity, Digest: sh.Digest, StateHash: sh.State, Bytes: sh.Bytes})
+			k.Bytes += sh.Bytes
+			k.WriteNanos = max(k.WriteNanos, sh.Nanos)
+		}
+		if _, err := a.n.Apply(&Command{Kind: CmdCheckpoint, Job: job, Checkpoint: k}, 5*time.Second); err != nil {
+			// The reports stay stored: the watch starts over (on this
+			// node if it still leads, else on the next leader).
+			a.n.log.Warn("committing a checkpoint", "job", job, "step", k.Step, "err", err)
+			return
+		}
+		a.n.metrics.checkpoints.Inc()
+		a.n.metrics.checkpointBytes.Set(float64(k.Bytes))
+		a.n.metrics.checkpointWrite.Observe(float64(k.WriteNanos) / 1e9)
+		a.n.log.Info("checkpoint committed", "job", job, "step", k.Step, "epoch", k.Epoch, "world", k.World, "bytes", k.Bytes)
+		a.t.PublishAnnouncement(transport.Announcement{Job: job, Epoch: k.Epoch, Kind: transport.KindCheckpoint, StartStep: k.Step})
+		cctx, cancel := context.WithTimeout(ctx, time.Minute)
+		if err := a.t.ForgetCheckpoint(cctx, job, k.Step); err != nil {
+			a.n.log.Debug("forgetting checkpoint reports", "job", job, "err", err)
+		}
+		if s, _ := a.n.applied(); s.Jobs[job] != nil {
+			a.collect(cctx, job, s.Jobs[job])
+		}
+		cancel()
+	}
+}
+
+// collect deletes the job's stored objects that no kept checkpoint needs
+// (recovery.Garbage): older checkpoints, partial ones, dropped ones.
+func (a *agreement) collect(ctx context.Context, job string, j *Job) {
+	objs, err := a.store.List(ctx, checkpoint.JobPrefix(job))
+	if err != nil {
+		a.n.log.Warn("listing checkpoint objects", "job", job, "err", err)
+		return
+	}
+	var in []recovery.Object
+	for _, o := range objs {
+		if _, step, rank, d, err := checkpoint.ParseName(o.Name); err == nil {
+			in = append(in, recovery.Object{Name: o.Name, Step: step, Rank: rank, Digest: d})
+		}
+	}
+	var kept []recovery.Kept
+	for _, k := range j.Checkpoints {
+		kk := recovery.Kept{Step: k.Step}
+		for _, sh := range k.Shards {
+			kk.Digests = append(kk.Digests, sh.Digest)
+		}
+		kept = append(kept, kk)
+	}
+	steps := map[uint64]bool{}
+	for _, name := range recovery.Garbage(in, kept) {
+		if err := a.store.Delete(ctx, name); err != nil {
+			a.n.log.Warn("deleting a checkpoint object", "object", name, "err", err)
+			continue
+		}
+		if _, step, _, _, err := checkpoint.ParseName(name); err == nil {
+			steps[step] = true
+		}
+		a.n.metrics.collected.Inc()
+	}
+	for step := range steps {
+		a.t.ForgetCheckpoint(ctx, job, step) // partial ones' reports
+	}
+}
+
+// handleRecovery decides a rank's recovery request (recovery.Decide) and
+// commits the decision.
+func (a *agreement) handleRecovery(q transport.RecoveryRequest) {
+	s, _ := a.n.State()
+	j := s.Jobs[q.Job]
+	if j == nil {
+		return
+	}
+	d := recovery.Decide(recoveryJob(j), recovery.Request{Kind: recovery.RequestKind(q.Kind), Rank: q.Rank, Identity: q.Identity, Epoch: q.Epoch, Step: q.Step, Detail: q.Detail})
+	a.n.metrics.recoveries.WithLabelValues(q.Kind, string(d.Kind)).Inc()
+	switch d.Kind {
+	case recovery.None:
+		a.n.log.Debug("recovery request", "job", q.Job, "kind", q.Kind, "rank", q.Rank, "step", q.Step, "decision", d.Reason)
+		return
+	case recovery.Rollback:
+		cur := j.Current()
+		next := &Epoch{Epoch: cur.Epoch + 1, StartStep: d.To + 1, Reason: d.Reason, GlobalPlanHash: cur.GlobalPlanHash, IRHash: cur.IRHash,
+			Expected: slices.Clone(cur.Expected), Restore: &Restore{Step: d.To, Rollback: true}, CommittedAt: time.Now().UnixNano()}
+		c := &Command{Kind: CmdEpoch, Job: q.Job, New: next}
+		if d.Drop != nil {
+			c.Drop = &d.Drop.Step
+		}
+		if _, err := a.n.Apply(c, 10*time.Second); err != nil {
+			a.n.log.Warn("committing a rollback", "job", q.Job, "err", err)
+			return
+		}
+		a.n.log.Warn("rollback committed", "job", q.Job, "epoch", next.Epoch, "to_step", d.To, "reason", d.Reason)
+		a.t.PublishAnnouncement(transport.Announcement{Job: q.Job, Epoch: next.Epoch, Kind: transport.KindEpoch, StartStep: next.StartStep, Reason: trim(d.Reason)})
+	case recovery.Pause:
+		if _, err := a.n.Apply(&Command{Kind: CmdPause, Job: q.Job, Reason: d.Reason}, 5*time.Second); err != nil {
+			a.n.log.Warn("pausing a job", "job", q.Job, "err", err)
+			return
+		}
+		a.n.log.Warn("job paused", "job", q.Job, "reason", d.Reason)
+	case recovery.Fail:
+		if _, err := a.n.Apply(&Command{Kind: CmdFail, Job: q.Job, Reason: d.Reason}, 5*time.Second); err != nil {
+			a.n.log.Warn("failing a job", "job", q.Job, "err", err)
+			return
+		}
+		a.n.log.Error("job failed", "job", q.Job, "reason", d.Reason)
+		a.t.PublishAnnouncement(transport.Announcement{Job: q.Job, Epoch: j.Current().Epoch, Kind: transport.KindAbort, Reason: trim(d.Reason)})
+	}
+}
+
+// mark is what the leader last announced of a job.
+type mark struct {
+	status, paused string
+	exists         bool
+}
+
+// announceChanges tells a job's workers when its status or pause changed
+// or it was deleted (they fetch it and stop or go on), and cleans up
+// after deleted jobs: their reports and checkpoint objects.
+func (a *agreement) announceChanges(ctx context.Context, s *State) {
+	for _, name := range s.Names() {
+		j := s.Jobs[name]
+		m := mark{status: j.Status, paused: j.Paused, exists: true}
+		if old, ok := a.marks[name]; ok && old != m {
+			a.t.PublishAnnouncement(transport.Announcement{Job: name, Epoch: j.Current().Epoch, Kind: transport.KindHold, Reason: trim(j.Paused)})
+		}
+		a.marks[name] = m
+	}
+	for name := range s.Deleted {
+		if m, ok := a.marks[name]; ok && !m.exists {
+			continue
+		}
+		a.marks[name] = mark{}
+		a.t.PublishAnnouncement(transport.Announcement{Job: name, Kind: transport.KindHold, Reason: "deleted"})
+		a.wg.Add(1)
+		go func() {
+			defer a.wg.Done()
+			cctx, cancel := context.WithTimeout(ctx, time.Minute)
+			defer cancel()
+			if err := a.t.ForgetJob(cctx, name); err != nil {
+				a.n.log.Warn("forgetting a deleted job", "job", name, "err", err)
+			}
+			a.collect(cctx, name, &Job{})
+		}()
+	}
+}
+
+// trackAbsent reads, at most every second, which ranks of each live job
+// hold no lease in etcd, and since when (for tmmu status and elastic
+// shrinking).
+func (a *agreement) trackAbsent(ctx context.Context, s *State) {
+	if a.rv == nil || time.Since(a.lastAbsent) < time.Second {
+		return
+	}
+	a.lastAbsent = time.Now()
+	now := time.Now()
+	out := map[string][]Absent{}
+	for _, name := range s.Names() {
+		j := s.Jobs[name]
+		if j.Final() {
+			continue
+		}
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		ms, err := a.rv.Members(cctx, name, j.Spec.ShardSpec.WorldSize)
+		cancel()
+		if err != nil {
+			out[name] = a.n.absentOf(name) // keep what was seen
+			continue
+		}
+		prev := map[uint64]Absent{}
+		for _, x := range a.n.absentOf(name) {
+			prev[x.Rank] = x
+		}
+		for _, m := range ms {
+			if m.Present {
+				continue
+			}
+			x := Absent{Rank: m.Rank, Identity: m.Identity, Since: now}
+			if p, ok := prev[m.Rank]; ok && p.Identity == m.Identity {
+				x.Since = p.Since
+			}
+			out[name] = append(out[name], x)
+		}
+	}
+	a.n.absentMu.Lock()
+	a.n.absent = out
+	a.n.absentMu.Unlock()
+}
+
+// absentOf returns the missing ranks of job as the leader last saw them.
+func (n *Node) absentOf(job string) []Absent {
+	n.absentMu.Lock()
+	defer n.absentMu.Unlock()
+	return slices.Clone(n.absent[job])
+}
+
+func (a *agreement) forgetKey(key string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if cancel, ok := a.watch[key]; ok {
+		cancel()
+		delete(a.watch, key)
+	}
+}
+
+func epochKey(job string, epoch uint64) string { return job + "/" + strconv.FormatUint(epoch, 10) }

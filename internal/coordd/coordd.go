@@ -1,0 +1,167 @@
+// Package coordd is the coordinator daemon (cmd/coordinator): flags and
+// environment, the raft node and its HTTP API, NATS, etcd and the
+// checkpoint store for the leader's loops, and signals. Main is
+// cmd/coordinator's main; tests run it in processes of their own.
+package coordd
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/tmmu/tmmu/coord"
+	"github.com/tmmu/tmmu/internal/cli"
+	"github.com/tmmu/tmmu/rendezvous"
+)
+
+// Main runs the coordinator daemon with args (without the program name)
+// and returns its exit status. "healthcheck URL" probes an endpoint.
+func Main(args []string, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "healthcheck" {
+		return cli.Healthcheck(args[1:])
+	}
+	if err := run(args, stderr); err != nil {
+		fmt.Fprintln(stderr, "coordinator:", err)
+		return 1
+	}
+	return 0
+}
+
+// parsePeers reads id=raftaddr=httpaddr,...
+func parsePeers(s string) ([]coord.Peer, error) {
+	var out []coord.Peer
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p == "" {
+			continue
+		}
+		f := strings.Split(p, "=")
+		if len(f) != 3 {
+			return nil, fmt.Errorf("peer %q: want id=raft_host:port=http_host:port", p)
+		}
+		out = append(out, coord.Peer{ID: f[0], RaftAddr: f[1], HTTPAddr: f[2]})
+	}
+	return out, nil
+}
+
+func run(args []string, stderr io.Writer) error {
+	fs := flag.NewFlagSet("coordinator", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	id := fs.String("id", "", "this node's raft id (required)")
+	raftAddr := fs.String("raft-addr", "127.0.0.1:7000", "raft TCP address, bound and advertised")
+	httpAddr := fs.String("http-addr", "127.0.0.1:8080", "HTTP API address")
+	dataDir := fs.String("data-dir", "tmmu-coordinator", "raft log, stable store and snapshots")
+	natsURL := fs.String("nats", nats.DefaultURL, "NATS server URL (JetStream enabled)")
+	etcd := fs.String("etcd", "", "etcd endpoints, comma-separated: lets the leader see which ranks hold their lease (tmmu status) and shrink elastic jobs whose ranks left (empty: neither)")
+	shrinkAfter := fs.Duration("shrink-after", coord.DefaultShrinkAfter, "how long a rank of an elastic job must have been missing before the job shrinks without it")
+	ckptDir := fs.String("checkpoint-dir", "", "the checkpoints' directory, as the workers see it (empty: the NATS object store bucket tmmu_checkpoints); the leader deletes what no kept checkpoint needs")
+	peers := fs.String("peers", "", "the cluster's voters: id=raft_addr=http_addr,... (this node included)")
+	bootstrap := fs.Bool("bootstrap", false, "bootstrap a new cluster of --peers when the data dir is empty (every initial voter gets the same --peers; a node joining later runs without --bootstrap and is added with tmmu voter add)")
+	token := fs.String("api-token", "", "bearer token every mutating API call (job submit, replan, cancel, delete, voter changes) must carry (empty: none)")
+	tokenFile := fs.String("api-token-file", "", "read the API token from this file")
+	natsAuth := cli.NATSFlags(fs)
+	logFormat := fs.String("log-format", "text", "log format: text or json")
+	fast := fs.Bool("fast-failover", false, "raft heartbeat and election timeouts of 300 ms instead of 1 s, for clusters on one LAN")
+	verbose := fs.Bool("v", false, "debug logging")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := cli.ApplyEnv(fs); err != nil {
+		return err
+	}
+	level := slog.LevelInfo
+	if *verbose {
+		level = slog.LevelDebug
+	}
+	log, err := cli.Logger(stderr, *logFormat, level)
+	if err != nil {
+		return err
+	}
+	apiToken, err := cli.Secret(*token, *tokenFile)
+	if err != nil {
+		return fmt.Errorf("--api-token-file: %w", err)
+	}
+	natsOpts, err := natsAuth()
+	if err != nil {
+		return err
+	}
+	ps, err := parsePeers(*peers)
+	if err != nil {
+		return err
+	}
+	if len(ps) == 0 {
+		ps = []coord.Peer{{ID: *id, RaftAddr: *raftAddr, HTTPAddr: *httpAddr}}
+	}
+	node, err := coord.Open(coord.Config{ID: *id, RaftAddr: *raftAddr, HTTPAddr: *httpAddr, DataDir: *dataDir,
+		Bootstrap: *bootstrap, Peers: ps, Fast: *fast, APIToken: apiToken, Logger: log})
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Addr: *httpAddr, Handler: node.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.ListenAndServe() }()
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	log.Info("coordinator started", "id", *id, "raft", *raftAddr, "http", *httpAddr, "peers", len(ps))
+	// The raft node serves while NATS is not up yet: the leader's loops
+	// start once it is.
+	agreeDone := make(chan struct{})
+	go func() {
+		defer close(agreeDone)
+		natsOpts = append(natsOpts, nats.ReconnectHandler(func(nc *nats.Conn) { log.Info("NATS reconnected", "url", nc.ConnectedUrlRedacted()) }),
+			nats.DisconnectErrHandler(func(_ *nats.Conn, err error) { log.Warn("NATS disconnected", "err", err) }))
+		nc, tr, err := cli.DialNATS(ctx, *natsURL, "tmmu-coordinator-"+*id, log, natsOpts...)
+		if err != nil {
+			if ctx.Err() == nil {
+				log.Error("NATS", "err", err)
+			}
+			return
+		}
+		defer nc.Close()
+		l := coord.Leading{Transport: tr, ShrinkAfter: *shrinkAfter}
+		if *etcd != "" {
+			ec, err := rendezvous.Dial(strings.Split(*etcd, ","))
+			if err != nil {
+				log.Error("etcd", "endpoints", *etcd, "err", err)
+				return
+			}
+			defer ec.Close()
+			l.Rendezvous = rendezvous.New(ec, "", 0)
+		}
+		if *ckptDir != "" {
+			if l.Store, err = cli.CheckpointStore(ctx, *ckptDir, tr); err != nil {
+				log.Error("checkpoint store", "err", err)
+				return
+			}
+		}
+		node.RunAgreement(ctx, l)
+	}()
+
+	select {
+	case <-ctx.Done():
+	case err = <-errc:
+	}
+	log.Info("stopping: handing leadership over")
+	stop()
+	<-agreeDone
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	srv.Shutdown(sctx)
+	if serr := node.TransferAndShutdown(); serr != nil {
+		log.Warn("shutdown", "err", serr)
+	}
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	return err
+}

@@ -1,0 +1,152 @@
+package workerd
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/tmmu/tmmu/ir"
+	"github.com/tmmu/tmmu/planner"
+	"github.com/tmmu/tmmu/runtime"
+)
+
+// metrics are the worker's Prometheus metrics, in base units. They are
+// the worker's worker.Stats too.
+type metrics struct {
+	reg         *prometheus.Registry
+	steps       prometheus.Counter
+	duration    prometheus.Histogram
+	loss        prometheus.Gauge
+	arena       prometheus.Gauge
+	plans       prometheus.Counter
+	ckpts       prometheus.Counter
+	ckptBytes   prometheus.Gauge
+	ckptTime    prometheus.Histogram
+	restores    prometheus.Counter
+	restoreTime prometheus.Histogram
+	reconnects  *prometheus.CounterVec
+	running     atomic.Bool
+}
+
+func newMetrics() *metrics {
+	m := &metrics{reg: prometheus.NewRegistry()}
+	m.steps = prometheus.NewCounter(prometheus.CounterOpts{Name: "tmmu_worker_steps_total", Help: "Steps this worker ran."})
+	m.duration = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tmmu_worker_step_duration_seconds", Help: "Time running one step (barrier excluded).",
+		Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)})
+	m.loss = prometheus.NewGauge(prometheus.GaugeOpts{Name: "tmmu_worker_loss", Help: "The training loss of the last step (computing executors only)."})
+	m.arena = prometheus.NewGauge(prometheus.GaugeOpts{Name: "tmmu_arena_peak_bytes", Help: "Reserved bytes of the running plan's arenas."})
+	m.plans = prometheus.NewCounter(prometheus.CounterOpts{Name: "tmmu_worker_plans_total", Help: "Plans this worker started running (the first one and every switch at a safepoint)."})
+	m.ckpts = prometheus.NewCounter(prometheus.CounterOpts{Name: "tmmu_checkpoints_total", Help: "Shards of checkpoints this worker stored and reported."})
+	m.ckptBytes = prometheus.NewGauge(prometheus.GaugeOpts{Name: "tmmu_checkpoint_bytes", Help: "Bytes of the last shard this worker stored."})
+	m.ckptTime = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tmmu_checkpoint_duration_seconds", Help: "Time to export, encode and store one shard.",
+		Buckets: prometheus.ExponentialBuckets(0.001, 2, 18)})
+	m.restores = prometheus.NewCounter(prometheus.CounterOpts{Name: "tmmu_worker_restores_total", Help: "Checkpoints this worker restored (verified by digest and state hash)."})
+	m.restoreTime = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tmmu_worker_restore_duration_seconds", Help: "Time to read, verify, recut and load a checkpoint.",
+		Buckets: prometheus.ExponentialBuckets(0.001, 2, 18)})
+	m.reconnects = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tmmu_worker_reconnects_total", Help: "Recoveries from a failed dependency: nats (the connection came back), etcd (the rank claimed again after its lease lapsed), coordinator (an answer after failures)."}, []string{"to"})
+	for _, to := range []string{"nats", "etcd", "coordinator"} {
+		m.reconnects.WithLabelValues(to)
+	}
+	m.reg.MustRegister(m.steps, m.duration, m.loss, m.arena, m.plans, m.ckpts, m.ckptBytes, m.ckptTime, m.restores, m.restoreTime, m.reconnects, prometheus.NewGoCollector())
+	return m
+}
+
+// Checkpointed counts a stored shard (worker.Stats).
+func (m *metrics) Checkpointed(step, bytes uint64, took time.Duration) {
+	m.ckpts.Inc()
+	m.ckptBytes.Set(float64(bytes))
+	m.ckptTime.Observe(took.Seconds())
+}
+
+// Restored counts a restored checkpoint (worker.Stats).
+func (m *metrics) Restored(step, bytes uint64, took time.Duration) {
+	m.restores.Inc()
+	m.restoreTime.Observe(took.Seconds())
+}
+
+// Reconnected counts a recovered dependency (worker.Stats).
+func (m *metrics) Reconnected(what string) { m.reconnects.WithLabelValues(what).Inc() }
+
+// wrap counts every executor built and measures its steps. The wrapper
+// passes the optional interfaces through: an executor that holds state
+// is wrapped as one that does, one that does not as one that does not.
+func (m *metrics) wrap(next func(*ir.Graph, *planner.Plan) (runtime.Executor, error)) func(*ir.Graph, *planner.Plan) (runtime.Executor, error) {
+	return func(g *ir.Graph, p *planner.Plan) (runtime.Executor, error) {
+		x, err := next(g, p)
+		if err != nil {
+			return nil, err
+		}
+		m.plans.Inc()
+		m.arena.Set(float64(p.Metrics.ReservedBytes))
+		m.running.Store(true)
+		w := &measured{Executor: x, m: m}
+		if c, ok := x.(runtime.StateCarrier); ok {
+			return &measuredState{measured: w, c: c}, nil
+		}
+		return w, nil
+	}
+}
+
+func (m *metrics) handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /livez", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		if !m.running.Load() {
+			http.Error(w, "not running steps yet", http.StatusServiceUnavailable)
+			return
+		}
+		io.WriteString(w, "ok\n")
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))
+	return mux
+}
+
+// measured is an executor whose steps are measured. It passes the
+// optional interfaces (state carrying, closing) through.
+type measured struct {
+	runtime.Executor
+	m *metrics
+}
+
+func (x *measured) Step(ctx context.Context, step uint64) (runtime.StepStats, error) {
+	t := time.Now()
+	st, err := x.Executor.Step(ctx, step)
+	if err == nil {
+		x.m.steps.Inc()
+		x.m.duration.Observe(time.Since(t).Seconds())
+		if st.HasLoss {
+			x.m.loss.Set(st.Loss)
+		}
+	}
+	return st, err
+}
+
+func (x *measured) Configure(s runtime.Setup) error {
+	if c, ok := x.Executor.(runtime.Configurer); ok {
+		return c.Configure(s)
+	}
+	return nil
+}
+
+func (x *measured) Close() error {
+	if c, ok := x.Executor.(runtime.Closer); ok {
+		return c.Close()
+	}
+	return nil
+}
+
+// measuredState is a measured executor that holds model state.
+type measuredState struct {
+	*measured
+	c runtime.StateCarrier
+}
+
+func (x *measuredState) Export() (runtime.State, error)         { return x.c.Export() }
+func (x *measuredState) Import(s runtime.State) error           { return x.c.Import(s) }
+func (x *measuredState) StateHash() (string, error)             { return x.c.StateHash() }
+func (x *measuredState) HashOf(s runtime.State) (string, error) { return x.c.HashOf(s) }

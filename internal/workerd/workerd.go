@@ -1,0 +1,129 @@
+// Package workerd is the worker daemon (cmd/worker): flags and
+// environment, NATS, etcd and the coordinators, the checkpoint store, the
+// executor, metrics and health endpoints, and signals, around package
+// worker. Main is cmd/worker's main; tests run it in processes of their
+// own.
+package workerd
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/tmmu/tmmu/coord"
+	"github.com/tmmu/tmmu/internal/cli"
+	"github.com/tmmu/tmmu/rendezvous"
+	"github.com/tmmu/tmmu/worker"
+)
+
+// Main runs the worker daemon with args (without the program name) and
+// returns its exit status. "healthcheck URL" probes an endpoint.
+func Main(args []string, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "healthcheck" {
+		return cli.Healthcheck(args[1:])
+	}
+	if err := run(args, stderr); err != nil {
+		fmt.Fprintln(stderr, "worker:", err)
+		return 1
+	}
+	return 0
+}
+
+func run(args []string, stderr io.Writer) error {
+	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	host, _ := os.Hostname()
+	identity := fs.String("identity", host, "stable identity of this worker (a restarted worker with the same identity gets its rank back)")
+	job := fs.String("job", "", "job name (required)")
+	coords := fs.String("coordinators", "http://127.0.0.1:8080", "coordinator HTTP URLs, comma-separated")
+	natsURL := fs.String("nats", nats.DefaultURL, "NATS server URL (JetStream enabled)")
+	etcd := fs.String("etcd", "http://127.0.0.1:2379", "etcd endpoints, comma-separated")
+	ttl := fs.Int64("lease-ttl", 10, "rank lease TTL in seconds")
+	standby := fs.Duration("standby", 10*time.Minute, "how long to wait, when an elastic job's world leaves this worker out, for an epoch that takes it back")
+	executor := fs.String("executor", "auto", "auto (webgpu if an adapter exists, else cpu; arena for graphs the engine cannot run), webgpu, cpu, arena or plan-only")
+	ckptDir := fs.String("checkpoint-dir", "", "keep checkpoints in this directory (every worker and coordinator of the cluster must see the same one) instead of the NATS object store bucket "+"tmmu_checkpoints")
+	poll := fs.Duration("poll", time.Second, "how often to poll the coordinators while waiting, in case announcements are lost")
+	natsAuth := cli.NATSFlags(fs)
+	httpAddr := fs.String("http-addr", "", "serve /livez, /readyz and /metrics here (empty: no HTTP)")
+	logFormat := fs.String("log-format", "text", "log format: text or json")
+	verbose := fs.Bool("v", false, "debug logging")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := cli.ApplyEnv(fs); err != nil {
+		return err
+	}
+	if *job == "" {
+		return fmt.Errorf("--job is required")
+	}
+	level := slog.LevelInfo
+	if *verbose {
+		level = slog.LevelDebug
+	}
+	log, err := cli.Logger(stderr, *logFormat, level)
+	if err != nil {
+		return err
+	}
+	natsOpts, err := natsAuth()
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	m := newMetrics()
+	natsOpts = append(natsOpts,
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) { log.Warn("NATS disconnected", "err", err) }),
+		nats.ReconnectHandler(func(nc *nats.Conn) {
+			m.reconnects.WithLabelValues("nats").Inc()
+			log.Info("NATS reconnected", "url", nc.ConnectedUrlRedacted())
+		}))
+	nc, tr, err := cli.DialNATS(ctx, *natsURL, "tmmu-worker-"+*identity, log, natsOpts...)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	ec, err := rendezvous.Dial(strings.Split(*etcd, ","))
+	if err != nil {
+		return fmt.Errorf("etcd %s: %w", *etcd, err)
+	}
+	defer ec.Close()
+	store, err := cli.CheckpointStore(ctx, *ckptDir, tr)
+	if err != nil {
+		return fmt.Errorf("checkpoint store: %w", err)
+	}
+	cfg := worker.Config{Identity: *identity, Job: *job, Coordinator: coord.NewClient(strings.Split(*coords, ",")...),
+		Transport: tr, Rendezvous: rendezvous.New(ec, "", *ttl), Store: store, Logger: log, Standby: *standby, Poll: *poll, Stats: m}
+	exec, err := worker.Executors(*executor, tr, *job, log)
+	if err != nil {
+		return fmt.Errorf("--executor: %w", err)
+	}
+	cfg.Executor = m.wrap(exec)
+	if *httpAddr != "" {
+		srv := &http.Server{Addr: *httpAddr, Handler: m.handler(), ReadHeaderTimeout: 10 * time.Second}
+		go func() {
+			if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				log.Error("metrics server", "addr", *httpAddr, "err", err)
+			}
+		}()
+		defer srv.Close()
+	}
+	res, err := worker.Run(ctx, cfg)
+	log.Info("worker finished", "rank", res.Rank, "epoch", res.Epoch, "plan_hash", res.PlanHash.Short(), "executor", res.Executor,
+		"steps_run", res.StepsRun, "last_step", res.LastStep, "agreement", res.AgreementTime, "losses", len(res.Losses),
+		"checkpoints", res.Checkpoints, "restores", res.Restores, "rollbacks_asked", res.Rollbacks, "reclaims", res.Reclaims, "last_state_hash", res.LastState, "err", err)
+	if n := len(res.Losses); n > 0 {
+		log.Info("training", "first_loss", res.Losses[0], "last_loss", res.Losses[n-1])
+	}
+	return err
+}

@@ -1,0 +1,72 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/tmmu/tmmu/rendezvous"
+)
+
+// claimRank claims this identity's rank, retrying while etcd is
+// unreachable. A job with no free rank for this identity is final.
+func (w *run) claimRank(ctx context.Context) (*rendezvous.Claim, error) {
+	for try := 0; ; try++ {
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		c, err := w.cfg.Rendezvous.Claim(cctx, w.cfg.Job, w.world, w.cfg.Identity)
+		cancel()
+		if err == nil {
+			return c, nil
+		}
+		if errors.Is(err, rendezvous.ErrJobFull) || errors.Is(err, rendezvous.ErrInvalidArgument) || ctx.Err() != nil {
+			return nil, err
+		}
+		if try == 0 {
+			w.log.Warn("claiming a rank", "err", err)
+		}
+		if err := backoff(ctx, try); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// keepClaim claims the rank again whenever its lease is lost (etcd was
+// unreachable for longer than the lease's TTL): the same identity gets
+// the same rank, with a new lease, fenced by the identity key's revision.
+func (w *run) keepClaim(ctx context.Context) {
+	for {
+		w.claimMu.Lock()
+		lost := w.claim.Lost()
+		w.claimMu.Unlock()
+		select {
+		case <-ctx.Done():
+			return
+		case <-lost:
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		w.log.Warn("the rank lease was lost; claiming the rank again")
+		c, err := w.claimRank(ctx)
+		if err != nil {
+			if ctx.Err() == nil {
+				w.log.Error("claiming the rank again", "err", err)
+			}
+			return
+		}
+		if c.Rank != w.rank {
+			w.log.Error("claimed another rank", "rank", c.Rank, "was", w.rank)
+		}
+		w.claimMu.Lock()
+		w.claim = c
+		w.claimMu.Unlock()
+		w.mu.Lock()
+		w.res.Reclaims++
+		w.mu.Unlock()
+		if w.cfg.Stats != nil {
+			w.cfg.Stats.Reconnected("etcd")
+		}
+		w.log.Info("claimed the rank again", "rank", c.Rank, "revision", c.Revision)
+	}
+}
+
