@@ -69,4 +69,3 @@ func (w *run) keepClaim(ctx context.Context) {
 		w.log.Info("claimed the rank again", "rank", c.Rank, "revision", c.Revision)
 	}
 }
-

@@ -390,4 +390,3 @@ func carryState(from, to runtime.Executor) error {
 	}
 	return dst.Import(state)
 }
-
