@@ -89,6 +89,9 @@ func vocabOf(g *ir.Graph) (uint64, error) {
 // Engine returns the engine.
 func (x *Executor) Engine() *Engine { return x.e }
 
+// Graph returns the graph the engine runs.
+func (e *Engine) Graph() *ir.Graph { return e.g }
+
 // Name is the backend's name ("cpu" or "webgpu").
 func (x *Executor) Name() string { return x.e.opts.Backend.Name() }
 

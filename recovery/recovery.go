@@ -134,25 +134,28 @@ type Action struct {
 }
 
 // Prepare decides how a worker comes to hold the state that step s of
-// epoch e needs: the state after s-1. committed reports whether the
-// checkpoint of a step is committed; written whether this worker already
-// wrote its own shard of it.
-func Prepare(s uint64, e Epoch, h Holding, committed, written func(step uint64) bool) Action {
+// epoch e needs: the state after s-1. started says whether the worker's
+// rank reported a step under e already (in this process or an earlier
+// one): until it has, no rank has passed e's first step, which waits for
+// every rank. committed reports whether the checkpoint of a step is
+// committed; written whether this worker already wrote its own shard of
+// it.
+func Prepare(s uint64, e Epoch, h Holding, started bool, committed, written func(step uint64) bool) Action {
 	need := s - 1
 	if h.Valid && h.Step == need && h.Epoch == e.Epoch {
 		return Action{Kind: Ready}
 	}
 	if r := e.Restore; r != nil {
 		switch {
-		case s > e.StartStep && h.Valid && h.Epoch < e.Epoch:
+		case s > e.StartStep && !started:
 			// The rank has not started the epoch, so no rank has passed
 			// its first step: they wait for this one there.
 			return Action{Kind: Rewind, Step: r.Step, Reason: fmt.Sprintf("epoch %d starts from %s", e.Epoch, r.what())}
 		case s > e.StartStep && h.Stateless:
 			return Action{Kind: Init, Reason: "the executor holds no model state"}
 		case s > e.StartStep:
-			// A new process in the middle of the epoch: the others are
-			// past the checkpoint it starts from.
+			// A new process (or an abandoned step) in the middle of the
+			// epoch: the others are past the checkpoint it starts from.
 			return Action{Kind: AskRollback, Reason: fmt.Sprintf("step %d needs the state after step %d; %s", s, need, holds(h))}
 		case r.Step == 0:
 			return Action{Kind: Init, Reason: fmt.Sprintf("epoch %d starts from %s", e.Epoch, r.what())}

@@ -27,10 +27,11 @@ func TestScenarios(t *testing.T) {
 		var h Holding
 		var tally Tally
 		wrote := map[uint64]bool{}
+		started := map[uint64]bool{} // epochs this rank reported a step under
 		datadriven.Run(t, path, func(c *datadriven.Cmd) string {
 			switch c.Name {
 			case "reset":
-				j, h, tally, wrote = Job{}, Holding{}, Tally{}, map[uint64]bool{}
+				j, h, tally, wrote, started = Job{}, Holding{}, Tally{}, map[uint64]bool{}, map[uint64]bool{}
 				return "ok"
 			case "epoch":
 				e := Epoch{Epoch: uint64(len(j.Epochs)), StartStep: u64(c, "start"), World: u64(c, "world"), Agreed: has(c, "agreed")}
@@ -71,10 +72,13 @@ func TestScenarios(t *testing.T) {
 			case "wrote":
 				wrote[u64(c, "step")] = true
 				return "ok"
+			case "started":
+				started[u64(c, "epoch")] = true
+				return "ok"
 			case "prepare":
 				s := u64(c, "step")
 				e := j.EpochFor(s)
-				a := Prepare(s, *e, h, func(step uint64) bool { _, ok := j.Checkpoint(step); return ok }, func(step uint64) bool { return wrote[step] })
+				a := Prepare(s, *e, h, started[e.Epoch], func(step uint64) bool { _, ok := j.Checkpoint(step); return ok }, func(step uint64) bool { return wrote[step] })
 				return fmt.Sprintf("epoch %d: %s", e.Epoch, a)
 			case "decide":
 				q := Request{Kind: RequestKind(c.Args["kind"]), Rank: u64(c, "rank"), Identity: c.Args["identity"], Epoch: u64(c, "epoch"), Step: u64(c, "step"),
@@ -193,7 +197,7 @@ func TestPrepareNeverRunsWithoutState(t *testing.T) {
 			for _, h := range []Holding{{}, {Valid: true, Step: 38, Epoch: 1}, {Valid: true, Step: 39, Epoch: 1}, {Valid: true, Step: 39, Epoch: 2}, {Valid: true, Step: 30, Epoch: 1}} {
 				for s := start; s <= 41; s++ {
 					for _, committed := range []bool{false, true} {
-						a := Prepare(s, e, h, func(uint64) bool { return committed }, func(uint64) bool { return false })
+						a := Prepare(s, e, h, false, func(uint64) bool { return committed }, func(uint64) bool { return false })
 						switch a.Kind {
 						case Ready:
 							if !h.Valid || h.Step != s-1 || h.Epoch != e.Epoch {

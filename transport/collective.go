@@ -176,6 +176,9 @@ func (g *Group) Exchange(ctx context.Context, key string, data []byte) ([][]byte
 			if err == nil {
 				break
 			}
+			if errors.Is(err, nats.ErrConnectionClosed) {
+				return nil, fmt.Errorf("transport: collective %q: %w", key, err)
+			}
 			g.retries.Add(1)
 			select {
 			case <-ctx.Done():

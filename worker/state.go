@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/tmmu/tmmu/checkpoint"
 	"github.com/tmmu/tmmu/coord"
 	"github.com/tmmu/tmmu/failure"
@@ -36,7 +38,18 @@ func (w *run) holdState(ctx context.Context, job *coord.Job, p *epochPlan, step 
 		}
 	}
 	e := &job.Epochs[p.epoch]
-	a := recovery.Prepare(step, recoveryEpoch(job, e), w.hold,
+	started := p.put > 0 || p.barrier.reported(p.rank)
+	if !started && e.Restore != nil && step > e.StartStep {
+		// Whether a rank may be past the epoch's first step hangs on
+		// this rank's own reports: read what is stored, in case an
+		// earlier process of this identity made some.
+		stored, err := w.cfg.Transport.Steps(ctx, w.cfg.Job, p.epoch)
+		if err != nil {
+			return false, transient(err)
+		}
+		_, started = stored[p.rank]
+	}
+	a := recovery.Prepare(step, recoveryEpoch(job, e), w.hold, started,
 		func(s uint64) bool { return job.Checkpoint(s) != nil },
 		func(s uint64) bool { return w.wrote(job, s) })
 	switch a.Kind {
@@ -225,6 +238,8 @@ func (w *run) checkpoint(ctx context.Context, p *epochPlan, step uint64, stats r
 		}
 		if errors.Is(err, checkpoint.ErrStoreFull) {
 			w.ask(p, recovery.StoreFull, step, err.Error())
+		} else if errors.Is(err, nats.ErrConnectionClosed) {
+			return err
 		} else if try == 0 {
 			w.log.Warn("storing a checkpoint", "step", step, "err", err)
 		}

@@ -98,8 +98,9 @@ type Config struct {
 	// at the end of a step (the data pipeline's batch shapes).
 	Observe func(step uint64) map[string]uint64
 	// OnStep is called just before each step runs (a test's safety
-	// recorder).
-	OnStep func(Event)
+	// recorder); AfterStep after it ran, with its stats (the loss).
+	OnStep    func(Event)
+	AfterStep func(Event, runtime.StepStats)
 	// Stats, if set, is told about checkpoints, restores and
 	// reconnections (the daemon's metrics).
 	Stats Stats
@@ -376,6 +377,9 @@ func (w *run) retry(ctx context.Context, what string, f func(context.Context) er
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
+		if errors.Is(err, nats.ErrConnectionClosed) {
+			return err // closed for good: nothing to wait for
+		}
 		if try == 0 {
 			w.log.Warn("retrying", "what", what, "err", err)
 		}
@@ -412,6 +416,8 @@ func (w *run) run(ctx context.Context) error {
 		return err
 	}
 	w.claim = claim
+	w.rank, w.res.Rank = claim.Rank, claim.Rank
+	w.log = w.log.With("rank", w.rank)
 	kctx, stopClaim := context.WithCancel(ctx)
 	var keeping sync.WaitGroup
 	keeping.Add(1)
@@ -432,8 +438,6 @@ func (w *run) run(ctx context.Context) error {
 			w.log.Warn("releasing the rank", "err", rerr)
 		}
 	}()
-	w.rank, w.res.Rank = claim.Rank, claim.Rank
-	w.log = w.log.With("rank", w.rank)
 
 	// Listen before reporting anything, so nothing is missed.
 	for _, sub := range []func() (*nats.Subscription, error){
@@ -508,8 +512,9 @@ func (w *run) run(ctx context.Context) error {
 			}
 			return err
 		}
+		ev := Event{Job: cfg.Job, Identity: cfg.Identity, Rank: p.rank, Epoch: p.epoch, Step: step, PlanHash: p.hash}
 		if cfg.OnStep != nil {
-			cfg.OnStep(Event{Job: cfg.Job, Identity: cfg.Identity, Rank: p.rank, Epoch: p.epoch, Step: step, PlanHash: p.hash})
+			cfg.OnStep(ev)
 		}
 		t := time.Now()
 		stats, err := w.step(ctx, p, step)
@@ -525,6 +530,9 @@ func (w *run) run(ctx context.Context) error {
 			return fmt.Errorf("worker: step %d: %w", step, err)
 		}
 		took := time.Since(t)
+		if cfg.AfterStep != nil {
+			cfg.AfterStep(ev, stats)
+		}
 		w.hold = recovery.Holding{Valid: true, Step: step, Epoch: p.epoch, Stateless: w.hold.Stateless}
 		if stats.State != "" {
 			w.res.LastState = stats.State
@@ -1037,6 +1045,13 @@ func (b *barrier) add(r transport.StepReport) {
 	case b.changed <- struct{}{}:
 	default:
 	}
+}
+
+// reported says whether rank reported any step.
+func (b *barrier) reported(rank uint64) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return rank < uint64(len(b.at)) && b.at[rank] > 0
 }
 
 func (b *barrier) ready(step uint64) bool {

@@ -1,0 +1,373 @@
+package worker_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tmmu/tmmu/checkpoint"
+	"github.com/tmmu/tmmu/coord"
+	"github.com/tmmu/tmmu/engine"
+	"github.com/tmmu/tmmu/ir"
+	"github.com/tmmu/tmmu/localcluster"
+	"github.com/tmmu/tmmu/models"
+	"github.com/tmmu/tmmu/planner"
+	"github.com/tmmu/tmmu/runtime"
+	"github.com/tmmu/tmmu/transport"
+	"github.com/tmmu/tmmu/worker"
+)
+
+// trainer runs computing workers (the cpu kernels, collectives over NATS)
+// against a local cluster, each on its own connections, and can kill one
+// as a crash would.
+type trainer struct {
+	t   *testing.T
+	l   *localcluster.Local
+	job string
+	rec *recorder
+
+	mu      sync.Mutex
+	results map[string][]worker.Result // per identity, one per run
+	errs    map[string][]error
+	kills   map[string]func()
+	execs   map[string]runtime.Executor // the last executor built per identity
+	onStep  func(worker.Event)
+	losses  map[[2]uint64]float64 // (epoch, step) → rank 0's loss
+	wg      sync.WaitGroup
+}
+
+func newTrainer(t *testing.T, l *localcluster.Local, job string) *trainer {
+	return &trainer{t: t, l: l, job: job, rec: &recorder{}, results: map[string][]worker.Result{}, errs: map[string][]error{},
+		kills: map[string]func(){}, execs: map[string]runtime.Executor{}, losses: map[[2]uint64]float64{}}
+}
+
+func (tr *trainer) start(identity string) {
+	nc, tp, err := tr.l.Transport()
+	if err != nil {
+		tr.t.Fatal(err)
+	}
+	rv, cli, err := tr.l.Rendezvous(2)
+	if err != nil {
+		tr.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	tr.mu.Lock()
+	tr.kills[identity] = func() { cli.Close(); nc.Close(); cancel() }
+	tr.mu.Unlock()
+	factory, err := worker.Executors("cpu", tp, tr.job, nil)
+	if err != nil {
+		tr.t.Fatal(err)
+	}
+	tr.wg.Add(1)
+	go func() {
+		defer tr.wg.Done()
+		defer cli.Close()
+		defer nc.Close()
+		res, err := worker.Run(ctx, worker.Config{Identity: identity, Job: tr.job, Coordinator: tr.l.Client(), Transport: tp, Rendezvous: rv,
+			Poll: 50 * time.Millisecond, Standby: time.Minute,
+			OnStep: func(e worker.Event) {
+				tr.rec.record(e)
+				if tr.onStep != nil {
+					tr.onStep(e)
+				}
+			},
+			AfterStep: func(e worker.Event, st runtime.StepStats) {
+				if e.Rank == 0 && st.HasLoss {
+					tr.mu.Lock()
+					tr.losses[[2]uint64{e.Epoch, e.Step}] = st.Loss
+					tr.mu.Unlock()
+				}
+			},
+			Executor: func(g *ir.Graph, p *planner.Plan) (runtime.Executor, error) {
+				x, err := factory(g, p)
+				if err == nil {
+					tr.mu.Lock()
+					tr.execs[identity] = x
+					tr.mu.Unlock()
+				}
+				return x, err
+			}})
+		tr.mu.Lock()
+		tr.results[identity] = append(tr.results[identity], res)
+		tr.errs[identity] = append(tr.errs[identity], err)
+		tr.mu.Unlock()
+	}()
+}
+
+// kill cuts identity off as a crash would (its etcd and NATS connections
+// close; its lease expires) and waits until its run has returned.
+func (tr *trainer) kill(identity string) {
+	tr.mu.Lock()
+	kill, n := tr.kills[identity], len(tr.results[identity])
+	tr.mu.Unlock()
+	kill()
+	for deadline := time.Now().Add(60 * time.Second); ; {
+		tr.mu.Lock()
+		done := len(tr.results[identity]) > n
+		tr.mu.Unlock()
+		if done {
+			return
+		}
+		if time.Now().After(deadline) {
+			tr.t.Fatalf("the killed worker %s did not return", identity)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// last returns identity's last run.
+func (tr *trainer) last(identity string) (worker.Result, error) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	rs, es := tr.results[identity], tr.errs[identity]
+	return rs[len(rs)-1], es[len(es)-1]
+}
+
+func recoverSubmission(t *testing.T, name string, world, steps uint64, zero int) *coord.SubmitRequest {
+	m, err := models.GPT2(models.GPT2Config{Layers: 1, Hidden: 32, Heads: 2, Seq: 16, Context: 16, Batch: 1, Vocab: 32, DType: ir.F32, Train: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	irJSON, _ := json.Marshal(m)
+	return &coord.SubmitRequest{Name: name, IR: irJSON, Steps: steps, CheckpointEvery: 5, Seed: 11,
+		ShardSpec:   json.RawMessage(fmt.Sprintf(`{"world_size": %d, "data_parallel": {"zero_stage": %d}}`, world, zero)),
+		ArenaConfig: engine.ExecutableArenas(engine.PortableLimits, nil)}
+}
+
+// TestRestartedWorkerResumesExactly: a 4-rank ZeRO-3 job on the cpu
+// kernels, run twice. In the second run one worker is killed after step
+// 12 and a new process with its identity starts 2 s later, holding no
+// model state: the leader rolls the job back to its checkpoint of step
+// 10, every rank restores its shard (verified) and runs the steps after
+// it again. Both runs end in the same final checkpoint, bit for bit (the
+// digests of every rank's shard and their state hashes), and the
+// restarted rank's losses go on from where the job was, not from the
+// initial model.
+func TestRestartedWorkerResumesExactly(t *testing.T) {
+	l, ctx := startLocal(t)
+	const world, steps = 4, 24
+	run := func(name string, fault bool) *coord.Job {
+		if _, err := l.Client().Submit(ctx, recoverSubmission(t, name, world, steps, 3)); err != nil {
+			t.Fatal(err)
+		}
+		tr := newTrainer(t, l, name)
+		for i := range world {
+			tr.start(fmt.Sprintf("%s-w%d", name, i))
+		}
+		if fault {
+			waitJob(t, l, "step 12", 60*time.Second, func(j *coord.Job) bool { return j.Spec.Name == name && j.LastStep >= 12 })
+			victim := name + "-w2"
+			tr.kill(victim)
+			killed, err := tr.last(victim)
+			t.Logf("killed %s after step %d (%v)", victim, killed.LastStep, err)
+			time.Sleep(2 * time.Second)
+			tr.start(victim)
+		}
+		done := waitJob(t, l, name+" to finish", 90*time.Second, func(j *coord.Job) bool { return j.Spec.Name == name && j.Final() })
+		tr.wg.Wait()
+		for id, errs := range tr.errs {
+			if err := errs[len(errs)-1]; err != nil {
+				t.Errorf("%s: %v", id, err)
+			}
+		}
+		if fault {
+			res, _ := tr.last(name + "-w2")
+			t.Logf("the new process: steps %d..%d, %d restores, %d rollbacks asked, losses %.4f … %.4f", res.FirstStep, res.LastStep, res.Restores, res.Rollbacks, res.Losses[0], res.Losses[len(res.Losses)-1])
+			if res.Restores == 0 || res.Rollbacks == 0 {
+				t.Errorf("the new process restored %d checkpoints after asking for %d rollbacks", res.Restores, res.Rollbacks)
+			}
+			straight := 0.0
+			for _, e := range done.Epochs {
+				t.Logf("epoch %d from step %d: %s", e.Epoch, e.StartStep, e.Reason)
+			}
+			_ = straight
+		}
+		tr.rec.check(t, leaderState(t, l))
+		tr.rec.checkBoundaries(t, leaderState(t, l))
+		return done
+	}
+	straight := run("straight", false)
+	faulty := run("faulty", true)
+	if straight.Status != coord.StatusDone || faulty.Status != coord.StatusDone {
+		t.Fatalf("status %s and %s", straight.Status, faulty.Status)
+	}
+	a, b := straight.LastCheckpoint(), faulty.LastCheckpoint()
+	if a.Step != steps || b.Step != steps || len(a.Shards) != world || len(b.Shards) != world {
+		t.Fatalf("final checkpoints: %+v and %+v", a, b)
+	}
+	for r := range world {
+		if a.Shards[r].Digest != b.Shards[r].Digest || a.Shards[r].StateHash != b.Shards[r].StateHash {
+			t.Errorf("rank %d: the run with a restart ends in state %s (object %s), the run without in %s (object %s)",
+				r, b.Shards[r].StateHash.Short(), b.Shards[r].Digest.Short(), a.Shards[r].StateHash.Short(), a.Shards[r].Digest.Short())
+		}
+	}
+	rollback := false
+	for _, e := range faulty.Epochs {
+		rollback = rollback || (e.Restore != nil && e.Restore.Rollback && e.Restore.Step == 10)
+	}
+	if !rollback {
+		t.Errorf("no rollback to the checkpoint of step 10 in %d epochs", len(faulty.Epochs))
+	}
+	t.Logf("final state, both runs: rank 0 %s … rank 3 %s", a.Shards[0].StateHash.Short(), a.Shards[3].StateHash.Short())
+}
+
+// TestElasticReshardZeRO3: a 4-rank ZeRO-3 elastic job loses one rank for
+// good after step 12. The leader rolls it back to the checkpoint of step
+// 10 on 3 ranks: each survivor restores the 4 shards recut for 3. The
+// state the 3 ranks hold right after (before step 11 runs), gathered
+// whole, equals the checkpoint's gathered state bit for bit, and the
+// loss goes on from the trained model.
+func TestElasticReshardZeRO3(t *testing.T) {
+	l, ctx := startLocal(t)
+	sub := recoverSubmission(t, "elastic3", 4, 0, 3)
+	sub.Elastic = true
+	if _, err := l.Client().Submit(ctx, sub); err != nil {
+		t.Fatal(err)
+	}
+	tr := newTrainer(t, l, "elastic3")
+	type grab struct {
+		rank  uint64
+		state runtime.State
+		graph *ir.Graph
+	}
+	var gmu sync.Mutex
+	var grabbed []grab
+	var reshardEpoch, reshardStep uint64
+	tr.onStep = func(e worker.Event) {
+		gmu.Lock()
+		defer gmu.Unlock()
+		if reshardEpoch == 0 || e.Epoch != reshardEpoch || e.Step != reshardStep+1 {
+			return
+		}
+		tr.mu.Lock()
+		x := tr.execs[e.Identity]
+		tr.mu.Unlock()
+		st, err := x.(runtime.StateCarrier).Export()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		grabbed = append(grabbed, grab{rank: e.Rank, state: st, graph: x.(*engine.Executor).Engine().Graph()})
+	}
+	for i := range 4 {
+		tr.start(fmt.Sprintf("r%d", i))
+	}
+	waitJob(t, l, "step 12", 60*time.Second, func(j *coord.Job) bool { return j.Spec.Name == "elastic3" && j.LastStep >= 12 })
+	// The shrink's epoch is committed after the lease lapses (2 s) and
+	// the leader's grace (3 s): note it before the survivors reach its
+	// first step.
+	go func() {
+		for {
+			s := leaderStateNoFail(l)
+			if j := s.Jobs["elastic3"]; j != nil {
+				for _, e := range j.Epochs {
+					if e.Restore != nil && e.Restore.Rollback && e.ShardSpec != nil && e.ShardSpec.WorldSize == 3 {
+						gmu.Lock()
+						reshardEpoch, reshardStep = e.Epoch, e.Restore.Step
+						gmu.Unlock()
+						return
+					}
+				}
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	tr.kill("r1")
+	j := waitJob(t, l, "the shrink to run", 60*time.Second, func(j *coord.Job) bool {
+		e := j.Current()
+		return j.Spec.Name == "elastic3" && e.ShardSpec != nil && e.ShardSpec.WorldSize == 3 && e.Outcome != nil && j.LastStep >= e.StartStep+4
+	})
+	e := j.Current()
+	t.Logf("epoch %d from step %d: %s", e.Epoch, e.StartStep, e.Reason)
+	if e.Restore == nil || !e.Restore.Rollback || e.Restore.Step != 10 {
+		t.Fatalf("the shrink restores %+v, want the checkpoint of step 10", e.Restore)
+	}
+	for _, id := range []string{"r0", "r2", "r3"} {
+		tr.kill(id)
+	}
+	tr.wg.Wait()
+	k := j.Checkpoint(10)
+	if k == nil || k.World != 4 {
+		t.Fatalf("checkpoint of step 10: %+v", k)
+	}
+	// The checkpoint's whole state, from its 4 objects.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st, err := checkpoint.NewNATSStore(ctx, func() *transport.Transport { _, tp, _ := l.Transport(); return tp }().JetStream(), checkpoint.NATSConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var src []*checkpoint.Shard
+	for _, sh := range k.Shards {
+		data, err := st.Get(ctx, checkpoint.ObjectName("elastic3", 10, sh.Rank, sh.Digest))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := checkpoint.Decode(data, sh.Digest)
+		if err != nil {
+			t.Fatal(err)
+		}
+		src = append(src, s)
+	}
+	want, err := checkpoint.Gather(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The 3 ranks' state right after the reshard, gathered the same way.
+	gmu.Lock()
+	defer gmu.Unlock()
+	if len(grabbed) != 3 {
+		t.Fatalf("grabbed the state of %d ranks after the reshard", len(grabbed))
+	}
+	m, _ := ir.DecodeCBOR(j.Spec.Model)
+	var after []*checkpoint.Shard
+	for _, g := range grabbed {
+		layout, err := checkpoint.Layout(g.graph, m, g.rank, 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ts, err := checkpoint.FromState(layout, g.state.Tensors)
+		if err != nil {
+			t.Fatal(err)
+		}
+		after = append(after, &checkpoint.Shard{Format: checkpoint.Format, Step: 10, Rank: g.rank, World: 3, Seed: 11, OptimizerStep: g.state.OptimizerStep, Tensors: ts})
+	}
+	got, err := checkpoint.Gather(after)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for id, w := range want {
+		n += len(w)
+		if !slices.Equal(got[id], w) {
+			t.Errorf("tensor %s differs after the reshard", id)
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("%d tensors after the reshard, %d in the checkpoint", len(got), len(want))
+	}
+	// The loss goes on from the trained model: the first step after the
+	// reshard (11, on 3 ranks) is near step 11 on 4 ranks (another split
+	// of the data), far below step 1.
+	tr.mu.Lock()
+	first, was, now := tr.losses[[2]uint64{0, 1}], tr.losses[[2]uint64{0, 11}], tr.losses[[2]uint64{e.Epoch, 11}]
+	tr.mu.Unlock()
+	t.Logf("the 3 ranks hold the checkpoint's %d tensors (%d elements) bit for bit after the reshard; rank 0's loss: step 1 %.4f, step 11 on 4 ranks %.4f, step 11 on 3 ranks %.4f", len(want), n, first, was, now)
+	if first == 0 || now == 0 || now > was+(first-was)/4 {
+		t.Errorf("the loss after the reshard (%.4f) did not go on from step 11's on 4 ranks (%.4f; step 1 %.4f)", now, was, first)
+	}
+}
+
+func leaderStateNoFail(l *localcluster.Local) *coord.State {
+	for _, n := range l.Coord.Nodes {
+		if n != nil && n.IsLeader() {
+			s, _ := n.State()
+			return s
+		}
+	}
+	return &coord.State{}
+}
