@@ -461,14 +461,15 @@ func (s *State) Apply(c *Command) Result {
 			// restores it and runs the steps after it again.
 			rr := *r
 			e.Restore = &rr
-			if c.Drop != nil {
-				if j.Checkpoint(*c.Drop) == nil || *c.Drop == r.Step {
-					return Result{Err: fmt.Errorf("coord: job %q: no checkpoint of step %d to drop, or it is the one restored", c.Job, *c.Drop)}
-				}
-				j.dropCheckpoint(*c.Drop, e.Reason)
+			// Check everything before changing anything.
+			if c.Drop != nil && (j.Checkpoint(*c.Drop) == nil || *c.Drop == r.Step) {
+				return Result{Err: fmt.Errorf("coord: job %q: no checkpoint of step %d to drop, or it is the one restored", c.Job, *c.Drop)}
 			}
 			if r.Step > 0 && j.Checkpoint(r.Step) == nil {
 				return Result{Err: fmt.Errorf("coord: job %q has no committed checkpoint of step %d", c.Job, r.Step)}
+			}
+			if c.Drop != nil {
+				j.dropCheckpoint(*c.Drop, e.Reason)
 			}
 			e.StartStep = r.Step + 1
 			j.LastStep = r.Step

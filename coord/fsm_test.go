@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/tmmu/tmmu/ir"
+	"github.com/tmmu/tmmu/shard"
 )
 
 func epoch(e uint64, world int, seed byte) *Epoch {
@@ -113,3 +114,91 @@ func TestBoundaryLiesPastTheHorizon(t *testing.T) {
 		t.Fatalf("step 14 runs under epoch %d", e)
 	}
 }
+
+func manifest(step, epoch uint64, world int) *Checkpoint {
+	k := &Checkpoint{Step: step, Epoch: epoch, World: uint64(world)}
+	for r := range world {
+		k.Shards = append(k.Shards, CheckpointShard{Rank: uint64(r), Digest: ir.Hash{byte(step), byte(r)}})
+	}
+	return k
+}
+
+// TestCheckpointsAndRollbacks: checkpoints commit once, in the epoch that
+// ran their step, at most Keep of them; a rollback sets the progress
+// back, drops the checkpoints of the abandoned timeline (and, with Drop,
+// a corrupt one, atomically), and makes progress from before it stale;
+// the job is done only once the checkpoint of its last step is
+// committed; pause, cancel and delete are idempotent.
+func TestCheckpointsAndRollbacks(t *testing.T) {
+	s := &State{}
+	spec := &JobSpec{Name: "j", Steps: 30, CheckpointKeep: 2, ShardSpec: shard.Spec{WorldSize: 2}}
+	drop := uint64(20)
+	steps := []struct {
+		c       Command
+		changed bool
+		err     bool
+	}{
+		{Command{Kind: CmdSubmit, Job: "j", Spec: spec, New: epoch(0, 2, 1)}, true, false},
+		{Command{Kind: CmdOutcome, Job: "j", Epoch: 0, Outcome: &Outcome{Agreed: true}}, true, false},
+		{Command{Kind: CmdCheckpoint, Job: "j", Checkpoint: manifest(10, 0, 2)}, true, false},
+		{Command{Kind: CmdCheckpoint, Job: "j", Checkpoint: manifest(10, 0, 2)}, false, false},
+		{Command{Kind: CmdCheckpoint, Job: "j", Checkpoint: manifest(10, 0, 3)}, false, true}, // not the world
+		{Command{Kind: CmdCheckpoint, Job: "j", Checkpoint: manifest(15, 1, 2)}, false, true}, // epoch 1 does not run step 15
+		{Command{Kind: CmdCheckpoint, Job: "j", Checkpoint: manifest(20, 0, 2)}, true, false},
+		{Command{Kind: CmdCheckpoint, Job: "j", Checkpoint: manifest(25, 0, 2)}, true, false}, // drops 10: keep 2
+		{Command{Kind: CmdProgress, Job: "j", Step: 27}, true, false},
+		// A corrupt 25: rollback to 20, dropping 25, atomically.
+		{Command{Kind: CmdEpoch, Job: "j", New: &Epoch{Epoch: 1, Restore: &Restore{Step: 20, Rollback: true}, GlobalPlanHash: ir.Hash{1}}, Drop: &drop}, false, true}, // cannot drop the one restored
+		{Command{Kind: CmdEpoch, Job: "j", New: &Epoch{Epoch: 1, Restore: &Restore{Step: 10, Rollback: true}, GlobalPlanHash: ir.Hash{1}}}, false, true}, // 10 is no longer kept
+		{Command{Kind: CmdEpoch, Job: "j", New: &Epoch{Epoch: 1, Restore: &Restore{Step: 20, Rollback: true}, GlobalPlanHash: ir.Hash{1}}, Drop: ptr(uint64(25))}, true, false},
+		{Command{Kind: CmdProgress, Job: "j", Step: 28, Epoch: 0}, false, false}, // an abandoned timeline's
+		{Command{Kind: CmdOutcome, Job: "j", Epoch: 1, Outcome: &Outcome{Agreed: true}}, true, false},
+		{Command{Kind: CmdProgress, Job: "j", Step: 30, Epoch: 1}, true, false},
+		{Command{Kind: CmdPause, Job: "j", Reason: "full"}, true, false},
+		{Command{Kind: CmdPause, Job: "j", Reason: "full"}, false, false},
+		{Command{Kind: CmdCheckpoint, Job: "j", Checkpoint: manifest(30, 1, 2)}, true, false}, // resumes, and the job is done
+		{Command{Kind: CmdCancel, Job: "j", Reason: "late"}, false, false},
+		{Command{Kind: CmdDelete, Job: "j", At: 7}, true, false},
+		{Command{Kind: CmdCancel, Job: "j"}, false, true},
+	}
+	var done *Job
+	for i, st := range steps {
+		r := s.Apply(&st.c)
+		if r.Changed != st.changed || (r.Err != nil) != st.err {
+			t.Fatalf("step %d (%s): changed %v err %v, want changed %v err %v", i, st.c.Kind, r.Changed, r.Err, st.changed, st.err)
+		}
+		if j := s.Jobs["j"]; j != nil {
+			switch i {
+			case 11:
+				if j.LastStep != 20 || len(j.Checkpoints) != 1 || j.Checkpoints[0].Step != 20 || len(j.Dropped) != 1 || j.Dropped[0].Step != 25 || j.Epochs[1].StartStep != 21 || j.Timeline() != 1 {
+					t.Fatalf("after the rollback: %+v", j)
+				}
+			case 14:
+				if j.Status != StatusRunning {
+					t.Fatalf("done before the checkpoint of its last step: %s", j.Status)
+				}
+			case 17:
+				done = j
+			}
+		}
+	}
+	if done == nil || done.Status != StatusDone || done.Paused != "" {
+		t.Fatalf("after the last checkpoint: %+v", done)
+	}
+	if _, ok := s.Deleted["j"]; !ok || s.Jobs["j"] != nil {
+		t.Fatalf("deleted: %+v", s)
+	}
+	// A boundary restore (a world that grows) starts past the horizon.
+	s2 := &State{}
+	s2.Apply(&Command{Kind: CmdSubmit, Job: "g", Spec: &JobSpec{Name: "g", ShardSpec: shard.Spec{WorldSize: 2}}, New: epoch(0, 2, 1)})
+	s2.Apply(&Command{Kind: CmdOutcome, Job: "g", Epoch: 0, Outcome: &Outcome{Agreed: true}})
+	s2.Apply(&Command{Kind: CmdProgress, Job: "g", Step: 7})
+	if r := s2.Apply(&Command{Kind: CmdEpoch, Job: "g", New: &Epoch{Epoch: 1, StartStep: 3, Restore: &Restore{}, GlobalPlanHash: ir.Hash{2}}}); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	if e := s2.Jobs["g"].Epochs[1]; e.StartStep != 10 || e.Restore.Step != 9 {
+		t.Fatalf("boundary restore: start %d restore %+v", e.StartStep, e.Restore)
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
