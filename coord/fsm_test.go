@@ -149,7 +149,7 @@ func TestCheckpointsAndRollbacks(t *testing.T) {
 		{Command{Kind: CmdProgress, Job: "j", Step: 27}, true, false},
 		// A corrupt 25: rollback to 20, dropping 25, atomically.
 		{Command{Kind: CmdEpoch, Job: "j", New: &Epoch{Epoch: 1, Restore: &Restore{Step: 20, Rollback: true}, GlobalPlanHash: ir.Hash{1}}, Drop: &drop}, false, true}, // cannot drop the one restored
-		{Command{Kind: CmdEpoch, Job: "j", New: &Epoch{Epoch: 1, Restore: &Restore{Step: 10, Rollback: true}, GlobalPlanHash: ir.Hash{1}}}, false, true}, // 10 is no longer kept
+		{Command{Kind: CmdEpoch, Job: "j", New: &Epoch{Epoch: 1, Restore: &Restore{Step: 10, Rollback: true}, GlobalPlanHash: ir.Hash{1}}}, false, true},              // 10 is no longer kept
 		{Command{Kind: CmdEpoch, Job: "j", New: &Epoch{Epoch: 1, Restore: &Restore{Step: 20, Rollback: true}, GlobalPlanHash: ir.Hash{1}}, Drop: ptr(uint64(25))}, true, false},
 		{Command{Kind: CmdProgress, Job: "j", Step: 28, Epoch: 0}, false, false}, // an abandoned timeline's
 		{Command{Kind: CmdOutcome, Job: "j", Epoch: 1, Outcome: &Outcome{Agreed: true}}, true, false},
