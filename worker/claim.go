@@ -3,7 +3,6 @@ package worker
 import (
 	"context"
 	"errors"
-	"time"
 
 	"github.com/tmmu/tmmu/rendezvous"
 )
@@ -12,9 +11,8 @@ import (
 // unreachable. A job with no free rank for this identity is final.
 func (w *run) claimRank(ctx context.Context) (*rendezvous.Claim, error) {
 	for try := 0; ; try++ {
-		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		c, err := w.cfg.Rendezvous.Claim(cctx, w.cfg.Job, w.world, w.cfg.Identity)
-		cancel()
+		// ctx holds the lease's keepalive: it must outlive the claim.
+		c, err := w.cfg.Rendezvous.Claim(ctx, w.cfg.Job, w.world, w.cfg.Identity)
 		if err == nil {
 			return c, nil
 		}
