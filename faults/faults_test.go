@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-		"strings"
+	"strings"
 	"sync"
 	"testing"
 	"time"
