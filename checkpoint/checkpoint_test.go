@@ -294,7 +294,7 @@ func TestDirStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	storeContract(t, s)
-	s.MaxBytes = 32
+	s.SetMaxBytes(32)
 	err = s.Put(context.Background(), ObjectName("j", 20, 0, ir.Hash{9}), make([]byte, 64))
 	if !errors.Is(err, ErrStoreFull) {
 		t.Fatalf("over MaxBytes: %v", err)

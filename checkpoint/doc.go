@@ -27,5 +27,5 @@
 // beside every tmmu cluster, and the bucket is replicated when NATS is
 // clustered. DirStore keeps them as files, for one machine. A store with
 // no room refuses with CHECKPOINT_STORE_FULL (ErrStoreFull): a stream at
-// its MaxBytes, a full disk, or DirStore's own MaxBytes.
+// its MaxBytes, a full disk, or DirStore's own bound (SetMaxBytes).
 package checkpoint

@@ -1,7 +1,9 @@
 package checkpoint
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -22,8 +24,8 @@ import (
 // concurrent use.
 type Store interface {
 	// Put stores data under name. Putting a name that already holds
-	// data of the same size is a no-op: names carry the digest of their
-	// content, so equal names are equal bytes (Get checks).
+	// exactly these bytes is a no-op; one that holds other bytes (a
+	// corrupted copy) is overwritten.
 	Put(ctx context.Context, name string, data []byte) error
 	// Get returns the bytes under name (ErrNotFound when there are none).
 	Get(ctx context.Context, name string) ([]byte, error)
@@ -90,11 +92,17 @@ func checkName(name string) error {
 // single machine (or a shared file system). Files are written to a
 // temporary name, synced and renamed, so a name holds whole objects only.
 type DirStore struct {
-	root string
-	// MaxBytes, when above 0, bounds the bytes the store holds: a Put
-	// past it fails with ErrStoreFull, as a full disk does.
-	MaxBytes uint64
+	root     string
 	mu       sync.Mutex // serialises the MaxBytes check with its write
+	maxBytes uint64
+}
+
+// SetMaxBytes bounds the bytes the store holds (0: no bound but the
+// disk's): a Put past it fails with ErrStoreFull, as a full disk does.
+func (d *DirStore) SetMaxBytes(n uint64) {
+	d.mu.Lock()
+	d.maxBytes = n
+	d.mu.Unlock()
 }
 
 // NewDirStore returns a store under root, creating the directory.
@@ -113,18 +121,18 @@ func (d *DirStore) Put(ctx context.Context, name string, data []byte) error {
 		return err
 	}
 	p := d.path(name)
-	if fi, err := os.Stat(p); err == nil && fi.Size() == int64(len(data)) {
+	if old, err := os.ReadFile(p); err == nil && bytes.Equal(old, data) {
 		return nil
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.MaxBytes > 0 {
+	if d.maxBytes > 0 {
 		used, err := d.used()
 		if err != nil {
 			return err
 		}
-		if used+uint64(len(data)) > d.MaxBytes {
-			return storeFull(name, len(data), fmt.Errorf("%d of %d bytes used", used, d.MaxBytes))
+		if used+uint64(len(data)) > d.maxBytes {
+			return storeFull(name, len(data), fmt.Errorf("%d of %d bytes used", used, d.maxBytes))
 		}
 	}
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
@@ -273,7 +281,10 @@ func (n *NATSStore) Put(ctx context.Context, name string, data []byte) error {
 	if err := checkName(name); err != nil {
 		return err
 	}
-	if info, err := n.os.GetInfo(ctx, name); err == nil && !info.Deleted && info.Size == uint64(len(data)) {
+	// An object already stored under the name is kept only when the
+	// object store's own digest says it is these bytes (not a corrupted
+	// copy).
+	if info, err := n.os.GetInfo(ctx, name); err == nil && !info.Deleted && info.Size == uint64(len(data)) && info.Digest == natsDigest(data) {
 		return nil
 	}
 	if _, err := n.os.PutBytes(ctx, name, data); err != nil {
@@ -283,6 +294,14 @@ func (n *NATSStore) Put(ctx context.Context, name string, data []byte) error {
 		return fmt.Errorf("checkpoint: storing %s: %w", name, err)
 	}
 	return nil
+}
+
+// natsDigest is the object store's digest of data: "SHA-256=" and the
+// URL-safe base64 of its SHA-256.
+func natsDigest(data []byte) string {
+	h := sha256.New()
+	h.Write(data)
+	return jetstream.GetObjectDigestValue(h)
 }
 
 // full reports whether a JetStream error says the stream has no room.

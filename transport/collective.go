@@ -216,6 +216,10 @@ func (g *Group) Exchange(ctx context.Context, key string, data []byte) ([][]byte
 		g.mu.Unlock()
 		select {
 		case <-changed:
+		case <-g.done:
+			// The watch ended: the group was closed, or its connection
+			// for good. Nothing more will arrive.
+			return nil, fmt.Errorf("transport: collective %q: %w", key, ErrGroupClosed)
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		case <-expire:
@@ -227,6 +231,10 @@ func (g *Group) Exchange(ctx context.Context, key string, data []byte) ([][]byte
 // AttemptTimeout bounds one attempt to store something that is retried
 // until it is stored.
 const AttemptTimeout = 2 * time.Second
+
+// ErrGroupClosed is wrapped by an Exchange whose group stopped watching
+// (closed, or its NATS connection closed for good).
+var ErrGroupClosed = errors.New("the collective group is closed")
 
 // ErrCollectiveTimeout is wrapped by an Exchange that timed out.
 var ErrCollectiveTimeout = errors.New("collective timed out")

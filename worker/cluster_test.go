@@ -236,6 +236,17 @@ func TestClusterAgreesAndSurvives(t *testing.T) {
 	if len(missing) != 1 {
 		t.Fatalf("missing ranks after killing w3: %v", missing)
 	}
+	// tmmu status shows it, with its identity and since when.
+	var absent []coord.Absent
+	for deadline := time.Now().Add(10 * time.Second); len(absent) == 0 && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if st, err := l.Client().Status(ctx); err == nil && len(st.Jobs) == 1 {
+			absent = st.Jobs[0].Absent
+		}
+	}
+	if len(absent) != 1 || absent[0].Rank != missing[0] || absent[0].Identity != "w3" || absent[0].Since.IsZero() {
+		t.Fatalf("status shows absent ranks %+v; rank %d (w3) is missing", absent, missing[0])
+	}
+	t.Logf("status: rank %d (%s) missing since %s", absent[0].Rank, absent[0].Identity, absent[0].Since.Format(time.TimeOnly))
 	stalled := waitJob(t, l, "progress to settle", 5*time.Second, func(j *coord.Job) bool { return true }).LastStep
 	time.Sleep(300 * time.Millisecond)
 	if s := leaderState(t, l).Jobs["train"].LastStep; s > stalled+1 {

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	goruntime "runtime"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -37,6 +39,7 @@ type trainer struct {
 	execs   map[string]runtime.Executor // the last executor built per identity
 	onStep  func(worker.Event)
 	losses  map[[2]uint64]float64 // (epoch, step) → rank 0's loss
+	store   checkpoint.Store      // nil: the NATS object store
 	wg      sync.WaitGroup
 }
 
@@ -68,7 +71,7 @@ func (tr *trainer) start(identity string) {
 		defer cli.Close()
 		defer nc.Close()
 		res, err := worker.Run(ctx, worker.Config{Identity: identity, Job: tr.job, Coordinator: tr.l.Client(), Transport: tp, Rendezvous: rv,
-			Poll: 50 * time.Millisecond, Standby: time.Minute,
+			Poll: 50 * time.Millisecond, Standby: time.Minute, Store: tr.store,
 			OnStep: func(e worker.Event) {
 				tr.rec.record(e)
 				if tr.onStep != nil {
@@ -113,7 +116,9 @@ func (tr *trainer) kill(identity string) {
 			return
 		}
 		if time.Now().After(deadline) {
-			tr.t.Fatalf("the killed worker %s did not return", identity)
+			buf := make([]byte, 1<<20)
+			n := goruntime.Stack(buf, true)
+			tr.t.Fatalf("the killed worker %s did not return:\n%s", identity, buf[:n])
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -370,4 +375,132 @@ func leaderStateNoFail(l *localcluster.Local) *coord.State {
 		}
 	}
 	return &coord.State{}
+}
+
+// runToEnd runs a job of world ranks to its end with a fault injected by
+// fault (nil: none) once the job committed step at, and returns it.
+func runToEnd(t *testing.T, l *localcluster.Local, sub *coord.SubmitRequest, world int, store checkpoint.Store, at uint64, fault func(tr *trainer, j *coord.Job)) *coord.Job {
+	ctx := context.Background()
+	if _, err := l.Client().Submit(ctx, sub); err != nil {
+		t.Fatal(err)
+	}
+	tr := newTrainer(t, l, sub.Name)
+	tr.store = store
+	for i := range world {
+		tr.start(fmt.Sprintf("%s-w%d", sub.Name, i))
+	}
+	if fault != nil {
+		j := waitJob(t, l, fmt.Sprintf("%s at step %d", sub.Name, at), 60*time.Second, func(j *coord.Job) bool { return j.Spec.Name == sub.Name && j.LastStep >= at })
+		fault(tr, j)
+	}
+	done := waitJob(t, l, sub.Name+" to finish", 90*time.Second, func(j *coord.Job) bool { return j.Spec.Name == sub.Name && j.Final() })
+	tr.wg.Wait()
+	for id, errs := range tr.errs {
+		if err := errs[len(errs)-1]; err != nil {
+			t.Errorf("%s: %v", id, err)
+		}
+	}
+	return done
+}
+
+func sameFinalState(t *testing.T, a, b *coord.Job) {
+	t.Helper()
+	ka, kb := a.LastCheckpoint(), b.LastCheckpoint()
+	for r := range ka.Shards {
+		if ka.Shards[r].Digest != kb.Shards[r].Digest {
+			t.Errorf("rank %d ends in object %s in %s and %s in %s", r, ka.Shards[r].Digest.Short(), a.Spec.Name, kb.Shards[r].Digest.Short(), b.Spec.Name)
+		}
+	}
+}
+
+// TestCorruptCheckpoint: a byte of rank 1's object of the checkpoint of
+// step 10 flips in the store; then rank 1's worker restarts without its
+// state. The rollback to step 10 finds the object corrupt
+// (CHECKPOINT_CORRUPT): the leader drops that checkpoint and rolls the job
+// back to the one of step 5. The job ends in the state of a run without
+// faults.
+func TestCorruptCheckpoint(t *testing.T) {
+	l, _ := startLocal(t)
+	straight := runToEnd(t, l, recoverSubmission(t, "clean", 2, 16, 3), 2, nil, 0, nil)
+	_, tp, err := l.Transport()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns, err := checkpoint.NewNATSStore(context.Background(), tp.JetStream(), checkpoint.NATSConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var bad string
+	faulty := runToEnd(t, l, recoverSubmission(t, "rotten", 2, 16, 3), 2, nil, 11, func(tr *trainer, j *coord.Job) {
+		k := j.Checkpoint(10)
+		if k == nil {
+			t.Fatalf("no checkpoint of step 10: %+v", j.Checkpoints)
+		}
+		bad = checkpoint.ObjectName("rotten", 10, 1, k.Shards[1].Digest)
+		data, err := ns.Get(context.Background(), bad)
+		if err != nil {
+			t.Fatal(err)
+		}
+		data[len(data)/2] ^= 0x04
+		if err := ns.Overwrite(context.Background(), bad, data); err != nil {
+			t.Fatal(err)
+		}
+		tr.kill("rotten-w1")
+		tr.start("rotten-w1")
+	})
+	sameFinalState(t, straight, faulty)
+	if len(faulty.Dropped) != 1 || faulty.Dropped[0].Step != 10 || !strings.Contains(faulty.Dropped[0].Reason, "CHECKPOINT_CORRUPT") {
+		t.Fatalf("dropped: %+v", faulty.Dropped)
+	}
+	for _, e := range faulty.Epochs {
+		t.Logf("epoch %d from step %d: %s", e.Epoch, e.StartStep, e.Reason)
+	}
+	// The steps after 5 ran again and stored the same shard of step 10
+	// under the same name: the corrupted copy is replaced, not reused.
+	data, err := ns.Get(context.Background(), bad)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, _, d, _ := checkpoint.ParseName(bad)
+	if _, err := checkpoint.Decode(data, d); err != nil {
+		t.Errorf("the object %s is still corrupt: %v", bad, err)
+	}
+}
+
+// TestFullStorePausesTheJob: the checkpoint store has room for the
+// checkpoint of step 5 only. At step 10 a rank cannot store its shard:
+// the job is paused with CHECKPOINT_STORE_FULL and no checkpoint of step
+// 10 is committed; once the store has room again the shard is stored,
+// the checkpoint committed, the job resumes and ends in the state of a
+// run without the pause.
+func TestFullStorePausesTheJob(t *testing.T) {
+	l, _ := startLocal(t)
+	straight := runToEnd(t, l, recoverSubmission(t, "roomy", 2, 16, 3), 2, nil, 0, nil)
+	store, err := checkpoint.NewDirStore(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	store.SetMaxBytes(270 << 10) // the two shards of step 5 and one more
+	var paused *coord.Job
+	full := runToEnd(t, l, recoverSubmission(t, "cramped", 2, 16, 3), 2, store, 1, func(tr *trainer, _ *coord.Job) {
+		paused = waitJob(t, l, "the pause", 60*time.Second, func(j *coord.Job) bool { return j.Spec.Name == "cramped" && j.Paused != "" })
+		st, _ := l.Client().Status(context.Background())
+		for _, s := range st.Jobs {
+			if s.Name == "cramped" {
+				t.Logf("status while paused: %s at step %d, paused: %s", s.Status, s.LastStep, s.Paused)
+			}
+		}
+		time.Sleep(time.Second) // paused: no step, no checkpoint
+		if j := leaderState(t, l).Jobs["cramped"]; j.LastStep > paused.LastStep+coord.DefaultWindow+1 || j.Checkpoint(10) != nil {
+			t.Errorf("paused at step %d, then at %d with checkpoints %+v", paused.LastStep, j.LastStep, j.Checkpoints)
+		}
+		store.SetMaxBytes(0)
+	})
+	if !strings.Contains(paused.Paused, "CHECKPOINT_STORE_FULL") || paused.Checkpoint(10) != nil {
+		t.Fatalf("paused: %q, checkpoints %+v", paused.Paused, paused.Checkpoints)
+	}
+	if full.Paused != "" || full.Checkpoint(10) == nil {
+		t.Fatalf("after the pause: %q, checkpoints %+v", full.Paused, full.Checkpoints)
+	}
+	sameFinalState(t, straight, full)
 }

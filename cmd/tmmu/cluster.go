@@ -22,10 +22,13 @@ import (
 
 var jobCmd = &command{
 	name:    "job",
-	summary: "Submit jobs to a coordinator cluster, list them, and show a job's epochs (replan history).",
-	usage: "job submit IR|--source FILE --shard-spec SPEC --name NAME [--steps N] [--mode M] [--strategy S] [--arena-config FILE] [--replan-policy P] [--data-mode M] [cluster flags] [-o text|json]\n" +
+	summary: "Submit jobs to a coordinator cluster, list them, show a job's epochs and checkpoints, cancel or delete a job.",
+	usage: "job submit IR|--source FILE --shard-spec SPEC --name NAME [--steps N] [--mode M] [--strategy S] [--arena-config FILE] [--replan-policy P] [--data-mode M]\n" +
+		"           [--checkpoint-every N] [--checkpoint-keep K] [--seed S] [--elastic] [cluster flags] [-o text|json]\n" +
 		"       tmmu job list [cluster flags] [-o text|json]\n" +
-		"       tmmu job history NAME [cluster flags] [-o text|json]",
+		"       tmmu job history NAME [cluster flags] [-o text|json]\n" +
+		"       tmmu job cancel NAME [--reason TEXT] [cluster flags] [-o text|json]\n" +
+		"       tmmu job delete NAME [cluster flags]",
 	run: runJob,
 }
 
@@ -131,15 +134,16 @@ func subcommand(c *command, e *env, args []string, subs ...string) (string, erro
 }
 
 func runJob(c *command, e *env, args []string) error {
-	sub, err := subcommand(c, e, args, "submit", "list", "history")
+	sub, err := subcommand(c, e, args, "submit", "list", "history", "cancel", "delete")
 	if err != nil {
 		return err
 	}
 	fs := newFlags(e, &command{name: "job " + sub, usage: c.usage, summary: c.summary})
 	cf := addClusterFlags(fs)
 	out := fs.String("o", "text", "output: text or json")
-	var specFile, name, mode, strategy, arenaFile, policy, source, dataMode *string
-	var steps *uint64
+	var specFile, name, mode, strategy, arenaFile, policy, source, dataMode, reason *string
+	var steps, every, keep, seed *uint64
+	var elastic *bool
 	if sub == "submit" {
 		specFile = fs.String("shard-spec", "", "shard spec file (required)")
 		name = fs.String("name", "", "job name (required): 1 to 64 of A-Z a-z 0-9 _ -")
@@ -149,7 +153,14 @@ func runJob(c *command, e *env, args []string) error {
 		arenaFile = fs.String("arena-config", "", "arena config file (default: every arena aligned to 256 bytes in 128 MiB regions, WebGPU's default limits, so any worker's device can run the plan)")
 		policy = fs.String("replan-policy", coord.ReplanAtSafepoint, "replan_at_safepoint or abort")
 		dataMode = fs.String("data-mode", coord.DataStandard, "standard, confidential or regulated (the last two forbid debug fills and keep the loss out of logs and metrics)")
+		every = fs.Uint64("checkpoint-every", coord.DefaultCheckpointEvery, "checkpoint the model state every N steps (and at every epoch boundary and after the last step)")
+		keep = fs.Uint64("checkpoint-keep", coord.DefaultCheckpointKeep, "keep the last K checkpoints")
+		seed = fs.Uint64("seed", 0, "the job's seed: the batch of a step and every random draw derive from (seed, step, rank)")
+		elastic = fs.Bool("elastic", false, "shrink the job when ranks leave for good (it rolls back to its last checkpoint, recut for the ranks left) and grow it when they come back")
 		source = fs.String("source", "", "instead of an IR file, a model source JSON file: {\"model\": \"gpt2\", \"config\": {...}, \"dims\": {\"seq\": {\"min\": 1, \"max\": 512, \"buckets\": [512, 1024]}}} (dynamic dimensions, for shape replans)")
+	}
+	if sub == "cancel" {
+		reason = fs.String("reason", "", "why (recorded as the job's reason)")
 	}
 	pos, cl, err := cf.parse(e, fs, out, args[1:])
 	if err != nil {
@@ -157,6 +168,25 @@ func runJob(c *command, e *env, args []string) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), *cf.timeout)
 	defer cancel()
+	if sub == "cancel" || sub == "delete" {
+		if len(pos) != 1 {
+			return usagef("job %s takes one job name", sub)
+		}
+		if sub == "delete" {
+			if err := cl.Delete(ctx, pos[0]); err != nil {
+				return err
+			}
+			fmt.Fprintf(e.stdout, "job %s deleted: its workers stop; its checkpoints and reports are removed\n", pos[0])
+			return nil
+		}
+		j, err := cl.Cancel(ctx, pos[0], *reason)
+		if err != nil {
+			return err
+		}
+		return emit(e, *out, j, func(w io.Writer) {
+			fmt.Fprintf(w, "job %s %s at step %d (%s); its workers stop, its %d checkpoints stay\n", j.Spec.Name, j.Status, j.LastStep, j.Reason, len(j.Checkpoints))
+		})
+	}
 	if sub == "history" {
 		if len(pos) != 1 {
 			return usagef("job history takes one job name")
@@ -190,7 +220,8 @@ func runJob(c *command, e *env, args []string) error {
 		return err
 	}
 	req := &coord.SubmitRequest{Name: *name, ShardSpec: specJSON, Mode: planner.Mode(*mode),
-		Strategy: planner.Strategy(*strategy), Steps: *steps, ReplanPolicy: *policy, DataMode: *dataMode}
+		Strategy: planner.Strategy(*strategy), Steps: *steps, ReplanPolicy: *policy, DataMode: *dataMode,
+		CheckpointEvery: *every, CheckpointKeep: *keep, Seed: *seed, Elastic: *elastic}
 	if *source != "" {
 		data, err := readInput(e, *source)
 		if err != nil {
@@ -234,8 +265,8 @@ func runJob(c *command, e *env, args []string) error {
 }
 
 func printJobs(w io.Writer, jobs []coord.JobSummary) {
-	t := &table{align: "llrlrrrl"}
-	t.add("JOB", "STATUS", "EPOCH", "AGREED", "RANKS", "STEP", "OF", "MISSING")
+	t := &table{align: "llrlrrrrl"}
+	t.add("JOB", "STATUS", "EPOCH", "AGREED", "RANKS", "STEP", "OF", "CHECKPOINT", "MISSING")
 	for _, j := range jobs {
 		agreed := "no"
 		if j.Agreed {
@@ -245,16 +276,38 @@ func printJobs(w io.Writer, jobs []coord.JobSummary) {
 		if len(j.Missing) > 0 {
 			missing = fmt.Sprint(j.Missing)
 		}
+		if len(j.Absent) > 0 {
+			var xs []string
+			for _, a := range j.Absent {
+				x := fmt.Sprintf("%d", a.Rank)
+				if a.Identity != "" {
+					x += " (" + a.Identity + ")"
+				}
+				xs = append(xs, fmt.Sprintf("%s since %s", x, a.Since.Local().Format(time.TimeOnly)))
+			}
+			missing = strings.Join(xs, ", ")
+		}
 		steps := fmt.Sprint(j.Steps)
 		if j.Steps == 0 {
 			steps = "∞"
 		}
-		t.add(j.Name, j.Status, j.Epoch, agreed, j.WorldSize, j.LastStep, steps, missing)
+		status := j.Status
+		if j.Paused != "" {
+			status += " (paused)"
+		}
+		ckpt := "-"
+		if j.LastCheckpoint > 0 {
+			ckpt = fmt.Sprintf("%d (%d kept)", j.LastCheckpoint, j.Checkpoints)
+		}
+		t.add(j.Name, status, j.Epoch, agreed, j.WorldSize, j.LastStep, steps, ckpt, missing)
 	}
 	t.write(w)
 	for _, j := range jobs {
 		if j.Reason != "" {
 			fmt.Fprintf(w, "%s: %s\n", j.Name, j.Reason)
+		}
+		if j.Paused != "" {
+			fmt.Fprintf(w, "%s: paused: %s\n", j.Name, j.Paused)
 		}
 	}
 }
@@ -335,7 +388,14 @@ func runVoter(c *command, e *env, args []string) error {
 	return emit(e, *out, st, func(w io.Writer) { printStatus(w, st) })
 }
 
-// epochRecord is one line of tmmu job history.
+// jobHistory is tmmu job history: the epochs and the checkpoints.
+type jobHistory struct {
+	Epochs      []epochRecord      `json:"epochs"`
+	Checkpoints []checkpointRecord `json:"checkpoints"`
+	Dropped     []checkpointRecord `json:"dropped_checkpoints,omitempty"`
+}
+
+// epochRecord is one epoch of tmmu job history.
 type epochRecord struct {
 	Epoch       uint64                 `json:"epoch"`
 	StartStep   uint64                 `json:"start_step"`
@@ -343,16 +403,32 @@ type epochRecord struct {
 	OldPlanHash string                 `json:"old_global_plan_hash,omitempty"`
 	NewPlanHash string                 `json:"new_global_plan_hash"`
 	Strategy    planner.Strategy       `json:"strategy"`
+	World       uint64                 `json:"world"`
 	Envelope    map[string]ir.DimRange `json:"envelope,omitempty"`
+	Restore     *coord.Restore         `json:"restore,omitempty"`
 	Agreed      *bool                  `json:"agreed,omitempty"` // nil while agreeing
 	AgreementMs float64                `json:"agreement_ms,omitempty"`
 }
 
-func history(j *coord.Job) []epochRecord {
-	var out []epochRecord
+// checkpointRecord is one checkpoint of tmmu job history.
+type checkpointRecord struct {
+	Step       uint64   `json:"step"`
+	Epoch      uint64   `json:"epoch"`
+	World      uint64   `json:"world"`
+	Bytes      uint64   `json:"bytes"`
+	WriteMs    float64  `json:"write_ms"`
+	StateHash  []string `json:"state_hashes"` // by rank
+	Committed  string   `json:"committed_at"`
+	DropReason string   `json:"reason,omitempty"`
+}
+
+func history(j *coord.Job) jobHistory {
+	var out jobHistory
 	for i, e := range j.Epochs {
 		_, opts, env := j.Inputs(uint64(i))
-		r := epochRecord{Epoch: e.Epoch, StartStep: e.StartStep, Reason: e.Reason, NewPlanHash: e.GlobalPlanHash.String(), Strategy: opts.Strategy, Envelope: env}
+		spec, _ := j.World(uint64(i))
+		r := epochRecord{Epoch: e.Epoch, StartStep: e.StartStep, Reason: e.Reason, NewPlanHash: e.GlobalPlanHash.String(), Strategy: opts.Strategy,
+			World: spec.WorldSize, Envelope: env, Restore: e.Restore}
 		if i > 0 {
 			r.OldPlanHash = j.Epochs[i-1].GlobalPlanHash.String()
 		}
@@ -363,15 +439,30 @@ func history(j *coord.Job) []epochRecord {
 				r.AgreementMs = float64(o.At-e.CommittedAt) / 1e6
 			}
 		}
-		out = append(out, r)
+		out.Epochs = append(out.Epochs, r)
+	}
+	rec := func(k coord.Checkpoint) checkpointRecord {
+		c := checkpointRecord{Step: k.Step, Epoch: k.Epoch, World: k.World, Bytes: k.Bytes, WriteMs: float64(k.WriteNanos) / 1e6,
+			Committed: time.Unix(0, k.CommittedAt).UTC().Format(time.RFC3339Nano), DropReason: k.Reason}
+		for _, sh := range k.Shards {
+			c.StateHash = append(c.StateHash, sh.StateHash.String())
+		}
+		return c
+	}
+	out.Checkpoints = []checkpointRecord{}
+	for _, k := range j.Checkpoints {
+		out.Checkpoints = append(out.Checkpoints, rec(k))
+	}
+	for _, k := range j.Dropped {
+		out.Dropped = append(out.Dropped, rec(k))
 	}
 	return out
 }
 
-func printHistory(w io.Writer, name string, h []epochRecord) {
-	t := &table{align: "rrlllrl"}
-	t.add("EPOCH", "FROM STEP", "OLD PLAN", "NEW PLAN", "STRATEGY", "AGREEMENT", "REASON")
-	for _, r := range h {
+func printHistory(w io.Writer, name string, h jobHistory) {
+	t := &table{align: "rrrlllrl"}
+	t.add("EPOCH", "FROM STEP", "RANKS", "OLD PLAN", "NEW PLAN", "STRATEGY", "AGREEMENT", "REASON")
+	for _, r := range h.Epochs {
 		old := "-"
 		if r.OldPlanHash != "" {
 			old = r.OldPlanHash[:12]
@@ -391,10 +482,24 @@ func printHistory(w io.Writer, name string, h []epochRecord) {
 			}
 			reason += " (" + strings.Join(dims, " ") + ")"
 		}
-		t.add(r.Epoch, r.StartStep, old, r.NewPlanHash[:12], r.Strategy, agreement, reason)
+		t.add(r.Epoch, r.StartStep, r.World, old, r.NewPlanHash[:12], r.Strategy, agreement, reason)
 	}
-	fmt.Fprintf(w, "job %s: %d epochs\n", name, len(h))
+	fmt.Fprintf(w, "job %s: %d epochs\n", name, len(h.Epochs))
 	t.write(w)
+	fmt.Fprintf(w, "\n%d checkpoints kept\n", len(h.Checkpoints))
+	ct := &table{align: "rrrrrll"}
+	ct.add("STEP", "EPOCH", "RANKS", "BYTES", "WRITE", "STATE (RANK 0)", "COMMITTED")
+	for _, k := range h.Checkpoints {
+		state := "-"
+		if len(k.StateHash) > 0 {
+			state = k.StateHash[0][:12]
+		}
+		ct.add(k.Step, k.Epoch, k.World, planner.FormatBytes(k.Bytes), fmt.Sprintf("%.1f ms", k.WriteMs), state, k.Committed)
+	}
+	ct.write(w)
+	for _, k := range h.Dropped {
+		fmt.Fprintf(w, "dropped: the checkpoint of step %d: %s\n", k.Step, k.DropReason)
+	}
 }
 
 var replanCmd = &command{

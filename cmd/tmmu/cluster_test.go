@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -149,8 +150,8 @@ func TestReplanCommands(t *testing.T) {
 			defer wg.Done()
 			if _, err := l.RunWorker(ctx, worker.Config{Identity: fmt.Sprint("w", i), Job: "ops",
 				Poll:     20 * time.Millisecond,
-				Executor: func(*ir.Graph, *planner.Plan) (runtime.Executor, error) { return pause{}, nil }}, 5); err != nil {
-				t.Error(err)
+				Executor: func(*ir.Graph, *planner.Plan) (runtime.Executor, error) { return pause{}, nil }}, 5); !errors.Is(err, worker.ErrCancelled) {
+				t.Errorf("worker w%d: %v, want it cancelled", i, err)
 			}
 		}()
 	}
@@ -176,18 +177,49 @@ func TestReplanCommands(t *testing.T) {
 	if !strings.Contains(again, `"ack": "duplicate"`) {
 		t.Errorf("a retried request:\n%s", again)
 	}
-	hist := mustRun(t, "", "job", "history", "ops", "--coordinators", urls)
-	var h []struct {
-		Epoch       uint64 `json:"epoch"`
-		OldPlanHash string `json:"old_global_plan_hash"`
-		NewPlanHash string `json:"new_global_plan_hash"`
-		Strategy    string `json:"strategy"`
+	// Wait until the ranks pass the boundary (checkpointed on the way).
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if strings.Contains(mustRun(t, "", "job", "history", "ops", "--coordinators", urls), "1 checkpoints kept") {
+			break
+		}
 	}
-	if err := json.Unmarshal([]byte(mustRun(t, "", "job", "history", "ops", "--coordinators", urls, "-o", "json")), &h); err != nil {
+	hist := mustRun(t, "", "job", "history", "ops", "--coordinators", urls)
+	var hh struct {
+		Epochs []struct {
+			Epoch       uint64 `json:"epoch"`
+			OldPlanHash string `json:"old_global_plan_hash"`
+			NewPlanHash string `json:"new_global_plan_hash"`
+			Strategy    string `json:"strategy"`
+		} `json:"epochs"`
+		Checkpoints []struct {
+			Step uint64 `json:"step"`
+		} `json:"checkpoints"`
+	}
+	if err := json.Unmarshal([]byte(mustRun(t, "", "job", "history", "ops", "--coordinators", urls, "-o", "json")), &hh); err != nil {
 		t.Fatal(err)
 	}
+	h := hh.Epochs
 	if len(h) != 2 || h[1].OldPlanHash != h[0].NewPlanHash || h[1].NewPlanHash == h[0].NewPlanHash || h[1].Strategy != "slots" {
 		t.Errorf("history: %+v\n%s", h, hist)
+	}
+	// The operator's replan checkpointed the boundary.
+	if len(hh.Checkpoints) == 0 || !strings.Contains(hist, "checkpoints kept") {
+		t.Errorf("history checkpoints: %+v\n%s", hh.Checkpoints, hist)
+	}
+	// Cancel and delete need the token; a cancelled job stops its
+	// workers; a deleted one is gone (410) for them.
+	t.Setenv("TMMU_TOKEN", "")
+	if status, _, stderr := runCLI(t, "", "job", "cancel", "ops", "--coordinators", urls); status != 1 || !strings.Contains(stderr, "API token") {
+		t.Errorf("cancel without the token: %d %s", status, stderr)
+	}
+	t.Setenv("TMMU_TOKEN", "s3cret")
+	if out := mustRun(t, "", "job", "cancel", "ops", "--reason", "enough", "--coordinators", urls); !strings.Contains(out, "job ops cancelled") {
+		t.Errorf("cancel: %s", out)
+	}
+	wg.Wait()
+	mustRun(t, "", "job", "delete", "ops", "--coordinators", urls)
+	if status, _, stderr := runCLI(t, "", "job", "history", "ops", "--coordinators", urls); status != 1 || !strings.Contains(stderr, "deleted") {
+		t.Errorf("history of a deleted job: %d %s", status, stderr)
 	}
 	if !strings.Contains(hist, "job ops: 2 epochs") || !strings.Contains(hist, h[1].NewPlanHash[:12]) {
 		t.Errorf("history text:\n%s", hist)

@@ -97,7 +97,7 @@ func runTrain(c *command, e *env, args []string) error {
 			if err != nil {
 				return usagef("--checkpoint-max-bytes: %v", err)
 			}
-			store.MaxBytes = uint64(n)
+			store.SetMaxBytes(uint64(n))
 		}
 	}
 	be, reason, err := engine.Open(*backend)
