@@ -49,6 +49,7 @@ type fataler interface {
 	Fatal(args ...any)
 }
 
+
 func tinyGPT2(t fataler) *ir.Model {
 	m, err := models.GPT2(models.GPT2Config{Layers: 1, Hidden: 32, Heads: 2, Seq: 8, Context: 8, Batch: 1, Vocab: 37, DType: ir.F32, Train: true})
 	if err != nil {
@@ -302,7 +303,7 @@ func TestDirStore(t *testing.T) {
 	t.Logf("a full store: %v", err)
 }
 
-func startNATS(t *testing.T) jetstream.JetStream {
+func startNATS(t testing.TB) jetstream.JetStream {
 	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true})
 	if err != nil {
 		t.Fatal(err)

@@ -9,12 +9,17 @@
 // policy, steps), its epochs — each with every rank's expected plan hash,
 // the global plan hash, the step it starts at, why it exists, and, once
 // committed, the agreement Outcome — its status (agreeing, running, done,
-// failed) and the highest step every rank finished. Commands (submit,
-// outcome, progress, epoch, fail, peer) are idempotent and keyed by job
-// and epoch: a command applied twice leaves the state as applied once, a
-// conflicting one (another plan for an existing epoch) is refused, and
-// the first outcome of an epoch stands. State.Apply is pure; Node feeds
-// it raft's committed log.
+// failed, cancelled), the highest step every rank finished, its committed
+// checkpoints (the last Spec.Keep(): step, epoch, world, every rank's
+// object digest and state hash), the checkpoints dropped as corrupt, and
+// why it is paused, if it is. Commands (submit, outcome, progress, epoch,
+// fail, peer, checkpoint, pause, cancel, delete) are idempotent and keyed
+// by job and epoch: a command applied twice leaves the state as applied
+// once, a conflicting one (another plan for an existing epoch) is
+// refused, a refused command changes nothing, and the first outcome of an
+// epoch stands. A job is done once its last step and the checkpoint of
+// its last step are committed. State.Apply is pure; Node feeds it raft's
+// committed log.
 //
 // # Node
 //
@@ -43,16 +48,35 @@
 // the committed progress (Job.Horizon), and Apply puts every new epoch's
 // boundary past that horizon, so no rank can have started it under the
 // old epoch. The leader turns worker envelope exits and operator requests
-// (POST /v1/jobs/{name}/replan) into decisions with package replan; for an
-// elastic job that lost ranks it fences the boundary instead at the first
-// step a lost rank never reported ready (Command.Fence), which the live
-// ranks cannot have passed; when lost ranks come back it grows the world
-// again at the usual boundary.
+// (POST /v1/jobs/{name}/replan) into decisions with package replan. An
+// elastic job whose ranks' leases are gone for Leading.ShrinkAfter rolls
+// back to its last checkpoint on the ranks left (the lost ranks' shards
+// exist only there; each survivor restores them recut); when lost ranks
+// come back the world grows again at the usual boundary, from the
+// checkpoint the old world writes just before it (Epoch.Restore).
+//
+// # Checkpoints and rollbacks
+//
+// The leader tallies the ranks' checkpoint reports (package transport)
+// with recovery.Tally and commits a checkpoint once every rank of the
+// world of the epoch that ran its step reported it; it then deletes the
+// stored objects no kept checkpoint needs (recovery.Garbage). It decides
+// the ranks' recovery requests with recovery.Decide: a rank that holds no
+// state for its next step (a restarted process) makes it commit a
+// rollback epoch — same plan, Restore{Step: the last checkpoint,
+// Rollback: true} — after which every rank restores that checkpoint and
+// runs the steps after it again, and the progress of the abandoned
+// timeline no longer counts (Job.Timeline); a corrupt object drops its
+// checkpoint and rolls back to the one before, in one command; a restored
+// state that does not match fails the job; a full store pauses it until
+// the shard is stored.
 //
 // # HTTP
 //
-// Handler serves /v1/jobs, /v1/jobs/{name}, /v1/jobs/{name}/ir,
-// /v1/status, /v1/voters, /livez, /readyz and /metrics; Client calls it
-// with retries across nodes. Cluster runs several nodes on loopback for
+// Handler serves /v1/jobs, /v1/jobs/{name} (GET, DELETE; 410 once
+// deleted), /v1/jobs/{name}/ir, /v1/jobs/{name}/cancel, /v1/status (with
+// each job's ranks that hold no lease, and since when), /v1/voters,
+// /livez, /readyz and /metrics; Client calls it with retries across nodes,
+// and retries a not-found that a node without a leader answered. Cluster runs several nodes on loopback for
 // tests and tmmu demo.
 package coord

@@ -122,9 +122,11 @@ type Job struct {
 	// theirs was corrupt (at most MaxDropped), with the reason.
 	Dropped []Checkpoint `json:"dropped_checkpoints,omitempty" cbor:"dropped,omitempty"`
 	// Paused, when set, says why the job waits (the checkpoint store is
-	// full): ranks run no new step until it clears, which the next
-	// committed checkpoint does.
-	Paused string `json:"paused,omitempty" cbor:"paused,omitempty"`
+	// full): ranks run no step past PausedAt (the checkpoint that could
+	// not be stored) until it clears, which the next committed checkpoint
+	// does.
+	Paused   string `json:"paused,omitempty" cbor:"paused,omitempty"`
+	PausedAt uint64 `json:"paused_at,omitempty" cbor:"paused_at,omitempty"`
 }
 
 // MaxDropped bounds Job.Dropped.
@@ -516,7 +518,7 @@ func (s *State) Apply(c *Command) Result {
 		if n := uint64(len(j.Checkpoints)); n > j.Spec.Keep() {
 			j.Checkpoints = slices.Delete(j.Checkpoints, 0, int(n-j.Spec.Keep()))
 		}
-		j.Paused = "" // the store took every shard
+		j.Paused, j.PausedAt = "", 0 // the store took every shard
 		j.finish()
 		return Result{Changed: true}
 	case CmdPause:
@@ -524,9 +526,9 @@ func (s *State) Apply(c *Command) Result {
 			return Result{}
 		}
 		if c.Remove {
-			j.Paused = ""
+			j.Paused, j.PausedAt = "", 0
 		} else {
-			j.Paused = c.Reason
+			j.Paused, j.PausedAt = c.Reason, c.Step
 		}
 		return Result{Changed: true}
 	case CmdCancel:

@@ -175,7 +175,7 @@ func (a *agreement) handleRecovery(q transport.RecoveryRequest) {
 		a.n.log.Warn("rollback committed", "job", q.Job, "epoch", next.Epoch, "to_step", d.To, "reason", d.Reason)
 		a.t.PublishAnnouncement(transport.Announcement{Job: q.Job, Epoch: next.Epoch, Kind: transport.KindEpoch, StartStep: next.StartStep, Reason: trim(d.Reason)})
 	case recovery.Pause:
-		if _, err := a.n.Apply(&Command{Kind: CmdPause, Job: q.Job, Reason: d.Reason}, 5*time.Second); err != nil {
+		if _, err := a.n.Apply(&Command{Kind: CmdPause, Job: q.Job, Reason: d.Reason, Step: q.Step}, 5*time.Second); err != nil {
 			a.n.log.Warn("pausing a job", "job", q.Job, "err", err)
 			return
 		}

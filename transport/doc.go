@@ -17,13 +17,16 @@
 // Job names are 1 to MaxJobLen characters from [A-Za-z0-9_-] (ValidJob),
 // so a job is one NATS subject token and one KV key token.
 //
-//	tmmu.<job>.outcome    leader  -> workers  Outcome        (OutcomeSubject)
-//	tmmu.<job>.replan     workers -> leader   ReplanRequest  (ReplanSubject)
-//	tmmu.<job>.announce   leader  -> workers  Announcement   (AnnounceSubject)
+//	tmmu.<job>.outcome    leader  -> workers  Outcome          (OutcomeSubject)
+//	tmmu.<job>.replan     workers -> leader   ReplanRequest    (ReplanSubject)
+//	tmmu.<job>.recover    workers -> leader   RecoveryRequest  (RecoverSubject)
+//	tmmu.<job>.announce   leader  -> workers  Announcement     (AnnounceSubject)
 //
-//	KV tmmu_agree    (Bucket)          <job>.<epoch>.<rank>  PlanReport, created once
-//	KV tmmu_steps    (StepsBucket)     <job>.<epoch>.<rank>  StepReport, the latest
-//	KV tmmu_progress (ProgressBucket)  <job>.<identity id>   StepDone, the latest
+//	KV tmmu_agree    (Bucket)            <job>.<epoch>.<rank>         PlanReport, created once
+//	KV tmmu_steps    (StepsBucket)       <job>.<epoch>.<rank>         StepReport, the latest
+//	KV tmmu_progress (ProgressBucket)    <job>.<identity id>          StepDone, the latest
+//	KV tmmu_coll     (CollectiveBucket)  <job>.<key>.<rank>.<part>    collective data, 10 minutes
+//	KV tmmu_ckpt     (CheckpointBucket)  <job>.<step>.<epoch>.<rank>  CheckpointReport
 //
 // Epoch and rank are written in decimal without leading zeros; the
 // progress key holds a digest of the worker identity. The buckets keep one
@@ -53,7 +56,9 @@
 //	StepReport    {job, epoch, rank, step, plan_hash}
 //	StepDone      {job, epoch, rank, step, nanos, identity?}
 //	ReplanRequest {job, epoch, rank, step, reason, dedupe_id, dims?}
-//	Announcement  {job, epoch, kind: "epoch"|"replan"|"abort"|"grant", start_step, reason?}
+//	Announcement  {job, epoch, kind: "epoch"|"replan"|"abort"|"grant"|"checkpoint"|"hold", start_step, reason?}
+//	CheckpointReport {job, step, epoch, rank, identity, digest, state_hash, bytes, nanos}
+//	RecoveryRequest  {job, kind: "stateless"|"corrupt"|"mismatch"|"store_full", epoch, rank, identity, step, detail?}
 //
 // Each type has a Validate method; Encode refuses, and Decode reports, a
 // value that fails it. Subscribers drop (and count, see Transport.Dropped)
@@ -90,6 +95,17 @@
 //     An abort is announced the same way.
 //  6. Once an epoch is superseded, Forget(J, e) purges its proofs from the
 //     bucket with one filtered stream purge.
+//
+// # Faults
+//
+// The watches ride through NATS restarts: on a reconnection they reopen
+// from the revision after the last one delivered (the client's ordered
+// consumer alone would notice only after two missed 5-second
+// heartbeats). Group.Exchange retries storing a contribution until its
+// context ends and waits for every rank with no timeout unless given one:
+// a worker cancels a step that a rollback abandons. Retried operations
+// are idempotent (KV puts of the same value, creates that accept the
+// identical value).
 //
 // # Concurrency
 //

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tmmu/tmmu/coord"
+	"github.com/tmmu/tmmu/engine"
 	"github.com/tmmu/tmmu/ir"
 	"github.com/tmmu/tmmu/localcluster"
 	"github.com/tmmu/tmmu/models"
@@ -140,4 +141,70 @@ func benchReplan(b *testing.B, ranks int) {
 	b.Logf("slowest rounds: %v", lat[max(0, len(lat)-5):])
 	b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
 	b.ReportMetric(float64(lat[min(len(lat)-1, len(lat)*99/100)].Microseconds())/1000, "p99-ms")
+}
+
+// BenchmarkCheckpointOverhead measures the steady-state cost of
+// checkpointing: the demo's model (GPT-2, 2 layers, hidden 64) on 2 ranks
+// with ZeRO-3, the cpu kernels and collectives over NATS, 100 steps, once
+// with a checkpoint every 50 steps and once with none before the last
+// step; each twice, alternating, keeping the faster. The time is rank 0's
+// wall time from the start of step 1 to the end of step 100 (the
+// checkpoint of step 50 inside it, the one after step 100 outside).
+//
+//	go test ./worker -run '^$' -bench CheckpointOverhead -benchtime 1x
+func BenchmarkCheckpointOverhead(b *testing.B) {
+	l, err := localcluster.Start(localcluster.Options{Dir: b.TempDir()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	m, err := models.GPT2(models.GPT2Config{Layers: 2, Hidden: 64, Heads: 4, Seq: 32, Context: 32, Batch: 1, Vocab: 64, DType: ir.F32, Train: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	irJSON, _ := json.Marshal(m)
+	const steps = 100
+	n := 0
+	run := func(every uint64) time.Duration {
+		n++
+		name := fmt.Sprintf("overhead-%d", n)
+		if _, err := l.Client().Submit(context.Background(), &coord.SubmitRequest{Name: name, IR: irJSON, Steps: steps, CheckpointEvery: every,
+			ShardSpec: json.RawMessage(`{"world_size": 2, "data_parallel": {"zero_stage": 3}}`), ArenaConfig: engine.ExecutableArenas(engine.PortableLimits, nil)}); err != nil {
+			b.Fatal(err)
+		}
+		var start, end time.Time
+		var wg sync.WaitGroup
+		for i := range 2 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, err := l.RunWorker(context.Background(), worker.Config{Identity: fmt.Sprint(name, "-", i), Job: name, ExecutorName: "cpu", Poll: 50 * time.Millisecond,
+					OnStep: func(e worker.Event) {
+						if e.Rank == 0 && e.Step == 1 {
+							start = time.Now()
+						}
+					},
+					AfterStep: func(e worker.Event, _ runtime.StepStats) {
+						if e.Rank == 0 && e.Step == steps {
+							end = time.Now()
+						}
+					}}, 5)
+				if err != nil {
+					b.Error(err)
+				}
+			}()
+		}
+		wg.Wait()
+		return end.Sub(start)
+	}
+	for b.Loop() {
+		with, without := time.Duration(1<<62), time.Duration(1<<62)
+		for range 2 {
+			with = min(with, run(50))
+			without = min(without, run(1000))
+		}
+		b.ReportMetric(float64(with.Milliseconds())/steps, "ms/step-ckpt50")
+		b.ReportMetric(float64(without.Milliseconds())/steps, "ms/step-none")
+		b.ReportMetric(100*(with.Seconds()-without.Seconds())/without.Seconds(), "%overhead")
+	}
 }

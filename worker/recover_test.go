@@ -19,7 +19,6 @@ import (
 	"github.com/tmmu/tmmu/models"
 	"github.com/tmmu/tmmu/planner"
 	"github.com/tmmu/tmmu/runtime"
-	"github.com/tmmu/tmmu/transport"
 	"github.com/tmmu/tmmu/worker"
 )
 
@@ -220,12 +219,14 @@ func TestRestartedWorkerResumesExactly(t *testing.T) {
 	t.Logf("final state, both runs: rank 0 %s … rank 3 %s", a.Shards[0].StateHash.Short(), a.Shards[3].StateHash.Short())
 }
 
-// TestElasticReshardZeRO3: a 4-rank ZeRO-3 elastic job loses one rank for
-// good after step 12. The leader rolls it back to the checkpoint of step
-// 10 on 3 ranks: each survivor restores the 4 shards recut for 3. The
-// state the 3 ranks hold right after (before step 11 runs), gathered
-// whole, equals the checkpoint's gathered state bit for bit, and the
-// loss goes on from the trained model.
+// TestElasticReshardZeRO3: a 4-rank ZeRO-3 elastic job loses one rank
+// after step 12. The leader rolls it back to the checkpoint of step 10 on
+// 3 ranks: each survivor restores the 4 shards recut for 3. The state the
+// 3 ranks hold right after (before step 11 runs), gathered whole, equals
+// the checkpoint's gathered state bit for bit, and the loss goes on from
+// the trained model. Then the lost worker comes back: the world grows to
+// 4 at a boundary, from the checkpoint the 3 ranks write just before it,
+// recut for 4 — and the 4 ranks hold exactly that state.
 func TestElasticReshardZeRO3(t *testing.T) {
 	l, ctx := startLocal(t)
 	sub := recoverSubmission(t, "elastic3", 4, 0, 3)
@@ -240,12 +241,12 @@ func TestElasticReshardZeRO3(t *testing.T) {
 		graph *ir.Graph
 	}
 	var gmu sync.Mutex
-	var grabbed []grab
-	var reshardEpoch, reshardStep uint64
+	targets := map[uint64]uint64{} // epochs that start from a checkpoint → its step
+	grabbed := map[uint64][]grab{}
 	tr.onStep = func(e worker.Event) {
 		gmu.Lock()
 		defer gmu.Unlock()
-		if reshardEpoch == 0 || e.Epoch != reshardEpoch || e.Step != reshardStep+1 {
+		if step, ok := targets[e.Epoch]; !ok || e.Step != step+1 {
 			return
 		}
 		tr.mu.Lock()
@@ -256,112 +257,139 @@ func TestElasticReshardZeRO3(t *testing.T) {
 			t.Error(err)
 			return
 		}
-		grabbed = append(grabbed, grab{rank: e.Rank, state: st, graph: x.(*engine.Executor).Engine().Graph()})
+		grabbed[e.Epoch] = append(grabbed[e.Epoch], grab{rank: e.Rank, state: st, graph: x.(*engine.Executor).Engine().Graph()})
+	}
+	// Note every epoch that starts from a checkpoint before its ranks
+	// reach its first step (they restore and agree first).
+	wctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	go func() {
+		for wctx.Err() == nil {
+			if j := leaderStateNoFail(l).Jobs["elastic3"]; j != nil {
+				gmu.Lock()
+				for _, e := range j.Epochs {
+					if e.Restore != nil {
+						targets[e.Epoch] = e.Restore.Step
+					}
+				}
+				gmu.Unlock()
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, tp, err := l.Transport()
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := checkpoint.NewNATSStore(cctx, tp.JetStream(), checkpoint.NATSConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := ir.DecodeJSON(sub.IR)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// same checks that the ranks of epoch e hold, right after their
+	// restore, exactly the gathered state of the checkpoint of step.
+	same := func(j *coord.Job, e coord.Epoch, step uint64) (int, int) {
+		k := j.Checkpoint(step)
+		if k == nil {
+			t.Fatalf("no checkpoint of step %d: %+v", step, j.Checkpoints)
+		}
+		var src []*checkpoint.Shard
+		for _, sh := range k.Shards {
+			data, err := st.Get(cctx, checkpoint.ObjectName("elastic3", step, sh.Rank, sh.Digest))
+			if err != nil {
+				t.Fatal(err)
+			}
+			s, err := checkpoint.Decode(data, sh.Digest)
+			if err != nil {
+				t.Fatal(err)
+			}
+			src = append(src, s)
+		}
+		want, err := checkpoint.Gather(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		gmu.Lock()
+		gs := grabbed[e.Epoch]
+		gmu.Unlock()
+		world := e.ShardSpec.WorldSize
+		if uint64(len(gs)) != world {
+			t.Fatalf("epoch %d: grabbed the state of %d ranks after the restore, want %d", e.Epoch, len(gs), world)
+		}
+		var after []*checkpoint.Shard
+		for _, g := range gs {
+			layout, err := checkpoint.Layout(g.graph, m, g.rank, world)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ts, err := checkpoint.FromState(layout, g.state.Tensors)
+			if err != nil {
+				t.Fatal(err)
+			}
+			after = append(after, &checkpoint.Shard{Format: checkpoint.Format, Step: step, Rank: g.rank, World: world, Seed: 11, OptimizerStep: g.state.OptimizerStep, Tensors: ts})
+		}
+		got, err := checkpoint.Gather(after)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for id, w := range want {
+			n += len(w)
+			if !slices.Equal(got[id], w) {
+				t.Errorf("epoch %d: tensor %s differs from the checkpoint of step %d", e.Epoch, id, step)
+			}
+		}
+		if len(got) != len(want) {
+			t.Errorf("epoch %d: %d tensors, %d in the checkpoint", e.Epoch, len(got), len(want))
+		}
+		return len(want), n
 	}
 	for i := range 4 {
 		tr.start(fmt.Sprintf("r%d", i))
 	}
 	waitJob(t, l, "step 12", 60*time.Second, func(j *coord.Job) bool { return j.Spec.Name == "elastic3" && j.LastStep >= 12 })
-	// The shrink's epoch is committed after the lease lapses (2 s) and
-	// the leader's grace (3 s): note it before the survivors reach its
-	// first step.
-	go func() {
-		for {
-			s := leaderStateNoFail(l)
-			if j := s.Jobs["elastic3"]; j != nil {
-				for _, e := range j.Epochs {
-					if e.Restore != nil && e.Restore.Rollback && e.ShardSpec != nil && e.ShardSpec.WorldSize == 3 {
-						gmu.Lock()
-						reshardEpoch, reshardStep = e.Epoch, e.Restore.Step
-						gmu.Unlock()
-						return
-					}
-				}
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-	}()
 	tr.kill("r1")
 	j := waitJob(t, l, "the shrink to run", 60*time.Second, func(j *coord.Job) bool {
 		e := j.Current()
 		return j.Spec.Name == "elastic3" && e.ShardSpec != nil && e.ShardSpec.WorldSize == 3 && e.Outcome != nil && j.LastStep >= e.StartStep+4
 	})
-	e := j.Current()
-	t.Logf("epoch %d from step %d: %s", e.Epoch, e.StartStep, e.Reason)
-	if e.Restore == nil || !e.Restore.Rollback || e.Restore.Step != 10 {
-		t.Fatalf("the shrink restores %+v, want the checkpoint of step 10", e.Restore)
+	shrink := *j.Current()
+	t.Logf("epoch %d from step %d: %s", shrink.Epoch, shrink.StartStep, shrink.Reason)
+	if shrink.Restore == nil || !shrink.Restore.Rollback || shrink.Restore.Step != 10 {
+		t.Fatalf("the shrink restores %+v, want the checkpoint of step 10", shrink.Restore)
 	}
-	for _, id := range []string{"r0", "r2", "r3"} {
+	tensors, elems := same(j, shrink, 10)
+	t.Logf("shrink 4 → 3: the 3 ranks hold the checkpoint of step 10 (world 4, %d tensors, %d elements) bit for bit", tensors, elems)
+	tr.start("r1")
+	j = waitJob(t, l, "the growth to run", 60*time.Second, func(j *coord.Job) bool {
+		e := j.Current()
+		return j.Spec.Name == "elastic3" && e.ShardSpec != nil && e.ShardSpec.WorldSize == 4 && e.Outcome != nil && j.LastStep >= e.StartStep+2
+	})
+	grow := *j.Current()
+	t.Logf("epoch %d from step %d: %s", grow.Epoch, grow.StartStep, grow.Reason)
+	if grow.Restore == nil || grow.Restore.Rollback || grow.Restore.Step != grow.StartStep-1 {
+		t.Fatalf("the growth restores %+v at step %d", grow.Restore, grow.StartStep)
+	}
+	stop()
+	for _, id := range []string{"r0", "r1", "r2", "r3"} {
 		tr.kill(id)
 	}
 	tr.wg.Wait()
-	k := j.Checkpoint(10)
-	if k == nil || k.World != 4 {
-		t.Fatalf("checkpoint of step 10: %+v", k)
-	}
-	// The checkpoint's whole state, from its 4 objects.
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	st, err := checkpoint.NewNATSStore(ctx, func() *transport.Transport { _, tp, _ := l.Transport(); return tp }().JetStream(), checkpoint.NATSConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var src []*checkpoint.Shard
-	for _, sh := range k.Shards {
-		data, err := st.Get(ctx, checkpoint.ObjectName("elastic3", 10, sh.Rank, sh.Digest))
-		if err != nil {
-			t.Fatal(err)
-		}
-		s, err := checkpoint.Decode(data, sh.Digest)
-		if err != nil {
-			t.Fatal(err)
-		}
-		src = append(src, s)
-	}
-	want, err := checkpoint.Gather(src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The 3 ranks' state right after the reshard, gathered the same way.
-	gmu.Lock()
-	defer gmu.Unlock()
-	if len(grabbed) != 3 {
-		t.Fatalf("grabbed the state of %d ranks after the reshard", len(grabbed))
-	}
-	m, _ := ir.DecodeCBOR(j.Spec.Model)
-	var after []*checkpoint.Shard
-	for _, g := range grabbed {
-		layout, err := checkpoint.Layout(g.graph, m, g.rank, 3)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ts, err := checkpoint.FromState(layout, g.state.Tensors)
-		if err != nil {
-			t.Fatal(err)
-		}
-		after = append(after, &checkpoint.Shard{Format: checkpoint.Format, Step: 10, Rank: g.rank, World: 3, Seed: 11, OptimizerStep: g.state.OptimizerStep, Tensors: ts})
-	}
-	got, err := checkpoint.Gather(after)
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := 0
-	for id, w := range want {
-		n += len(w)
-		if !slices.Equal(got[id], w) {
-			t.Errorf("tensor %s differs after the reshard", id)
-		}
-	}
-	if len(got) != len(want) {
-		t.Errorf("%d tensors after the reshard, %d in the checkpoint", len(got), len(want))
-	}
+
+	same(j, grow, grow.StartStep-1)
+	t.Logf("growth 3 → 4: the 4 ranks hold the checkpoint of step %d (world 3) bit for bit", grow.StartStep-1)
 	// The loss goes on from the trained model: the first step after the
 	// reshard (11, on 3 ranks) is near step 11 on 4 ranks (another split
 	// of the data), far below step 1.
 	tr.mu.Lock()
-	first, was, now := tr.losses[[2]uint64{0, 1}], tr.losses[[2]uint64{0, 11}], tr.losses[[2]uint64{e.Epoch, 11}]
+	first, was, now := tr.losses[[2]uint64{0, 1}], tr.losses[[2]uint64{0, 11}], tr.losses[[2]uint64{shrink.Epoch, 11}]
 	tr.mu.Unlock()
-	t.Logf("the 3 ranks hold the checkpoint's %d tensors (%d elements) bit for bit after the reshard; rank 0's loss: step 1 %.4f, step 11 on 4 ranks %.4f, step 11 on 3 ranks %.4f", len(want), n, first, was, now)
+	t.Logf("rank 0's loss: step 1 %.4f, step 11 on 4 ranks %.4f, step 11 on 3 ranks after the reshard %.4f", first, was, now)
 	if first == 0 || now == 0 || now > was+(first-was)/4 {
 		t.Errorf("the loss after the reshard (%.4f) did not go on from step 11's on 4 ranks (%.4f; step 1 %.4f)", now, was, first)
 	}

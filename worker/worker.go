@@ -835,7 +835,9 @@ func (w *run) ready(ctx context.Context, job *coord.Job, step uint64) (*epochPla
 		// committed, unless a rollback sends the ranks back.
 		return p, false, nil
 	}
-	if job.Paused != "" {
+	if job.Paused != "" && step > job.PausedAt {
+		// Paused: ranks still reach the checkpoint that could not be
+		// stored (theirs may store), none goes past it.
 		return p, false, nil
 	}
 	w.mu.Lock()

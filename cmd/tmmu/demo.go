@@ -220,6 +220,10 @@ func runDemo(c *command, e *env, args []string) error {
 		agreed := o != nil && o.Agreed
 		fmt.Fprintf(e.stdout, "\nepoch %d agreed: %v (every rank's plan hash matched the leader's before any step ran)\n", final.Current().Epoch, agreed)
 		fmt.Fprintf(e.stdout, "job %s: %s at step %d of %d, workers ran for %s\n", final.Spec.Name, final.Status, final.LastStep, final.Spec.Steps, took.Round(time.Millisecond))
+		if k := final.LastCheckpoint(); k != nil {
+			fmt.Fprintf(e.stdout, "checkpoint of step %d committed: %d shards, %s in the NATS object store, rank 0's state %s\n",
+				k.Step, len(k.Shards), planner.FormatBytes(k.Bytes), k.Shards[0].StateHash.Short())
+		}
 	}
 	if len(ranks) > 0 {
 		switch ranks[0].Executor {

@@ -3,14 +3,24 @@
 # injects one fault at a time and checks, with tmmu status and tmmu job
 # history, that the demo job goes on: new steps are committed, every epoch
 # is still agreed, and the history committed before the fault is still
-# there, unchanged. One line per check; exits 1 if any fails.
+# there, unchanged. At the end it checks what users would lose: the model
+# state. One line per check; exits 1 if any fails.
 #
-#   1. stop the raft leader's container (and start it again)
+#   1. SIGKILL the raft leader's container (and start it again)
 #   2. cut one coordinator off the network (a minority partition), heal it
-#   3. restart NATS
-#   4. restart etcd
-#   5. kill a worker and start it again
-#   6. an operator replan with tmmu replan
+#   3. SIGKILL NATS, start it again after 5 s
+#   4. SIGKILL etcd, start it again after 5 s
+#   5. restart 2 of the 3 coordinators
+#   6. SIGKILL worker w2, start it again after $WORKER_DOWN seconds (90)
+#   7. SIGKILL worker w3 and replace its container by a new one (same identity)
+#   8. an operator replan with tmmu replan
+#
+# Model state: every checkpoint a worker stored, each time it ran (a
+# rollback runs steps again), has one state hash and one loss per rank and
+# step, the ones the committed checkpoints record; the loss never jumps
+# back (a worker restarted from fresh weights would log ~4.2 again); and
+# no container was restarted by Docker (its restart count is 0): every
+# restart above is the script's own.
 set -uo pipefail
 cd "$(dirname "$0")"
 COMPOSE=${COMPOSE:-$(docker compose version >/dev/null 2>&1 && echo "docker compose" || echo docker-compose)}
@@ -20,6 +30,8 @@ export TMMU_TOKEN
 export TMMU_COORDINATORS=http://127.0.0.1:18081,http://127.0.0.1:18082,http://127.0.0.1:18083
 TMMU=bin/tmmu
 JOB=demo
+WORKER_DOWN=${WORKER_DOWN:-90}
+LOGS=$(mktemp -d)
 failed=0
 
 say() { printf '%s\n' "$*"; }
@@ -28,44 +40,49 @@ fail() { say "FAIL  $*"; failed=1; }
 
 status() { $TMMU status -o json --timeout 5s 2>/dev/null; }
 history() { $TMMU job history "$JOB" -o json --timeout 5s 2>/dev/null; }
+epochs() { history | jq -c '.epochs' 2>/dev/null; }
 last_step() { status | jq -r --arg j "$JOB" '.jobs[] | select(.name == $j) | .last_step' 2>/dev/null; }
 leader() { status | jq -r '.leader' 2>/dev/null; }
 container() { $COMPOSE ps -q "$1"; }
 
 # advanced FROM SECONDS: waits until the job's committed step passes
-# FROM+3 (so steps are run and committed after the fault).
+# FROM+3 (so steps are run and committed after the fault). A rollback
+# lowers the committed step: FROM is lowered with it.
 advanced() {
   local from=$1 deadline=$((SECONDS + $2)) s
   while [ $SECONDS -lt $deadline ]; do
     s=$(last_step)
-    if [ -n "$s" ] && [ "$s" -ge $((from + 3)) ]; then echo "$s"; return 0; fi
+    if [ -n "$s" ] && [ "$s" != null ]; then
+      [ "$s" -lt "$from" ] && from=$s
+      if [ "$s" -ge $((from + 3)) ]; then echo "$s"; return 0; fi
+    fi
     sleep 1
   done
   return 1
 }
 
-# check NAME BEFORE_HISTORY FROM: once the fault is over, the job commits
-# 3 more steps; all its epochs are agreed; and the history before the
-# fault is a prefix of the history now.
+# check NAME BEFORE_EPOCHS FROM T0: once the fault is over, the job
+# commits 3 more steps; all its epochs are agreed; and the epochs before
+# the fault are a prefix of the epochs now.
 check() {
-  local name=$1 before=$2 from=$3 s h t0=$SECONDS now
+  local name=$1 before=$2 from=$3 t0=${4:-$SECONDS} s h now
   now=$(last_step)
   now=${now:-$from}
-  if ! s=$(advanced "$now" 120); then
-    fail "$name: the job did not advance past step $((now + 3)) within 120s (at $(last_step))"
+  if ! s=$(advanced "$now" 180); then
+    fail "$name: the job did not advance 3 steps past step $now within 180s (at $(last_step))"
     return
   fi
-  h=$(history)
+  h=$(epochs)
   local n_before n_now agreed prefix
   n_before=$(jq length <<<"$before")
   n_now=$(jq length <<<"$h")
   agreed=$(jq '[.[] | .agreed] | all' <<<"$h")
   prefix=$(jq -n --argjson a "$before" --argjson b "$h" '$a == $b[0:($a|length)]')
   if [ "$agreed" != true ] || [ "$prefix" != true ]; then
-    fail "$name: epochs agreed=$agreed, history before the fault kept=$prefix"
+    fail "$name: epochs agreed=$agreed, epochs before the fault kept=$prefix"
     return
   fi
-  pass "$name: step $from before the fault, $now after it, $s committed $((SECONDS - t0))s later; $n_now epoch(s), all agreed; the $n_before committed before the fault unchanged"
+  pass "$name: step $from before the fault, $now after it, $s committed $((SECONDS - t0))s after the fault; $n_now epoch(s), all agreed; the $n_before committed before unchanged"
 }
 
 healthy() {
@@ -78,13 +95,16 @@ healthy() {
   return 1
 }
 
+# save_logs W: keeps a worker container's JSON log lines (before the
+# container is replaced).
+save_logs() { docker logs "$(container "$1")" 2>&1 | grep '^{' >>"$LOGS/$1.$(date +%s%N).jsonl"; }
+
 ./wait.sh >/dev/null || { fail "the cluster did not reach agreement"; exit 1; }
 pass "start: demo job agreed and running at step $(last_step), leader $(leader)"
 
-# 1. The raft leader's container stops.
-before=$(history) from=$(last_step) old=$(leader)
-$COMPOSE stop -t 10 "$old" >/dev/null 2>&1
-t0=$SECONDS
+# 1. The raft leader's container is killed.
+before=$(epochs) from=$(last_step) old=$(leader) t0=$SECONDS
+$COMPOSE kill "$old" >/dev/null 2>&1
 new=""
 while [ $SECONDS -lt $((t0 + 30)) ]; do
   new=$(leader)
@@ -92,21 +112,21 @@ while [ $SECONDS -lt $((t0 + 30)) ]; do
   sleep 0.5
 done
 if [ -n "$new" ] && [ "$new" != "$old" ]; then
-  pass "leader stop: $old stopped, $new leads after $((SECONDS - t0))s"
+  pass "leader SIGKILL: $old killed, $new leads after $((SECONDS - t0))s"
 else
-  fail "leader stop: no new leader within 30s after stopping $old"
+  fail "leader SIGKILL: no new leader within 30s after killing $old"
 fi
-check "leader stop" "$before" "$from"
+check "leader SIGKILL" "$before" "$from" "$t0"
 $COMPOSE start "$old" >/dev/null 2>&1
-healthy "$old" && pass "leader stop: $old restarted from its raft volume and is healthy" || fail "leader stop: $old not healthy after restart"
+healthy "$old" && pass "leader SIGKILL: $old restarted from its raft volume and is healthy" || fail "leader SIGKILL: $old not healthy after restart"
 
 # 2. A follower is cut off the network (a minority of one) and healed.
-before=$(history) from=$(last_step) lead=$(leader)
+before=$(epochs) from=$(last_step) lead=$(leader) t0=$SECONDS
 victim=c1
 for c in c1 c2 c3; do [ "$c" != "$lead" ] && victim=$c; done
 net=$(docker inspect -f '{{range $k, $v := .NetworkSettings.Networks}}{{$k}} {{end}}' "$(container "$victim")" | awk '{print $1}')
 docker network disconnect "$net" "$(container "$victim")"
-check "partition of $victim (majority side)" "$before" "$from"
+check "partition of $victim (majority side)" "$before" "$from" "$t0"
 docker network connect --alias "$victim" "$net" "$(container "$victim")"
 t0=$SECONDS
 caught=false
@@ -117,29 +137,50 @@ while [ $SECONDS -lt $((t0 + 60)) ]; do
   sleep 1
 done
 $caught && pass "partition healed: $victim back, applied index $mine (leader's $theirs) after $((SECONDS - t0))s" || fail "partition healed: $victim did not catch up within 60s"
-check "after healing $victim" "$(history)" "$(last_step)"
+check "after healing $victim" "$(epochs)" "$(last_step)"
 
-# 3. NATS restarts (JetStream data on its volume).
-before=$(history) from=$(last_step)
-$COMPOSE restart -t 5 nats >/dev/null 2>&1
-healthy nats || fail "nats restart: not healthy again"
-check "nats restart" "$before" "$from"
+# 3. NATS is killed and comes back after 5 s (JetStream data on its volume).
+before=$(epochs) from=$(last_step) t0=$SECONDS
+$COMPOSE kill nats >/dev/null 2>&1
+sleep 5
+$COMPOSE start nats >/dev/null 2>&1
+healthy nats || fail "nats kill: not healthy again"
+check "NATS SIGKILL, back after 5s" "$before" "$from" "$t0"
 
-# 4. etcd restarts (rank claims on its volume; leases outlive a short restart).
-before=$(history) from=$(last_step)
-$COMPOSE restart -t 5 etcd >/dev/null 2>&1
-healthy etcd || fail "etcd restart: not healthy again"
-check "etcd restart" "$before" "$from"
+# 4. etcd is killed and comes back after 5 s (rank claims on its volume).
+before=$(epochs) from=$(last_step) t0=$SECONDS
+$COMPOSE kill etcd >/dev/null 2>&1
+sleep 5
+$COMPOSE start etcd >/dev/null 2>&1
+healthy etcd || fail "etcd kill: not healthy again"
+check "etcd SIGKILL, back after 5s" "$before" "$from" "$t0"
 
-# 5. A worker is killed and started again: same identity, same rank.
-before=$(history) from=$(last_step)
+# 5. Two of the three coordinators restart.
+before=$(epochs) from=$(last_step) lead=$(leader) t0=$SECONDS
+two=""
+for c in c1 c2 c3; do [ "$c" != "$lead" ] && two="$two $c"; done
+$COMPOSE restart -t 5 $two >/dev/null 2>&1
+check "coordinators$two restarted" "$before" "$from" "$t0"
+
+# 6. A worker is killed and comes back after WORKER_DOWN seconds: the
+# others wait for it (none exits), then every rank rolls back to the last
+# checkpoint and the job goes on.
+before=$(epochs) from=$(last_step) t0=$SECONDS
 $COMPOSE kill w2 >/dev/null 2>&1
-sleep 2
+sleep "$WORKER_DOWN"
 $COMPOSE start w2 >/dev/null 2>&1
-check "worker w2 killed and restarted" "$before" "$from"
+check "worker w2 SIGKILL, back after ${WORKER_DOWN}s" "$before" "$from" "$t0"
 
-# 6. An operator replan to the other strategy, at the next safepoint.
-before=$(history) from=$(last_step)
+# 7. A worker is killed and replaced by a new container with its identity.
+before=$(epochs) from=$(last_step) t0=$SECONDS
+save_logs w3
+$COMPOSE kill w3 >/dev/null 2>&1
+$COMPOSE rm -f w3 >/dev/null 2>&1
+$COMPOSE up -d --no-deps w3 >/dev/null 2>&1
+check "worker w3 SIGKILL, replaced by a new container" "$before" "$from" "$t0"
+
+# 8. An operator replan to the other strategy, at the next safepoint.
+before=$(epochs) from=$(last_step) t0=$SECONDS
 strategy=slots
 [ "$(jq -r '.[-1].strategy' <<<"$before")" = slots ] && strategy=packed
 out=$($TMMU replan --job "$JOB" --reason "e2e: operator asks for the $strategy layout" --strategy $strategy --id "e2e-$(date +%s)" -o json 2>&1)
@@ -148,9 +189,32 @@ if jq -e '.decision == "replan"' <<<"$out" >/dev/null 2>&1; then
 else
   fail "operator replan: $out"
 fi
-check "operator replan" "$before" "$from"
-epochs=$(history | jq length)
-[ "$epochs" -gt "$(jq length <<<"$before")" ] && pass "operator replan: history has $epochs epochs, the new one agreed" || fail "operator replan: no new epoch in the history"
+check "operator replan" "$before" "$from" "$t0"
 
+# Model state. Let the job reach one more checkpoint, then compare what
+# every worker logged with what the coordinators committed.
+every=10
+target=$(( ($(last_step) / every + 2) * every ))
+advanced "$((target - 3))" 240 >/dev/null || fail "the job did not reach step $target"
+for w in w0 w1 w2 w3; do save_logs "$w"; done
+cat "$LOGS"/*.jsonl | jq -c 'select(.msg == "checkpoint stored") | {rank, step, state_hash, loss}' 2>/dev/null | sort -u >"$LOGS/ckpt"
+n=$(wc -l <"$LOGS/ckpt")
+dups=$(jq -s -c 'group_by([.rank, .step]) | map(select((map(.state_hash) | unique | length) > 1 or (map(.loss) | unique | length) > 1)) | length' "$LOGS/ckpt")
+jumps=$(jq -s -c 'map(select(.rank == 0)) | unique_by(.step) | sort_by(.step) | [range(1; length) as $i | select(.[$i].loss > .[$i-1].loss + 0.5) | {from: .[$i-1], to: .[$i]}] | length' "$LOGS/ckpt")
+committed=$(history | jq -c '[.checkpoints[] | {step, hashes: [.state_hashes[] | .[0:12]]}]')
+mismatch=$(jq -n --slurpfile logged <(jq -c . "$LOGS/ckpt") --argjson c "$committed" '
+  [$c[] as $k | $k.hashes | to_entries[] | . as $e
+   | ($logged | map(select(.step == $k.step and .rank == $e.key)) | map(.state_hash)) as $got
+   | select(($got | length) == 0 or ($got | all(. == $e.value) | not))] | length')
+if [ "$n" -gt 0 ] && [ "$dups" = 0 ] && [ "$jumps" = 0 ] && [ "$mismatch" = 0 ]; then
+  pass "model state: $n checkpoint shards logged (replays included) agree with each other and with the $(jq length <<<"$committed") committed checkpoints; rank 0's loss at each checkpoint: $(jq -s -r 'map(select(.rank == 0)) | unique_by(.step) | sort_by(.step) | map("\(.step):\(.loss * 1000 | round / 1000)") | join(" ")' "$LOGS/ckpt")"
+else
+  fail "model state: $n shards logged; $dups (rank, step) with two states or losses; $jumps loss jumps back; $mismatch committed shards not logged with their state hash"
+fi
+
+restarts=$(for c in $($COMPOSE ps -q); do docker inspect -f '{{.Name}} {{.RestartCount}}' "$c"; done | awk '$2 != 0')
+[ -z "$restarts" ] && pass "no container was restarted by Docker (every restart count is 0)" || fail "containers restarted by Docker: $restarts"
+
+rm -rf "$LOGS"
 [ $failed = 0 ] && say "e2e: all checks passed" || say "e2e: some checks failed"
 exit $failed

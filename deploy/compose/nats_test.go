@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
+	"github.com/tmmu/tmmu/checkpoint"
 	"github.com/tmmu/tmmu/internal/cli"
 	"github.com/tmmu/tmmu/ir"
 	"github.com/tmmu/tmmu/transport"
@@ -98,6 +99,49 @@ func TestRoles(t *testing.T) {
 	defer g.Close()
 	if out, err := g.Exchange(ctx, "k", []byte("x")); err != nil || string(out[0]) != "x" {
 		t.Fatalf("a worker's collective: %q %v", out, err)
+	}
+	// A worker stores its checkpoint shard and reports it; the
+	// coordinator reads both; a recovery request reaches it.
+	wstore, err := checkpoint.NewNATSStore(ctx, workerT.JetStream(), checkpoint.NATSConfig{})
+	if err != nil {
+		t.Fatalf("a worker opening the checkpoint store: %v", err)
+	}
+	name := checkpoint.ObjectName("j", 10, 0, ir.Hash{7})
+	if err := wstore.Put(ctx, name, []byte("shard")); err != nil {
+		t.Fatalf("a worker storing a shard: %v", err)
+	}
+	cstore, err := checkpoint.NewNATSStore(ctx, coordT.JetStream(), checkpoint.NATSConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if data, err := cstore.Get(ctx, name); err != nil || string(data) != "shard" {
+		t.Fatalf("the coordinator reading a shard: %q %v", data, err)
+	}
+	reports, err := coordT.WatchCheckpoints(ctx, "j")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := transport.CheckpointReport{Job: "j", Step: 10, Rank: 0, Identity: "w0", Digest: ir.Hash{7}, Bytes: 5}
+	if err := workerT.PutCheckpoint(ctx, rep); err != nil {
+		t.Fatalf("a worker reporting a checkpoint: %v", err)
+	}
+	if r := <-reports; r != rep {
+		t.Fatalf("the coordinator reading a checkpoint report: %+v", r)
+	}
+	recov := make(chan transport.RecoveryRequest, 1)
+	rsub, err := coordT.SubscribeRecovery("j", func(q transport.RecoveryRequest) { recov <- q })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rsub.Unsubscribe()
+	cnc.Flush()
+	if err := workerT.PublishRecovery(transport.RecoveryRequest{Job: "j", Kind: transport.RecoverStateless, Identity: "w0", Step: 11}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-recov:
+	case <-time.After(5 * time.Second):
+		t.Fatal("a worker's recovery request did not arrive")
 	}
 	// An outcome published by a worker never reaches a subscriber: the
 	// server refuses it.
