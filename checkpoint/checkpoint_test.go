@@ -49,7 +49,6 @@ type fataler interface {
 	Fatal(args ...any)
 }
 
-
 func tinyGPT2(t fataler) *ir.Model {
 	m, err := models.GPT2(models.GPT2Config{Layers: 1, Hidden: 32, Heads: 2, Seq: 8, Context: 8, Batch: 1, Vocab: 37, DType: ir.F32, Train: true})
 	if err != nil {
