@@ -74,6 +74,9 @@ func (n *Node) RunAgreement(ctx context.Context, l Leading) {
 			a.sync(ctx)
 			a.handleRecovery(q)
 		}
+		if s, _ := n.applied(); s != nil {
+			a.trackAbsent(ctx, s) // on every node: any node answers tmmu status
+		}
 		if !n.IsLeader() {
 			a.stopAll()
 			continue
@@ -90,7 +93,6 @@ func (n *Node) RunAgreement(ctx context.Context, l Leading) {
 		}
 		a.sync(ctx)
 		if s, _ := n.applied(); s != nil {
-			a.trackAbsent(ctx, s)
 			a.announceChanges(ctx, s)
 			a.checkMembership(ctx, s)
 		}
@@ -134,9 +136,6 @@ func (a *agreement) stopAll() {
 	a.mu.Unlock()
 	a.wg.Wait()
 	a.marks = map[string]mark{}
-	a.n.absentMu.Lock()
-	a.n.absent = nil
-	a.n.absentMu.Unlock()
 }
 
 func (a *agreement) sync(ctx context.Context) {

@@ -49,8 +49,8 @@ type JobSummary struct {
 	Steps          uint64   `json:"steps"`
 	GlobalPlanHash string   `json:"global_plan_hash"`
 	Missing        []uint64 `json:"missing_ranks,omitempty"`
-	// Absent are the ranks without an etcd lease, since when, as the
-	// leader sees them (only from the leader, and only with etcd).
+	// Absent are the ranks without an etcd lease, and since when this
+	// node has seen them so (nodes given etcd only).
 	Absent []Absent `json:"absent_ranks,omitempty"`
 	// Paused says why the job waits (a full checkpoint store).
 	Paused string `json:"paused,omitempty"`
@@ -71,9 +71,7 @@ func (n *Node) summarize(j *Job) JobSummary {
 	if k := j.LastCheckpoint(); k != nil {
 		s.LastCheckpoint = k.Step
 	}
-	if n.IsLeader() {
-		s.Absent = n.absentOf(j.Spec.Name)
-	}
+	s.Absent = n.absentOf(j.Spec.Name)
 	return s
 }
 

@@ -228,8 +228,8 @@ func (a *agreement) announceChanges(ctx context.Context, s *State) {
 }
 
 // trackAbsent reads, at most every second, which ranks of each live job
-// hold no lease in etcd, and since when (for tmmu status and elastic
-// shrinking).
+// hold no lease in etcd, and since when (for tmmu status, on every node,
+// and the leader's elastic shrinking).
 func (a *agreement) trackAbsent(ctx context.Context, s *State) {
 	if a.rv == nil || time.Since(a.lastAbsent) < time.Second {
 		return
@@ -269,7 +269,7 @@ func (a *agreement) trackAbsent(ctx context.Context, s *State) {
 	a.n.absentMu.Unlock()
 }
 
-// absentOf returns the missing ranks of job as the leader last saw them.
+// absentOf returns the missing ranks of job as this node last saw them.
 func (n *Node) absentOf(job string) []Absent {
 	n.absentMu.Lock()
 	defer n.absentMu.Unlock()

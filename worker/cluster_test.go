@@ -27,7 +27,7 @@ func startLocal(t *testing.T) (*localcluster.Local, context.Context) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { l.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	t.Cleanup(cancel)
 	return l, ctx
 }

@@ -277,7 +277,7 @@ func TestElasticReshardZeRO3(t *testing.T) {
 			time.Sleep(5 * time.Millisecond)
 		}
 	}()
-	cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	cctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	_, tp, err := l.Transport()
 	if err != nil {
@@ -441,11 +441,12 @@ func sameFinalState(t *testing.T, a, b *coord.Job) {
 	}
 }
 
-// TestCorruptCheckpoint: a byte of rank 1's object of the checkpoint of
-// step 10 flips in the store; then rank 1's worker restarts without its
-// state. The rollback to step 10 finds the object corrupt
-// (CHECKPOINT_CORRUPT): the leader drops that checkpoint and rolls the job
-// back to the one of step 5. The job ends in the state of a run without
+// TestCorruptCheckpoint: rank 1's worker dies after step 11; a byte of
+// its object of the newest checkpoint (step 10, or later on a slow
+// machine) flips in the store; a new process takes its place without
+// state. The rollback to that checkpoint finds the object corrupt
+// (CHECKPOINT_CORRUPT): the leader drops the checkpoint and rolls the job
+// back to the one before. The job ends in the state of a run without
 // faults.
 func TestCorruptCheckpoint(t *testing.T) {
 	l, _ := startLocal(t)
@@ -459,12 +460,18 @@ func TestCorruptCheckpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 	var bad string
-	faulty := runToEnd(t, l, recoverSubmission(t, "rotten", 2, 16, 3), 2, nil, 11, func(tr *trainer, j *coord.Job) {
-		k := j.Checkpoint(10)
-		if k == nil {
-			t.Fatalf("no checkpoint of step 10: %+v", j.Checkpoints)
+	var badStep uint64
+	faulty := runToEnd(t, l, recoverSubmission(t, "rotten", 2, 16, 3), 2, nil, 11, func(tr *trainer, _ *coord.Job) {
+		// With rank 1 dead no checkpoint can commit: the newest one is
+		// what the rollback will restore. Corrupt rank 1's object of it.
+		tr.kill("rotten-w1")
+		j := leaderState(t, l).Jobs["rotten"]
+		k := j.LastCheckpoint()
+		if k == nil || len(j.Checkpoints) < 2 {
+			t.Fatalf("checkpoints: %+v", j.Checkpoints)
 		}
-		bad = checkpoint.ObjectName("rotten", 10, 1, k.Shards[1].Digest)
+		badStep = k.Step
+		bad = checkpoint.ObjectName("rotten", k.Step, 1, k.Shards[1].Digest)
 		data, err := ns.Get(context.Background(), bad)
 		if err != nil {
 			t.Fatal(err)
@@ -473,18 +480,18 @@ func TestCorruptCheckpoint(t *testing.T) {
 		if err := ns.Overwrite(context.Background(), bad, data); err != nil {
 			t.Fatal(err)
 		}
-		tr.kill("rotten-w1")
 		tr.start("rotten-w1")
 	})
 	sameFinalState(t, straight, faulty)
-	if len(faulty.Dropped) != 1 || faulty.Dropped[0].Step != 10 || !strings.Contains(faulty.Dropped[0].Reason, "CHECKPOINT_CORRUPT") {
+	if len(faulty.Dropped) != 1 || faulty.Dropped[0].Step != badStep || !strings.Contains(faulty.Dropped[0].Reason, "CHECKPOINT_CORRUPT") {
 		t.Fatalf("dropped: %+v", faulty.Dropped)
 	}
 	for _, e := range faulty.Epochs {
 		t.Logf("epoch %d from step %d: %s", e.Epoch, e.StartStep, e.Reason)
 	}
-	// The steps after 5 ran again and stored the same shard of step 10
-	// under the same name: the corrupted copy is replaced, not reused.
+	// The steps after the checkpoint before ran again and stored the same
+	// shard under the same name: the corrupted copy is replaced, not
+	// reused.
 	data, err := ns.Get(context.Background(), bad)
 	if err != nil {
 		t.Fatal(err)

@@ -63,14 +63,14 @@ func (w *run) holdState(ctx context.Context, job *coord.Job, p *epochPlan, step 
 		return false, nil
 	case recovery.Wait:
 		if a.Checkpoint && w.holder != nil {
-			if err := w.checkpoint(ctx, w.holder, a.Step, runtime.StepStats{}); err != nil {
+			if err := w.checkpoint(ctx, w.holder, a.Step, w.statsOf(a.Step)); err != nil {
 				return false, err
 			}
 		}
 		return false, nil
 	case recovery.Carry:
 		if a.Checkpoint {
-			if err := w.checkpoint(ctx, w.holder, step-1, runtime.StepStats{}); err != nil {
+			if err := w.checkpoint(ctx, w.holder, step-1, w.statsOf(step-1)); err != nil {
 				return false, err
 			}
 		}
@@ -102,6 +102,14 @@ func (w *run) holdState(ctx context.Context, job *coord.Job, p *epochPlan, step 
 	w.hold = recovery.Holding{Valid: true, Step: step - 1, Epoch: p.epoch, Stateless: w.hold.Stateless}
 	w.holder = p
 	return true, nil
+}
+
+// statsOf returns the stats of step when it was the last step run.
+func (w *run) statsOf(step uint64) runtime.StepStats {
+	if w.lastStep == step {
+		return w.last
+	}
+	return runtime.StepStats{}
 }
 
 // wrote reports whether this worker stored its shard of the checkpoint

@@ -263,6 +263,10 @@ type run struct {
 	// executor holds it.
 	hold   recovery.Holding
 	holder *epochPlan
+	// last is the stats of the last step run (at lastStep), for the loss
+	// a boundary checkpoint logs.
+	last     runtime.StepStats
+	lastStep uint64
 	// written are the shards this worker stored, by step.
 	written map[uint64]shardWritten
 	// bad are checkpoints found corrupt (by step): not read again.
@@ -534,6 +538,7 @@ func (w *run) run(ctx context.Context) error {
 			cfg.AfterStep(ev, stats)
 		}
 		w.hold = recovery.Holding{Valid: true, Step: step, Epoch: p.epoch, Stateless: w.hold.Stateless}
+		w.last, w.lastStep = stats, step
 		if stats.State != "" {
 			w.res.LastState = stats.State
 		}

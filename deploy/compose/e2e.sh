@@ -196,18 +196,21 @@ check "operator replan" "$before" "$from" "$t0"
 every=10
 target=$(( ($(last_step) / every + 2) * every ))
 advanced "$((target - 3))" 240 >/dev/null || fail "the job did not reach step $target"
+# The committed checkpoints first, then the logs: a rank logs its shard
+# right after reporting it, before the leader can commit it.
+committed=$(history | jq -c '[.checkpoints[] | {step, hashes: [.state_hashes[] | .[0:12]]}]')
+sleep 2
 for w in w0 w1 w2 w3; do save_logs "$w"; done
 cat "$LOGS"/*.jsonl | jq -c 'select(.msg == "checkpoint stored") | {rank, step, state_hash, loss}' 2>/dev/null | sort -u >"$LOGS/ckpt"
 n=$(wc -l <"$LOGS/ckpt")
 dups=$(jq -s -c 'group_by([.rank, .step]) | map(select((map(.state_hash) | unique | length) > 1 or (map(.loss) | unique | length) > 1)) | length' "$LOGS/ckpt")
-jumps=$(jq -s -c 'map(select(.rank == 0)) | unique_by(.step) | sort_by(.step) | [range(1; length) as $i | select(.[$i].loss > .[$i-1].loss + 0.5) | {from: .[$i-1], to: .[$i]}] | length' "$LOGS/ckpt")
-committed=$(history | jq -c '[.checkpoints[] | {step, hashes: [.state_hashes[] | .[0:12]]}]')
+jumps=$(jq -s -c 'map(select(.rank == 0 and .loss != null)) | unique_by(.step) | sort_by(.step) | [range(1; length) as $i | select(.[$i].loss > .[$i-1].loss + 0.5) | {from: .[$i-1], to: .[$i]}] | length' "$LOGS/ckpt")
 mismatch=$(jq -n --slurpfile logged <(jq -c . "$LOGS/ckpt") --argjson c "$committed" '
   [$c[] as $k | $k.hashes | to_entries[] | . as $e
    | ($logged | map(select(.step == $k.step and .rank == $e.key)) | map(.state_hash)) as $got
    | select(($got | length) == 0 or ($got | all(. == $e.value) | not))] | length')
 if [ "$n" -gt 0 ] && [ "$dups" = 0 ] && [ "$jumps" = 0 ] && [ "$mismatch" = 0 ]; then
-  pass "model state: $n checkpoint shards logged (replays included) agree with each other and with the $(jq length <<<"$committed") committed checkpoints; rank 0's loss at each checkpoint: $(jq -s -r 'map(select(.rank == 0)) | unique_by(.step) | sort_by(.step) | map("\(.step):\(.loss * 1000 | round / 1000)") | join(" ")' "$LOGS/ckpt")"
+  pass "model state: $n checkpoint shards logged (replays included) agree with each other and with the $(jq length <<<"$committed") committed checkpoints; rank 0's loss at each checkpoint: $(jq -s -r 'map(select(.rank == 0 and .loss != null)) | unique_by(.step) | sort_by(.step) | map("\(.step):\(.loss * 1000 | round / 1000)") | join(" ")' "$LOGS/ckpt")"
 else
   fail "model state: $n shards logged; $dups (rank, step) with two states or losses; $jumps loss jumps back; $mismatch committed shards not logged with their state hash"
 fi
