@@ -164,7 +164,8 @@ func (c *Client) Job(ctx context.Context, name string) (*Job, error) {
 }
 
 // RecentJob returns a job with the expected plan hashes of its last two
-// epochs only (what a worker needs; smaller for long histories).
+// epochs only and its checkpoints without their shards (what a worker
+// needs between restores; smaller for long histories and large worlds).
 func (c *Client) RecentJob(ctx context.Context, name string) (*Job, error) {
 	var j Job
 	return &j, c.do(ctx, http.MethodGet, "/v1/jobs/"+url.PathEscape(name)+"?expected=recent", nil, &j)

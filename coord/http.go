@@ -133,7 +133,7 @@ func newMetrics(n *Node) *metrics {
 //
 //	POST /v1/jobs               submit (the leader plans every rank and commits epoch 0; followers redirect with 307)
 //	GET  /v1/jobs               job summaries
-//	GET  /v1/jobs/{name}        a job with its epochs and expected plan hashes (?expected=recent: of the last two epochs only)
+//	GET  /v1/jobs/{name}        a job with its epochs, expected plan hashes and checkpoints (?expected=recent: the hashes of the last two epochs only, no checkpoint's shards)
 //	GET  /v1/jobs/{name}/ir     the job's global IR (canonical CBOR) under the latest epoch, or ?epoch=E
 //	GET  /v1/jobs/{name}/ranks/{rank}/plan
 //	                            a rank's plan under the current epoch (planned on request)
@@ -177,10 +177,16 @@ func (n *Node) Handler() http.Handler {
 		}
 		if r.URL.Query().Get("expected") == "recent" {
 			// Workers need the expected hashes of the last two epochs
-			// only; a long history would make every poll large.
+			// only, and which checkpoints are committed, not their
+			// shards (a restore fetches the job whole): a long history
+			// or a large world would make every poll large.
 			for i := range len(j.Epochs) - 2 {
 				j.Epochs[i].Expected = nil
 			}
+			for i := range j.Checkpoints {
+				j.Checkpoints[i].Shards = nil
+			}
+			j.Dropped = nil
 		}
 		writeJSON(w, http.StatusOK, j)
 	})

@@ -115,6 +115,8 @@ func (w *run) statsOf(step uint64) runtime.StepStats {
 // wrote reports whether this worker stored its shard of the checkpoint
 // of step in the job's current timeline.
 func (w *run) wrote(job *coord.Job, step uint64) bool {
+	w.ckptMu.Lock()
+	defer w.ckptMu.Unlock()
 	sw, ok := w.written[step]
 	return ok && sw.epoch == job.EpochFor(step).Epoch
 }
@@ -122,22 +124,30 @@ func (w *run) wrote(job *coord.Job, step uint64) bool {
 // ask publishes a recovery request, at most once per poll interval for
 // the same kind and step.
 func (w *run) ask(p *epochPlan, kind recovery.RequestKind, step uint64, detail string) {
-	key := fmt.Sprintf("%s/%d/%d", kind, p.epoch, step)
+	w.askFor(p.epoch, p.rank, kind, step, detail)
+}
+
+func (w *run) askFor(epoch, rank uint64, kind recovery.RequestKind, step uint64, detail string) {
+	w.askMu.Lock()
+	defer w.askMu.Unlock()
+	key := fmt.Sprintf("%s/%d/%d", kind, epoch, step)
 	if t, ok := w.asked[key]; ok && time.Since(t) < w.cfg.Poll {
 		return
 	}
 	if len(detail) > transport.MaxReasonLen {
 		detail = detail[:transport.MaxReasonLen]
 	}
-	q := transport.RecoveryRequest{Job: w.cfg.Job, Kind: string(kind), Epoch: p.epoch, Rank: p.rank, Identity: w.cfg.Identity, Step: step, Detail: detail}
+	q := transport.RecoveryRequest{Job: w.cfg.Job, Kind: string(kind), Epoch: epoch, Rank: rank, Identity: w.cfg.Identity, Step: step, Detail: detail}
 	if err := w.cfg.Transport.PublishRecovery(q); err != nil {
 		w.log.Warn("asking the leader", "kind", kind, "err", err)
 		return
 	}
 	if _, ok := w.asked[key]; !ok {
-		w.log.Warn("asking the leader for help", "kind", kind, "epoch", p.epoch, "step", step, "detail", detail)
+		w.log.Warn("asking the leader for help", "kind", kind, "epoch", epoch, "step", step, "detail", detail)
 		if kind == recovery.Stateless {
+			w.mu.Lock()
 			w.res.Rollbacks++
+			w.mu.Unlock()
 		}
 	}
 	w.asked[key] = time.Now()
@@ -202,11 +212,17 @@ func (w *run) become(p *epochPlan, step uint64, from *epochPlan) error {
 	return nil
 }
 
-// checkpoint stores this rank's shard of the state after step, which
-// p's executor holds, and reports it. A full store pauses the job: the
-// worker tells the leader and retries until the shard is stored.
+// checkpoint takes this rank's shard of the state after step, which p's
+// executor holds, and queues it for the writer, which stores and reports
+// it while the steps go on. At most one shard waits behind the one being
+// written: a worker that checkpoints faster than the store takes them
+// waits here. A full store pauses the job: the writer tells the leader
+// and retries until the shard is stored.
 func (w *run) checkpoint(ctx context.Context, p *epochPlan, step uint64, stats runtime.StepStats) error {
-	if sw, ok := w.written[step]; ok && sw.epoch == p.epoch {
+	w.ckptMu.Lock()
+	sw, ok := w.written[step]
+	w.ckptMu.Unlock()
+	if ok && sw.epoch == p.epoch {
 		return nil
 	}
 	t := time.Now()
@@ -232,11 +248,56 @@ func (w *run) checkpoint(ctx context.Context, p *epochPlan, step uint64, stats r
 			return err
 		}
 	}
+	w.ckptMu.Lock()
+	w.written[step] = shardWritten{epoch: p.epoch}
+	w.ckptMu.Unlock()
+	pending := shardJob{shard: s, epoch: p.epoch, rank: p.rank, stats: stats, began: t, every: w.current().Spec.Every()}
+	w.startWriter()
+	select {
+	case w.queue <- pending:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// shardJob is a shard for the writer.
+type shardJob struct {
+	shard       *checkpoint.Shard
+	epoch, rank uint64
+	stats       runtime.StepStats
+	began       time.Time
+	every       uint64
+}
+
+// startWriter starts the checkpoint writer once per run.
+func (w *run) startWriter() {
+	w.writerOnce.Do(func() {
+		w.watches.Add(1)
+		go func() {
+			defer w.watches.Done()
+			for {
+				select {
+				case <-w.watchCtx.Done():
+					return
+				case j := <-w.queue:
+					if err := w.write(w.watchCtx, j); err != nil && w.watchCtx.Err() == nil {
+						w.log.Error("storing a checkpoint", "step", j.shard.Step, "err", err)
+					}
+				}
+			}
+		}()
+	})
+}
+
+// write encodes, stores and reports one shard.
+func (w *run) write(ctx context.Context, j shardJob) error {
+	s, step := j.shard, j.shard.Step
 	data, digest, err := checkpoint.Encode(s)
 	if err != nil {
 		return err
 	}
-	name := checkpoint.ObjectName(w.cfg.Job, step, p.rank, digest)
+	name := checkpoint.ObjectName(w.cfg.Job, step, j.rank, digest)
 	for try := 0; ; try++ {
 		actx, cancel := context.WithTimeout(ctx, 30*time.Second+time.Duration(len(data)>>20)*time.Second)
 		err = w.store.Put(actx, name, data)
@@ -245,7 +306,7 @@ func (w *run) checkpoint(ctx context.Context, p *epochPlan, step uint64, stats r
 			break
 		}
 		if errors.Is(err, checkpoint.ErrStoreFull) {
-			w.ask(p, recovery.StoreFull, step, err.Error())
+			w.askFor(j.epoch, j.rank, recovery.StoreFull, step, err.Error())
 		} else if errors.Is(err, nats.ErrConnectionClosed) {
 			return err
 		} else if try == 0 {
@@ -255,28 +316,33 @@ func (w *run) checkpoint(ctx context.Context, p *epochPlan, step uint64, stats r
 			return err
 		}
 	}
-	took := time.Since(t)
-	r := transport.CheckpointReport{Job: w.cfg.Job, Step: step, Epoch: p.epoch, Rank: p.rank, Identity: w.cfg.Identity,
+	took := time.Since(j.began)
+	r := transport.CheckpointReport{Job: w.cfg.Job, Step: step, Epoch: j.epoch, Rank: j.rank, Identity: w.cfg.Identity,
 		Digest: digest, StateHash: s.StateHash, Bytes: uint64(len(data)), Nanos: took.Nanoseconds()}
 	if err := w.retry(ctx, "reporting a checkpoint", func(c context.Context) error { return w.cfg.Transport.PutCheckpoint(c, r) }); err != nil {
 		return err
 	}
-	every := w.current().Spec.Every()
+	w.ckptMu.Lock()
 	for k, sw := range w.written {
-		sw.data = nil // only the latest is kept in memory
-		w.written[k] = sw
-		if k+4*every < step {
+		if k != step && sw.digest != (ir.Hash{}) {
+			sw.data = nil // only the latest is kept in memory
+			w.written[k] = sw
+		}
+		if k+4*j.every < step {
 			delete(w.written, k)
 		}
 	}
-	w.written[step] = shardWritten{epoch: p.epoch, digest: digest, data: data}
+	w.written[step] = shardWritten{epoch: j.epoch, digest: digest, data: data}
+	w.ckptMu.Unlock()
+	w.mu.Lock()
 	w.res.Checkpoints++
+	w.mu.Unlock()
 	if w.cfg.Stats != nil {
 		w.cfg.Stats.Checkpointed(step, uint64(len(data)), took)
 	}
-	attrs := []any{"step", step, "epoch", p.epoch, "digest", digest.Short(), "state_hash", s.StateHash.Short(), "bytes", len(data), "took", took.Round(time.Microsecond)}
-	if stats.HasLoss {
-		attrs = append(attrs, "loss", stats.Loss)
+	attrs := []any{"step", step, "epoch", j.epoch, "digest", digest.Short(), "state_hash", s.StateHash.Short(), "bytes", len(data), "took", took.Round(time.Microsecond)}
+	if j.stats.HasLoss {
+		attrs = append(attrs, "loss", j.stats.Loss)
 	}
 	w.log.Info("checkpoint stored", attrs...)
 	return nil
@@ -299,10 +365,18 @@ func (w *run) layout(ctx context.Context, p *epochPlan) ([]checkpoint.Slice, err
 // object is reported (the leader drops the checkpoint and rolls back to
 // the one before); a state that does not match fails the job.
 func (w *run) restore(ctx context.Context, job *coord.Job, p *epochPlan, step uint64) error {
-	m := job.Checkpoint(step)
 	x, ok := p.exec.(runtime.StateCarrier)
 	if !ok {
 		return nil // nothing to restore into
+	}
+	// The job as polled lists checkpoints without their shards.
+	full, err := w.cfg.Coordinator.Job(ctx, w.cfg.Job)
+	if err != nil {
+		return transient(err)
+	}
+	m := full.Checkpoint(step)
+	if m == nil || uint64(len(m.Shards)) != m.World {
+		return transient(fmt.Errorf("worker: the checkpoint of step %d is no longer kept", step))
 	}
 	t := time.Now()
 	var sources []*checkpoint.Shard
@@ -375,7 +449,10 @@ func (w *run) restore(ctx context.Context, job *coord.Job, p *epochPlan, step ui
 // wrote it last, else from the store (retrying what may pass; a missing
 // object counts as corrupt).
 func (w *run) object(ctx context.Context, job string, m *coord.Checkpoint, sh coord.CheckpointShard) ([]byte, error) {
-	if wr, ok := w.written[m.Step]; ok && wr.digest == sh.Digest && wr.data != nil {
+	w.ckptMu.Lock()
+	wr, ok := w.written[m.Step]
+	w.ckptMu.Unlock()
+	if ok && wr.digest == sh.Digest && wr.data != nil {
 		return wr.data, nil
 	}
 	name := checkpoint.ObjectName(job, m.Step, sh.Rank, sh.Digest)

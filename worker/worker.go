@@ -239,10 +239,12 @@ type run struct {
 	// poll says it changed. A stale copy is safe: it can only hold less
 	// progress, and a new epoch's boundary lies past every horizon the
 	// leader granted, so a rank waits at the boundary until it fetches.
-	job     *coord.Job
-	wake    chan struct{} // announcements and outcomes: refresh the job
-	granted chan struct{} // a grant raised a horizon or an epoch was agreed
-	grants  map[uint64]uint64
+	job  *coord.Job
+	wake chan struct{} // announcements and outcomes: refresh the job
+	// stepWake is wake for the supervisor of a long step (see step).
+	stepWake chan struct{}
+	granted  chan struct{} // a grant raised a horizon or an epoch was agreed
+	grants   map[uint64]uint64
 	// agreed holds the outcomes the leader announced (it announces only
 	// committed ones), so a worker need not fetch the job to learn them.
 	agreed  map[uint64]transport.Outcome
@@ -267,12 +269,17 @@ type run struct {
 	// a boundary checkpoint logs.
 	last     runtime.StepStats
 	lastStep uint64
-	// written are the shards this worker stored, by step.
-	written map[uint64]shardWritten
+	// written are the shards this worker stored or queued for the
+	// writer, by step (ckptMu); queue feeds the writer.
+	ckptMu     sync.Mutex
+	written    map[uint64]shardWritten
+	queue      chan shardJob
+	writerOnce sync.Once
 	// bad are checkpoints found corrupt (by step): not read again.
 	bad map[uint64]string
 	// asked is when a recovery request was last published, by kind and
-	// step, so requests repeat at the poll's pace.
+	// step, so requests repeat at the poll's pace (askMu).
+	askMu sync.Mutex
 	asked map[string]time.Time
 	// failing counts consecutive failed coordinator fetches.
 	failing int
@@ -326,8 +333,9 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		cfg.Executor = x
 	}
 	w := &run{cfg: cfg, log: log.With("job", cfg.Job, "identity", cfg.Identity), models: map[ir.Hash]*ir.Model{},
-		plans: map[uint64]*epochPlan{}, wake: make(chan struct{}, 1), granted: make(chan struct{}, 1), grants: map[uint64]uint64{}, agreed: map[uint64]transport.Outcome{},
-		early: map[uint64]map[uint64]transport.StepReport{}, written: map[uint64]shardWritten{}, bad: map[uint64]string{}, asked: map[string]time.Time{}}
+		plans: map[uint64]*epochPlan{}, wake: make(chan struct{}, 1), stepWake: make(chan struct{}, 1), granted: make(chan struct{}, 1), grants: map[uint64]uint64{}, agreed: map[uint64]transport.Outcome{},
+		early: map[uint64]map[uint64]transport.StepReport{}, written: map[uint64]shardWritten{}, bad: map[uint64]string{}, asked: map[string]time.Time{},
+		queue: make(chan shardJob, 1)}
 	w.store = cfg.Store
 	wctx, stop := context.WithCancel(ctx)
 	w.watchCtx = wctx
@@ -348,6 +356,10 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 func (w *run) poke() {
 	select {
 	case w.wake <- struct{}{}:
+	default:
+	}
+	select {
+	case w.stepWake <- struct{}{}:
 	default:
 	}
 }
@@ -590,28 +602,34 @@ func (w *run) step(ctx context.Context, p *epochPlan, step uint64) (runtime.Step
 	go func() {
 		defer close(exited)
 		// A step longer than two polls may be waiting for a rank that
-		// is gone: look at the job on every announcement and poll.
+		// is gone: from then on, look at the job on every announcement
+		// and poll. Shorter steps cost nothing here, and the
+		// announcements stay for await (stepWake is a copy of wake).
 		t := time.NewTimer(2 * w.cfg.Poll)
 		defer t.Stop()
+		select {
+		case <-done:
+			return
+		case <-t.C:
+		}
 		for {
+			j, err := w.cfg.Coordinator.RecentJob(sctx, w.cfg.Job)
+			if err == nil {
+				w.mu.Lock()
+				w.job = j
+				w.mu.Unlock()
+				if j.Final() || j.EpochFor(step).Epoch != p.epoch {
+					superseded = true
+					cancel()
+					return
+				}
+			}
+			t.Reset(w.cfg.Poll)
 			select {
 			case <-done:
 				return
-			case <-w.wake:
+			case <-w.stepWake:
 			case <-t.C:
-				t.Reset(w.cfg.Poll)
-			}
-			j, err := w.cfg.Coordinator.RecentJob(sctx, w.cfg.Job)
-			if err != nil {
-				continue
-			}
-			w.mu.Lock()
-			w.job = j
-			w.mu.Unlock()
-			if j.Final() || j.EpochFor(step).Epoch != p.epoch {
-				superseded = true
-				cancel()
-				return
 			}
 		}
 	}()
