@@ -41,12 +41,24 @@ func FreeAddr() (string, error) {
 // StartCluster bootstraps n nodes with data under dir.
 func StartCluster(dir string, n int, log *slog.Logger) (*Cluster, error) {
 	c := &Cluster{dir: dir, fast: true, log: log, Nodes: make([]*Node, n), servers: make([]*http.Server, n), bootstrapped: n}
+	// Ports picked free one after the other can repeat: pick until all
+	// differ.
+	used := map[string]bool{}
+	pick := func() (string, error) {
+		for {
+			a, err := FreeAddr()
+			if err != nil || !used[a] {
+				used[a] = true
+				return a, err
+			}
+		}
+	}
 	for i := range n {
-		ra, err := FreeAddr()
+		ra, err := pick()
 		if err != nil {
 			return nil, err
 		}
-		ha, err := FreeAddr()
+		ha, err := pick()
 		if err != nil {
 			return nil, err
 		}

@@ -35,12 +35,20 @@ type testCluster struct {
 	client     *coord.Client
 }
 
+var picked = map[string]bool{}
+
+// free returns a loopback address free a moment ago, and none twice.
 func free(t *testing.T) string {
-	a, err := coord.FreeAddr()
-	if err != nil {
-		t.Fatal(err)
+	for {
+		a, err := coord.FreeAddr()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !picked[a] {
+			picked[a] = true
+			return a
+		}
 	}
-	return a
 }
 
 func startCluster(t *testing.T) *testCluster {
