@@ -222,7 +222,17 @@ func (a *agreement) announceChanges(ctx context.Context, s *State) {
 			if err := a.t.ForgetJob(cctx, name); err != nil {
 				a.n.log.Warn("forgetting a deleted job", "job", name, "err", err)
 			}
-			a.collect(cctx, name, &Job{})
+			objs, err := a.store.List(cctx, checkpoint.JobPrefix(name))
+			if err != nil {
+				a.n.log.Warn("listing a deleted job's checkpoints", "job", name, "err", err)
+			}
+			for _, o := range objs {
+				if err := a.store.Delete(cctx, o.Name); err != nil {
+					a.n.log.Warn("deleting a deleted job's checkpoint", "object", o.Name, "err", err)
+					continue
+				}
+				a.n.metrics.collected.Inc()
+			}
 		}()
 	}
 }

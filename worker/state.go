@@ -85,8 +85,8 @@ func (w *run) holdState(ctx context.Context, job *coord.Job, p *epochPlan, step 
 		}
 		w.log.Info("starting from the initial state", "epoch", p.epoch, "step", step, "reason", a.Reason)
 	case recovery.Load:
-		if reason, bad := w.bad[a.Step]; bad {
-			w.ask(p, recovery.Corrupt, a.Step, reason)
+		if b, bad := w.bad[a.Step]; bad {
+			w.ask(p, b.kind, a.Step, b.reason)
 			return false, nil
 		}
 		if p.exec == nil {
@@ -299,7 +299,7 @@ func (w *run) write(ctx context.Context, j shardJob) error {
 	}
 	name := checkpoint.ObjectName(w.cfg.Job, step, j.rank, digest)
 	for try := 0; ; try++ {
-		actx, cancel := context.WithTimeout(ctx, 30*time.Second+time.Duration(len(data)>>20)*time.Second)
+		actx, cancel := context.WithTimeout(ctx, 30*time.Second+time.Duration(len(data)/10e6)*time.Second)
 		err = w.store.Put(actx, name, data)
 		cancel()
 		if err == nil {
@@ -393,8 +393,8 @@ func (w *run) restore(ctx context.Context, job *coord.Job, p *epochPlan, step ui
 		bytes += uint64(len(data))
 		s, err := checkpoint.Decode(data, sh.Digest)
 		if err != nil {
-			w.bad[step] = fmt.Sprintf("rank %d's object %s: %v", sh.Rank, sh.Digest.Short(), err)
-			w.ask(p, recovery.Corrupt, step, w.bad[step])
+			w.bad[step] = badCheckpoint{recovery.Corrupt, fmt.Sprintf("rank %d's object %s: %v", sh.Rank, sh.Digest.Short(), err)}
+			w.ask(p, recovery.Corrupt, step, w.bad[step].reason)
 			return transient(err)
 		}
 		sources = append(sources, s)
@@ -405,8 +405,8 @@ func (w *run) restore(ctx context.Context, job *coord.Job, p *epochPlan, step ui
 	}
 	words, err := checkpoint.Recut(sources, layout)
 	if err != nil {
-		w.bad[step] = err.Error()
-		w.ask(p, recovery.Corrupt, step, w.bad[step])
+		w.bad[step] = badCheckpoint{recovery.Corrupt, err.Error()}
+		w.ask(p, recovery.Corrupt, step, err.Error())
 		return transient(err)
 	}
 	st := runtime.State{Tensors: words, OptimizerStep: sources[0].OptimizerStep}
@@ -429,6 +429,7 @@ func (w *run) restore(ctx context.Context, job *coord.Job, p *epochPlan, step ui
 		mismatch = fmt.Sprintf("the restored state seals %.12s, the checkpoint says %s", want, m.Shards[p.rank].StateHash.Short())
 	}
 	if mismatch != "" {
+		w.bad[step] = badCheckpoint{recovery.Mismatch, mismatch}
 		w.ask(p, recovery.Mismatch, step, mismatch)
 		return transient(failure.New(failure.RestoreMismatch, "tmmu.worker", mismatch, "step", step, "rank", p.rank))
 	}
@@ -457,7 +458,9 @@ func (w *run) object(ctx context.Context, job string, m *coord.Checkpoint, sh co
 	}
 	name := checkpoint.ObjectName(job, m.Step, sh.Rank, sh.Digest)
 	var data []byte
-	err := w.retry(ctx, "reading a checkpoint", func(c context.Context) error {
+	// A large object takes its time: 30 s, and a second per 10 MB.
+	attempt := 30*time.Second + time.Duration(sh.Bytes/10e6)*time.Second
+	err := w.retryFor(ctx, "reading a checkpoint", attempt, func(c context.Context) error {
 		var err error
 		data, err = w.store.Get(c, name)
 		if errors.Is(err, checkpoint.ErrNotFound) || errors.Is(err, failure.CheckpointCorrupt) {

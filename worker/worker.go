@@ -276,7 +276,7 @@ type run struct {
 	queue      chan shardJob
 	writerOnce sync.Once
 	// bad are checkpoints found corrupt (by step): not read again.
-	bad map[uint64]string
+	bad map[uint64]badCheckpoint
 	// asked is when a recovery request was last published, by kind and
 	// step, so requests repeat at the poll's pace (askMu).
 	askMu sync.Mutex
@@ -286,6 +286,14 @@ type run struct {
 	// claim is the rank's current claim (replaced when the lease is lost).
 	claimMu sync.Mutex
 	claim   *rendezvous.Claim
+}
+
+// badCheckpoint is a checkpoint this worker could not restore: corrupt,
+// or a state that does not match; its request is repeated, the restore
+// not tried again.
+type badCheckpoint struct {
+	kind   recovery.RequestKind
+	reason string
 }
 
 // skipTo sends the step loop to another step: an epoch that takes the
@@ -334,7 +342,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	}
 	w := &run{cfg: cfg, log: log.With("job", cfg.Job, "identity", cfg.Identity), models: map[ir.Hash]*ir.Model{},
 		plans: map[uint64]*epochPlan{}, wake: make(chan struct{}, 1), stepWake: make(chan struct{}, 1), granted: make(chan struct{}, 1), grants: map[uint64]uint64{}, agreed: map[uint64]transport.Outcome{},
-		early: map[uint64]map[uint64]transport.StepReport{}, written: map[uint64]shardWritten{}, bad: map[uint64]string{}, asked: map[string]time.Time{},
+		early: map[uint64]map[uint64]transport.StepReport{}, written: map[uint64]shardWritten{}, bad: map[uint64]badCheckpoint{}, asked: map[string]time.Time{},
 		queue: make(chan shardJob, 1)}
 	w.store = cfg.Store
 	wctx, stop := context.WithCancel(ctx)
@@ -380,8 +388,13 @@ func backoff(ctx context.Context, try int) error {
 // retry runs f until it succeeds or ctx ends, logging the first failure
 // of a run of them and the recovery. Each try gets transport.AttemptTimeout.
 func (w *run) retry(ctx context.Context, what string, f func(context.Context) error) error {
+	return w.retryFor(ctx, what, transport.AttemptTimeout, f)
+}
+
+// retryFor is retry with each try bounded by attempt.
+func (w *run) retryFor(ctx context.Context, what string, attempt time.Duration, f func(context.Context) error) error {
 	for try := 0; ; try++ {
-		actx, cancel := context.WithTimeout(ctx, transport.AttemptTimeout)
+		actx, cancel := context.WithTimeout(ctx, attempt)
 		err := f(actx)
 		cancel()
 		if err == nil {

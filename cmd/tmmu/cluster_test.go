@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tmmu/tmmu/checkpoint"
 	"github.com/tmmu/tmmu/coord"
 	"github.com/tmmu/tmmu/ir"
 	"github.com/tmmu/tmmu/localcluster"
@@ -220,6 +221,24 @@ func TestReplanCommands(t *testing.T) {
 	mustRun(t, "", "job", "delete", "ops", "--coordinators", urls)
 	if status, _, stderr := runCLI(t, "", "job", "history", "ops", "--coordinators", urls); status != 1 || !strings.Contains(stderr, "deleted") {
 		t.Errorf("history of a deleted job: %d %s", status, stderr)
+	}
+	// Its checkpoint objects go too.
+	_, tp, err := l.Transport()
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := checkpoint.NewNATSStore(context.Background(), tp.JetStream(), checkpoint.NATSConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		objs, err := store.List(context.Background(), checkpoint.JobPrefix("ops"))
+		if err == nil && len(objs) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the deleted job's checkpoint objects are still stored: %v %v", objs, err)
+		}
 	}
 	if !strings.Contains(hist, "job ops: 2 epochs") || !strings.Contains(hist, h[1].NewPlanHash[:12]) {
 		t.Errorf("history text:\n%s", hist)
