@@ -3,7 +3,6 @@ package coord
 import (
 	"context"
 	"slices"
-	"strconv"
 	"time"
 
 	"github.com/tmmu/tmmu/checkpoint"
@@ -294,5 +293,3 @@ func (a *agreement) forgetKey(key string) {
 		delete(a.watch, key)
 	}
 }
-
-func epochKey(job string, epoch uint64) string { return job + "/" + strconv.FormatUint(epoch, 10) }

@@ -99,12 +99,10 @@ func (m *member) Exchange(ctx context.Context, key string, data []byte) ([][]byt
 // collective is a dp.* node: how this rank's input is exchanged and what
 // it writes.
 type collective struct {
-	op       string
-	in, out  operand
-	inBytes  uint64
-	outBytes uint64
-	inPlace  bool
-	size     uint64 // group size
+	op      string
+	in, out operand
+	inPlace bool
+	size    uint64 // group size
 }
 
 // isCollective reports whether op is a collective of package shard; the

@@ -54,14 +54,6 @@ func bytesf32(b []byte) []float32 {
 	return v
 }
 
-func u32bytes(v []uint32) []byte {
-	b := make([]byte, 4*len(v))
-	for i, x := range v {
-		binary.LittleEndian.PutUint32(b[4*i:], x)
-	}
-	return b
-}
-
 func bytesu32(b []byte) []uint32 {
 	v := make([]uint32, len(b)/4)
 	for i := range v {

@@ -151,3 +151,17 @@ func CheckpointStore(ctx context.Context, dir string, tr *transport.Transport) (
 		}
 	}
 }
+
+// Main is a daemon's main: "healthcheck URL" probes an endpoint (for
+// container healthchecks); anything else runs run, and an error is
+// printed as "name: error" with exit status 1.
+func Main(name string, args []string, stderr io.Writer, run func([]string, io.Writer) error) int {
+	if len(args) > 0 && args[0] == "healthcheck" {
+		return Healthcheck(args[1:])
+	}
+	if err := run(args, stderr); err != nil {
+		fmt.Fprintln(stderr, name+":", err)
+		return 1
+	}
+	return 0
+}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/tmmu/tmmu/ir"
@@ -52,7 +53,7 @@ func newMetrics() *metrics {
 	for _, to := range []string{"nats", "etcd", "coordinator"} {
 		m.reconnects.WithLabelValues(to)
 	}
-	m.reg.MustRegister(m.steps, m.duration, m.loss, m.arena, m.plans, m.ckpts, m.ckptBytes, m.ckptTime, m.restores, m.restoreTime, m.reconnects, prometheus.NewGoCollector())
+	m.reg.MustRegister(m.steps, m.duration, m.loss, m.arena, m.plans, m.ckpts, m.ckptBytes, m.ckptTime, m.restores, m.restoreTime, m.reconnects, collectors.NewGoCollector())
 	return m
 }
 

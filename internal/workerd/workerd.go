@@ -29,16 +29,7 @@ import (
 
 // Main runs the worker daemon with args (without the program name) and
 // returns its exit status. "healthcheck URL" probes an endpoint.
-func Main(args []string, stderr io.Writer) int {
-	if len(args) > 0 && args[0] == "healthcheck" {
-		return cli.Healthcheck(args[1:])
-	}
-	if err := run(args, stderr); err != nil {
-		fmt.Fprintln(stderr, "worker:", err)
-		return 1
-	}
-	return 0
-}
+func Main(args []string, stderr io.Writer) int { return cli.Main("worker", args, stderr, run) }
 
 func run(args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
