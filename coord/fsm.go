@@ -354,9 +354,10 @@ type Command struct {
 	Reason  string   `cbor:"reason"`
 	Peer    *Peer    `cbor:"peer,omitempty"`
 	Remove  bool     `cbor:"remove"`
-	// Fence keeps an epoch command's boundary as given: the leader
-	// derived it from the stored step reports (the first step a lost
-	// rank never reported ready, which no rank can have run).
+	// Fence keeps an epoch command's boundary as given (the first step
+	// a lost rank never reported ready, which no rank can have run).
+	// Leaders no longer send it — an elastic shrink rolls back to a
+	// checkpoint — but entries in existing logs may carry it.
 	Fence bool `cbor:"fence"`
 	// Checkpoint is a checkpoint command's manifest.
 	Checkpoint *Checkpoint `cbor:"checkpoint,omitempty"`

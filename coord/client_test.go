@@ -1,0 +1,52 @@
+package coord
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+)
+
+// TestClientRetriesStaleNotFound: a node that does not know the leader
+// yet (it restarted) answers a job read from its own empty state with a
+// stale 404; the client asks the next node instead of taking it as the
+// answer. A leader's 404 is an answer (the job does not exist), and 410
+// says the job was deleted.
+func TestClientRetriesStaleNotFound(t *testing.T) {
+	var staleHits atomic.Int32
+	stale := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		staleHits.Add(1)
+		w.Header().Set("X-Tmmu-Stale", "1")
+		writeError(w, http.StatusNotFound, errors.New(`no job "j"`))
+	}))
+	defer stale.Close()
+	good := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/v1/jobs/j":
+			writeJSON(w, http.StatusOK, &Job{Spec: JobSpec{Name: "j"}, Status: StatusRunning, Epochs: []Epoch{{}}})
+		case "/v1/jobs/gone":
+			writeError(w, http.StatusGone, errors.New(`job "gone" was deleted`))
+		default:
+			writeError(w, http.StatusNotFound, errors.New("no such job"))
+		}
+	}))
+	defer good.Close()
+	c := NewClient(stale.URL, good.URL)
+	j, err := c.RecentJob(context.Background(), "j")
+	if err != nil || j.Spec.Name != "j" || staleHits.Load() == 0 {
+		t.Fatalf("job %+v, err %v, stale node asked %d times", j, err, staleHits.Load())
+	}
+	if _, err := c.Job(context.Background(), "other"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("a job the leader does not have: %v", err)
+	}
+	if _, err := c.Job(context.Background(), "gone"); !errors.Is(err, ErrGone) {
+		t.Errorf("a deleted job: %v", err)
+	}
+	// Only stale nodes: not found, after the retries.
+	only := NewClient(stale.URL)
+	if _, err := only.Job(context.Background(), "j"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("only a stale node: %v", err)
+	}
+}
