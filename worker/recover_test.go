@@ -441,8 +441,8 @@ func sameFinalState(t *testing.T, a, b *coord.Job) {
 	}
 }
 
-// TestCorruptCheckpoint: rank 1's worker dies after step 11; a byte of
-// its object of the newest checkpoint (step 10, or later on a slow
+// TestCorruptCheckpoint: a worker dies after step 11; a byte of its
+// object of the newest checkpoint (step 10, or later on a slow
 // machine) flips in the store; a new process takes its place without
 // state. The rollback to that checkpoint finds the object corrupt
 // (CHECKPOINT_CORRUPT): the leader drops the checkpoint and rolls the job
@@ -462,16 +462,28 @@ func TestCorruptCheckpoint(t *testing.T) {
 	var bad string
 	var badStep uint64
 	faulty := runToEnd(t, l, recoverSubmission(t, "rotten", 2, 16, 3), 2, nil, 11, func(tr *trainer, _ *coord.Job) {
-		// With rank 1 dead no checkpoint can commit: the newest one is
-		// what the rollback will restore. Corrupt rank 1's object of it.
+		// With rotten-w1 dead no checkpoint can commit: the newest one is
+		// what the rollback will restore. Corrupt its object of it (the
+		// survivor restores its own from memory).
 		tr.kill("rotten-w1")
+		// A report rank 1 made before it died may still be committed:
+		// wait until the newest checkpoint has not changed for 2 s.
 		j := leaderState(t, l).Jobs["rotten"]
+		for stable := time.Now(); time.Since(stable) < 2*time.Second; time.Sleep(50 * time.Millisecond) {
+			if jj := leaderState(t, l).Jobs["rotten"]; jj.LastCheckpoint().Step != j.LastCheckpoint().Step {
+				j, stable = jj, time.Now()
+			}
+		}
 		k := j.LastCheckpoint()
 		if k == nil || len(j.Checkpoints) < 2 {
 			t.Fatalf("checkpoints: %+v", j.Checkpoints)
 		}
 		badStep = k.Step
-		bad = checkpoint.ObjectName("rotten", k.Step, 1, k.Shards[1].Digest)
+		for _, sh := range k.Shards { // the dead worker's shard (its rank is the rendezvous')
+			if sh.Identity == "rotten-w1" {
+				bad = checkpoint.ObjectName("rotten", k.Step, sh.Rank, sh.Digest)
+			}
+		}
 		data, err := ns.Get(context.Background(), bad)
 		if err != nil {
 			t.Fatal(err)
