@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -274,6 +275,24 @@ func NewNATSStore(ctx context.Context, js jetstream.JetStream, cfg NATSConfig) (
 		return nil, fmt.Errorf("checkpoint: object store %s: %w", cfg.Bucket, err)
 	}
 	return &NATSStore{os: os}, nil
+}
+
+// WaitNATSStore opens the bucket as NewNATSStore does, trying again every
+// second while NATS or its JetStream is not up yet, until ctx ends.
+func WaitNATSStore(ctx context.Context, js jetstream.JetStream, cfg NATSConfig) (*NATSStore, error) {
+	for {
+		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		st, err := NewNATSStore(sctx, js, cfg)
+		cancel()
+		if err == nil || ctx.Err() != nil {
+			return st, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
 }
 
 // Put stores data under name (see Store.Put).

@@ -157,16 +157,17 @@ func (w *run) askFor(epoch, rank uint64, kind recovery.RequestKind, step uint64,
 // initial state), and from holds the state to carry into it (nil:
 // none). Older epochs' executors are released: their last step ran.
 func (w *run) become(p *epochPlan, step uint64, from *epochPlan) error {
-	if p.exec != nil && (from == nil || from != p) {
+	if p.exec != nil {
 		// A fresh start in an epoch that ran before (a step abandoned
-		// halfway): start over from a new executor.
+		// halfway): start over from a new executor. (from is always an
+		// earlier epoch.)
 		closeExecutor(p.exec)
 		p.exec = nil
 	}
 	if !w.started {
 		w.res.AgreementTime = time.Since(p.reported)
 		w.started = true
-	} else if from != nil && from != p {
+	} else if from != nil {
 		sw := Switch{Epoch: p.epoch, Step: step, Old: w.res.PlanHash, New: p.hash}
 		w.res.Switches = append(w.res.Switches, sw)
 		w.log.Info("switched plans at a safepoint", "epoch", sw.Epoch, "step", sw.Step, "old_plan_hash", sw.Old.Short(), "new_plan_hash", sw.New.Short())

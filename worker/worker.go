@@ -343,8 +343,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	w := &run{cfg: cfg, log: log.With("job", cfg.Job, "identity", cfg.Identity), models: map[ir.Hash]*ir.Model{},
 		plans: map[uint64]*epochPlan{}, wake: make(chan struct{}, 1), stepWake: make(chan struct{}, 1), granted: make(chan struct{}, 1), grants: map[uint64]uint64{}, agreed: map[uint64]transport.Outcome{},
 		early: map[uint64]map[uint64]transport.StepReport{}, written: map[uint64]shardWritten{}, bad: map[uint64]badCheckpoint{}, asked: map[string]time.Time{},
-		queue: make(chan shardJob, 1)}
-	w.store = cfg.Store
+		queue: make(chan shardJob, 1), store: cfg.Store}
 	wctx, stop := context.WithCancel(ctx)
 	w.watchCtx = wctx
 	err := w.run(ctx)
@@ -427,17 +426,8 @@ func (w *run) run(ctx context.Context) error {
 	w.world = job.Spec.ShardSpec.WorldSize
 	w.dataMode, w.seed = job.Spec.DataMode, job.Spec.Seed
 	if w.store == nil {
-		for try := 0; ; try++ {
-			sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			w.store, err = checkpoint.NewNATSStore(sctx, cfg.Transport.JetStream(), checkpoint.NATSConfig{})
-			cancel()
-			if err == nil {
-				break
-			}
-			w.log.Warn("opening the checkpoint store", "err", err)
-			if err := backoff(ctx, try); err != nil {
-				return err
-			}
+		if w.store, err = checkpoint.WaitNATSStore(ctx, cfg.Transport.JetStream(), checkpoint.NATSConfig{}); err != nil {
+			return err
 		}
 	}
 	claim, err := w.claimRank(ctx)
@@ -764,29 +754,24 @@ func (w *run) await(ctx context.Context, step uint64) (*epochPlan, error) {
 			}
 			fresh = false
 		}
-		if job == nil {
-			if err := w.pause(ctx, poll); err != nil {
+		var changed <-chan struct{} // nil until the job is known
+		if job != nil {
+			if err := final(job, step); err != nil {
 				return nil, err
 			}
-			fresh = true
-			continue
-		}
-		if err := final(job, step); err != nil {
-			return nil, err
-		}
-		p, ready, err := w.ready(ctx, job, step)
-		if err != nil && !isRetryable(err) {
-			return nil, err
-		}
-		if ready {
-			return p, nil
-		}
-		if err != nil {
-			w.log.Debug("waiting", "step", step, "err", err)
-		}
-		var changed <-chan struct{}
-		if p != nil && p.barrier != nil {
-			changed = p.barrier.changed
+			p, ready, err := w.ready(ctx, job, step)
+			if err != nil && !isRetryable(err) {
+				return nil, err
+			}
+			if ready {
+				return p, nil
+			}
+			if err != nil {
+				w.log.Debug("waiting", "step", step, "err", err)
+			}
+			if p != nil && p.barrier != nil {
+				changed = p.barrier.changed
+			}
 		}
 		select {
 		case <-ctx.Done():
@@ -804,17 +789,6 @@ func (w *run) await(ctx context.Context, step uint64) (*epochPlan, error) {
 func isRetryable(err error) bool {
 	var r *retryable
 	return errors.As(err, &r)
-}
-
-// pause waits for a poll tick, a wake-up or ctx.
-func (w *run) pause(ctx context.Context, poll *time.Ticker) error {
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-w.wake:
-	case <-poll.C:
-	}
-	return nil
 }
 
 // ready plans every epoch from the step's on, brings the state the step

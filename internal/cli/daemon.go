@@ -134,22 +134,7 @@ func CheckpointStore(ctx context.Context, dir string, tr *transport.Transport) (
 	if dir != "" {
 		return checkpoint.NewDirStore(dir)
 	}
-	for try := 0; ; try++ {
-		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		st, err := checkpoint.NewNATSStore(sctx, tr.JetStream(), checkpoint.NATSConfig{})
-		cancel()
-		if err == nil {
-			return st, nil
-		}
-		if ctx.Err() != nil {
-			return nil, err
-		}
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(time.Second):
-		}
-	}
+	return checkpoint.WaitNATSStore(ctx, tr.JetStream(), checkpoint.NATSConfig{})
 }
 
 // Main is a daemon's main: "healthcheck URL" probes an endpoint (for
