@@ -12,6 +12,8 @@
 #   TINY_STEPS    steps for the tiny GPT-2 (default 20)
 #   VOCAB_STEPS   steps for the vocab-50257 GPT-2 (default 3)
 #   SKIP_WEBGPU=1 leave the webgpu executor out
+#   TIMEOUT       seconds each run may take before it is stopped and shown
+#                 as "timeout" (default 300; needs coreutils' timeout)
 #
 # Every run trains the same number of steps from the same initialisation on
 # the same synthetic batches, so the losses of the first and last step must
@@ -26,6 +28,7 @@ THREADS=${THREADS:-1}
 TINY_STEPS=${TINY_STEPS:-20}
 VOCAB_STEPS=${VOCAB_STEPS:-3}
 SKIP_WEBGPU=${SKIP_WEBGPU:-0}
+TIMEOUT=${TIMEOUT:-300}
 
 die() { echo "yardstick: $*" >&2; exit 2; }
 
@@ -79,17 +82,27 @@ else
   fi
 fi
 
-# run LOG OUT CMD...: stdout to OUT, stderr to LOG; on failure show LOG.
+# run LOG OUT CMD...: stdout to OUT, stderr to LOG, at most TIMEOUT
+# seconds; on failure show LOG and set why to "fail" or "timeout".
+limit=()
+command -v timeout >/dev/null && limit=(timeout "$TIMEOUT")
 run() {
-  local log=$1 out=$2; shift 2
-  if "$@" >"$out" 2>"$log"; then return 0; fi
-  echo "yardstick: failed: $*" >&2
+  local log=$1 out=$2 rc=0; shift 2
+  ${limit[@]+"${limit[@]}"} "$@" >"$out" 2>"$log" || rc=$?
+  [ "$rc" = 0 ] && return 0
+  if [ "$rc" = 124 ] && [ ${#limit[@]} -gt 0 ]; then
+    why=timeout
+    echo "yardstick: timed out after ${TIMEOUT}s: $*" >&2
+  else
+    why=fail
+    echo "yardstick: failed (exit $rc): $*" >&2
+  fi
   grep -v XDG_RUNTIME_DIR "$log" | tail -n 5 >&2
   return 1
 }
 
 # fmt X [FORMAT]: a number in FORMAT (default 3 significant digits); words as they are.
-fmt() { case "$1" in fail|n/a|-) echo "$1" ;; *) awk -v x="$1" -v f="${2:-%.3g}" 'BEGIN { printf f, x }' ;; esac; }
+fmt() { case "$1" in fail|timeout|n/a|-) echo "$1" ;; *) awk -v x="$1" -v f="${2:-%.3g}" 'BEGIN { printf f, x }' ;; esac; }
 
 rows=() checks=()
 for cfg in "${configs[@]}"; do
@@ -100,28 +113,31 @@ for cfg in "${configs[@]}"; do
     'sum(__import__("math").prod(t["shape"]) for t in d["tensors"] if t["role"] == "parameter")')
 
   echo "$name: tmmu cpu, $N steps ..." >&2
-  cpu=fail cpu_l1=- cpu_ln=-
+  cpu_l1=- cpu_ln=-
   if run "$tmp/$name.cpu.err" "$tmp/$name.cpu.json" "$tmmu" train "$ir" --executor cpu --steps "$N" -o json; then
     cpu=$(field "$tmp/$name.cpu.json" .steps_per_second 'd["steps_per_second"]')
     cpu_l1=$(field "$tmp/$name.cpu.json" '.steps[0].loss' 'd["steps"][0]["loss"]')
     cpu_ln=$(field "$tmp/$name.cpu.json" '.steps[-1].loss' 'd["steps"][-1]["loss"]')
+  else
+    cpu=$why
   fi
 
   wg=n/a wg_l1=- wg_ln=-
   if [ "$webgpu" = 1 ]; then
     echo "$name: tmmu webgpu, $N steps ..." >&2
-    wg=fail
     if run "$tmp/$name.wg.err" "$tmp/$name.wg.json" "$tmmu" train "$ir" --executor webgpu --steps "$N" -o json; then
       wg=$(field "$tmp/$name.wg.json" .steps_per_second 'd["steps_per_second"]')
       wg_l1=$(field "$tmp/$name.wg.json" '.steps[0].loss' 'd["steps"][0]["loss"]')
       wg_ln=$(field "$tmp/$name.wg.json" '.steps[-1].loss' 'd["steps"][-1]["loss"]')
+    else
+      wg=$why
     fi
   fi
 
   # PyTorch: the first step is warm-up (untimed), the other N-1 are timed,
   # so it trains the same N steps as tmmu.
   echo "$name: pytorch, 1 + $((N - 1)) steps, $THREADS thread(s) ..." >&2
-  pt=fail pt_l1=- pt_ln=- pt_params=-
+  pt_l1=- pt_ln=- pt_params=-
   if run "$tmp/$name.pt.err" "$tmp/$name.pt.json" "$PY" bench/yardstick/pytorch_gpt2.py \
       --layers "$L" --hidden "$H" --heads "$A" --seq "$S" --batch "$B" --vocab "$V" \
       --warmup 1 --steps $((N > 1 ? N - 1 : 1)) --threads "$THREADS"; then
@@ -129,10 +145,12 @@ for cfg in "${configs[@]}"; do
     pt_l1=$(field "$tmp/$name.pt.json" .first_loss 'd["first_loss"]')
     pt_ln=$(field "$tmp/$name.pt.json" .last_loss 'd["last_loss"]')
     pt_params=$(field "$tmp/$name.pt.json" .parameters 'd["parameters"]')
+  else
+    pt=$why
   fi
 
   ratio=-
-  case "$cpu$pt" in *fail*) ;; *) ratio=$(awk -v a="$pt" -v b="$cpu" 'BEGIN { printf "%.1fx", a / b }') ;; esac
+  case "$cpu$pt" in *fail*|*timeout*) ;; *) ratio=$(awk -v a="$pt" -v b="$cpu" 'BEGIN { printf "%.1fx", a / b }') ;; esac
   rows+=("$(printf '%-16s %14s %17s %16s %18s' "$name" "$(fmt "$cpu")" "$(fmt "$wg")" "$(fmt "$pt")" "$ratio")")
   checks+=("$(printf '%-16s %10s %10s %6s %9s %9s %9s   %9s %9s %9s' "$name" "$ir_params" "$pt_params" "$N" \
     "$(fmt "$cpu_l1" %.5f)" "$(fmt "$wg_l1" %.5f)" "$(fmt "$pt_l1" %.5f)" "$(fmt "$cpu_ln" %.5f)" "$(fmt "$wg_ln" %.5f)" "$(fmt "$pt_ln" %.5f)")")
