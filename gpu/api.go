@@ -25,6 +25,10 @@ type Options struct {
 	// (process-wide). By default it logs nothing: every error it reports
 	// to the device is returned by a call of this package anyway.
 	Verbose bool
+	// MaxBindingBytes, when at least 256 and below the device's
+	// MaxStorageBufferBindingSize, lowers that limit: tests use it to
+	// run the windowed binding of large buffers at small sizes.
+	MaxBindingBytes uint64
 }
 
 // Info describes the adapter a Device runs on.
@@ -56,6 +60,28 @@ type Limits struct {
 	MaxComputeWorkgroupStorageSize    uint32
 }
 
+// Windows is how a slot's buffer is bound (see "Buffers larger than one
+// binding" in the package documentation).
+type Windows struct {
+	// Count is the number of windows per slot (1: a slot is one binding).
+	Count int
+	// Bytes is the size of one window: the largest power of two not above
+	// MaxStorageBufferBindingSize.
+	Bytes uint64
+	// MaxSlotBytes is the largest buffer one slot can bind: the binding
+	// limit when Count is 1, else Count windows, never above MaxBufferSize.
+	MaxSlotBytes uint64
+}
+
+// Binding returns the binding number of window w of slot s: s itself
+// for window 0, after the params binding for the others.
+func (ws Windows) Binding(s, w int) int {
+	if w == 0 {
+		return s
+	}
+	return ParamsBinding + 1 + s*(ws.Count-1) + w - 1
+}
+
 const (
 	// NumSlots is the number of read_write storage slots (bindings 0..5).
 	NumSlots = 6
@@ -71,3 +97,14 @@ const (
 // of its dispatches into such buffers, each at an offset aligned to
 // MinStorageBufferOffsetAlignment.
 const paramsChunk = 64 << 10
+
+// Stats counts what a device did since Open: the per-step costs an
+// engine wants to keep constant.
+type Stats struct {
+	Dispatches     uint64 // compute dispatches recorded
+	Submits        uint64 // command buffers submitted (batches and reads)
+	Reads          uint64 // device-to-host copies (Read calls that copied)
+	ReadBytes      uint64 // bytes those copies moved
+	BindGroups     uint64 // bind groups created (by Dispatch and Bind)
+	StagingBuffers uint64 // staging buffers created (Read reuses one)
+}

@@ -144,20 +144,15 @@ func (d *Device) Read(b *Buffer, offset, n uint64) ([]byte, error) {
 }
 
 func (d *Device) readAligned(b *Buffer, lo, size uint64) (out []byte, err error) {
-	staging, err := d.dev.CreateBuffer(&wgpu.BufferDescriptor{
-		Label: "tmmu-staging",
-		Size:  size,
-		Usage: wgpu.BufferUsageMapRead | wgpu.BufferUsageCopyDst,
-	})
-	if err != nil {
-		return nil, err
-	}
-	defer staging.Release()
 	defer func() {
 		if cerr := d.collect("read"); err == nil && cerr != nil {
 			out, err = nil, cerr
 		}
 	}()
+	staging, err := d.stagingFor(size)
+	if err != nil {
+		return nil, err
+	}
 	enc, err := d.dev.CreateCommandEncoder(&wgpu.CommandEncoderDescriptor{Label: "tmmu-read"})
 	if err != nil {
 		return nil, err
@@ -171,31 +166,68 @@ func (d *Device) readAligned(b *Buffer, lo, size uint64) (out []byte, err error)
 		return nil, err
 	}
 	d.queue.Submit(cmd)
+	d.stats.Submits++
+	d.stats.Reads++
+	d.stats.ReadBytes += size
 	cmd.Release()
 	if err := d.collect("submit"); err != nil {
 		return nil, err
 	}
-
-	var status wgpu.BufferMapAsyncStatus
-	mapped := false
-	if err := staging.MapAsync(wgpu.MapModeRead, 0, size, func(s wgpu.BufferMapAsyncStatus) {
-		status, mapped = s, true
-	}); err != nil {
+	f := newFlag()
+	mapRead(staging, 0, size, f)
+	if err := d.collect("map"); err != nil {
+		// A refused map still calls back (with an error status); wait
+		// for it before freeing the flag it writes.
+		d.await(f)
+		f.free()
 		return nil, err
 	}
-	for i := 0; !mapped; i++ {
-		if i == 1000 {
-			return nil, errors.New("staging buffer never mapped")
-		}
-		d.dev.Poll(true, nil)
-	}
-	if status != wgpu.BufferMapAsyncStatusSuccess {
-		return nil, fmt.Errorf("map staging buffer: %v", status)
+	d.await(f)
+	status := f.status()
+	f.free()
+	if status != uint32(wgpu.BufferMapAsyncStatusSuccess) {
+		return nil, fmt.Errorf("map staging buffer: %v", wgpu.BufferMapAsyncStatus(status))
 	}
 	out = make([]byte, size)
-	copy(out, staging.GetMappedRange(0, uint(size)))
+	ok := copyMapped(staging, 0, out)
 	if err := staging.Unmap(); err != nil {
 		return nil, err
 	}
+	if !ok {
+		return nil, errors.New("staging buffer mapped but its range is not readable")
+	}
 	return out, nil
+}
+
+// stagingFor returns the device's MapRead staging buffer, grown (to the
+// next power of two) to hold size bytes. One buffer serves every read:
+// reads are serialised by the device's mutex and each unmaps it again.
+func (d *Device) stagingFor(size uint64) (*wgpu.Buffer, error) {
+	if d.staging != nil && d.stagingSize >= size {
+		return d.staging, nil
+	}
+	n := uint64(256)
+	for n < size {
+		n *= 2
+	}
+	n = min(n, max(size, d.limits.MaxBufferSize))
+	buf, err := d.dev.CreateBuffer(&wgpu.BufferDescriptor{
+		Label: "tmmu-staging",
+		Size:  n,
+		Usage: wgpu.BufferUsageMapRead | wgpu.BufferUsageCopyDst,
+	})
+	if err == nil {
+		if err = d.collect("staging buffer"); err != nil {
+			buf.Release()
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	if d.staging != nil {
+		d.staging.Release()
+	}
+	d.staging, d.stagingSize = buf, n
+	d.stats.StagingBuffers++
+	return buf, nil
 }

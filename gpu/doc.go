@@ -7,7 +7,8 @@
 // only with Options.OpenGL), high performance preferred, the CPU/fallback
 // adapter (such as Mesa's llvmpipe Vulkan driver) accepted, and creates a
 // device with the adapter's MaxBufferSize and MaxStorageBufferBindingSize
-// (the other limits stay at the WebGPU defaults). When no adapter exists
+// and, where the adapter has them, enough storage bindings per stage for
+// the windows below (the other limits stay at the WebGPU defaults). When no adapter exists
 // (no Vulkan/Metal/D3D12 driver, e.g. a container without
 // mesa-vulkan-drivers), Open returns an error wrapping ErrNoAdapter; it
 // never panics. Callers that can run without a GPU test for it with
@@ -18,7 +19,7 @@
 // Buffers are storage buffers (usage Storage|CopySrc|CopyDst), sizes
 // rounded up to 4 bytes, zero-filled. Write takes 4-byte aligned offsets
 // and lengths; Read any range. A buffer bound to a slot must not exceed
-// Limits().MaxStorageBufferBindingSize. Kernels are cached by name.
+// Windows().MaxSlotBytes. Kernels are cached by name.
 //
 // # Calling convention
 //
@@ -55,14 +56,51 @@
 // (little-endian bytes in Write and Read). Element offsets inside a slot
 // are ordinary params words.
 //
+// # Buffers larger than one binding
+//
+// One binding covers at most MaxStorageBufferBindingSize bytes (128 MiB
+// on llvmpipe). A slot therefore has Windows().Count bindings, each a
+// window of Windows().Bytes (a power of two): window w of slot s is
+// bytes [w·Bytes, (w+1)·Bytes) of the buffer, at binding
+// Windows().Binding(s, w), which is s for window 0 and follows the
+// params binding for the others. Window 0 is the whole buffer when that
+// fits one binding, so a kernel that declares only r0..r5 works on every
+// buffer up to MaxStorageBufferBindingSize; a kernel that declares the
+// windows reaches word i of a slot as window i >> log2(Bytes/4), index
+// i & (Bytes/4 − 1). Windows past the buffer's end are the dummy buffer.
+// On llvmpipe (32 storage bindings per stage) a slot has 5 windows: 640
+// MiB.
+//
+// # Bindings
+//
+// Dispatch creates a bind group per call. Bind creates one Binding (bind
+// group and its own params buffer) to dispatch again and again; its
+// SetParams rewrites params words, submitting first any recorded dispatch
+// that must still see the old ones.
+//
 // # Execution
 //
 // Dispatch records into the current batch: one command encoder with one
 // compute pass (wgpu inserts the barriers between dispatches). Flush
-// submits the batch; Wait submits it and polls the device until the queue
-// is idle. Read and Write submit the pending batch first, so they observe
-// program order; Read waits for its copy. Buffers are never mapped
-// except Read's private staging buffer.
+// submits the batch; Wait submits it and waits until the queue has
+// finished it. Read and Write submit the pending batch first, so they
+// observe program order; Read waits for its copy, which goes through one
+// staging buffer per Device (kept between reads, grown to the next power
+// of two when a read needs more). Buffers are never mapped except that
+// staging buffer. Stats counts dispatches, submits, reads and bind groups.
+//
+// # Completion
+//
+// Waiting never blocks inside wgpu-native. The package registers its own
+// C callbacks (queue work done, buffer map) that set a flag allocated in
+// C memory, and polls the device without waiting (wgpuDevicePoll with
+// wait false) until the flag is set, yielding between polls. Two failures
+// seen under CPU load come from the paths this replaces: the Go binding's
+// map callback receives a pointer to a Go variable that the collector may
+// already have freed (panic "misuse of an invalid Handle"), and a polling
+// wait gives up after a fixed time while work is still in flight, which
+// wgpu-native treats as fatal. A slow device therefore only makes a call
+// slower; it never ends the process.
 //
 // # Errors
 //
@@ -76,7 +114,7 @@
 // process on uncaptured errors) is returned by the next call instead.
 //
 // wgpu-native still aborts on a few errors no scope can catch: a failed
-// queue submit, a failed device poll, and a lost device (a GPU reset).
+// queue submit and a lost device (a GPU reset).
 // The package avoids the submit failures it can cause: buffers are only
 // released, never destroyed (wgpu keeps a released buffer alive while
 // recorded work uses it), only Read's private staging buffer is ever

@@ -5,6 +5,8 @@ package gpu
 import (
 	"errors"
 	"fmt"
+	"math"
+	"math/bits"
 	"strings"
 	"sync"
 
@@ -26,6 +28,7 @@ type Device struct {
 	queue    *wgpu.Queue
 	info     Info
 	limits   Limits
+	windows  Windows
 
 	bgl     *wgpu.BindGroupLayout
 	layout  *wgpu.PipelineLayout
@@ -34,6 +37,18 @@ type Device struct {
 	buffers map[*Buffer]struct{}
 
 	batch batch
+	gen   uint64 // batches submitted
+
+	staging     *wgpu.Buffer // Read's MapRead buffer, grown on demand
+	stagingSize uint64
+	stats       Stats
+}
+
+// Stats returns the device's counters since Open.
+func (d *Device) Stats() Stats {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.stats
 }
 
 // Open creates a WebGPU instance, picks an adapter (high performance
@@ -67,7 +82,7 @@ func Open(opts Options) (*Device, error) {
 			errs = append(errs, fmt.Errorf("%s: %w", backendNames(b), err))
 			continue
 		}
-		d, err := openDevice(inst, adapter)
+		d, err := openDevice(inst, adapter, opts)
 		if err != nil {
 			adapter.Release()
 			inst.Release()
@@ -113,11 +128,18 @@ func requestAdapter(inst *wgpu.Instance, opts Options) (*wgpu.Adapter, error) {
 	return nil, err
 }
 
-func openDevice(inst *wgpu.Instance, adapter *wgpu.Adapter) (*Device, error) {
+func openDevice(inst *wgpu.Instance, adapter *wgpu.Adapter, opts Options) (*Device, error) {
 	al := adapter.GetLimits().Limits
 	req := wgpu.DefaultLimits()
 	req.MaxBufferSize = al.MaxBufferSize
 	req.MaxStorageBufferBindingSize = al.MaxStorageBufferBindingSize
+	// Enough storage bindings for every window of every slot, where the
+	// adapter has them.
+	want := windowsFor(al.MaxBufferSize, al.MaxStorageBufferBindingSize, math.MaxUint32)
+	// (DefaultLimits leaves it undefined, which means WebGPU's 8.)
+	if n := min(al.MaxStorageBuffersPerShaderStage, uint32(NumSlots*want.Count+1)); n > 8 {
+		req.MaxStorageBuffersPerShaderStage = n
+	}
 	dev, err := adapter.RequestDevice(&wgpu.DeviceDescriptor{
 		Label:          "tmmu",
 		RequiredLimits: &wgpu.RequiredLimits{Limits: req},
@@ -163,6 +185,10 @@ func openDevice(inst *wgpu.Instance, adapter *wgpu.Adapter) (*Device, error) {
 		MaxComputeWorkgroupSizeZ:          dl.MaxComputeWorkgroupSizeZ,
 		MaxComputeWorkgroupStorageSize:    dl.MaxComputeWorkgroupStorageSize,
 	}
+	if b := opts.MaxBindingBytes; b >= 256 && b < d.limits.MaxStorageBufferBindingSize {
+		d.limits.MaxStorageBufferBindingSize = b
+	}
+	d.windows = windowsFor(dl.MaxBufferSize, d.limits.MaxStorageBufferBindingSize, dl.MaxStorageBuffersPerShaderStage)
 	if err := d.initConvention(); err != nil {
 		d.adapter, d.instance = nil, nil // released by Open
 		d.release()
@@ -179,8 +205,9 @@ func (d *Device) initConvention() error {
 		return fmt.Errorf("gpu: device allows %d storage buffers per shader stage, the calling convention needs %d",
 			d.limits.MaxStorageBuffersPerShaderStage, NumSlots+1)
 	}
-	entries := make([]wgpu.BindGroupLayoutEntry, 0, NumSlots+1)
-	for i := 0; i <= NumSlots; i++ {
+	n := NumSlots*d.windows.Count + 1
+	entries := make([]wgpu.BindGroupLayoutEntry, 0, n)
+	for i := 0; i < n; i++ {
 		typ := wgpu.BufferBindingTypeStorage
 		if i == ParamsBinding {
 			typ = wgpu.BufferBindingTypeReadOnlyStorage
@@ -213,6 +240,27 @@ func (d *Device) Info() Info { return d.info }
 
 // Limits returns the device's limits.
 func (d *Device) Limits() Limits { return d.limits }
+
+// Windows returns how slots are bound on this device.
+func (d *Device) Windows() Windows { return d.windows }
+
+// windowsFor sizes the windows of a device with these limits: windows of
+// the largest power of two a binding allows, as many per slot as the
+// storage bindings per stage (less the params binding) and the largest
+// buffer allow.
+func windowsFor(maxBuffer, maxBinding uint64, perStage uint32) Windows {
+	if maxBinding < 4 {
+		return Windows{Count: 1, MaxSlotBytes: maxBinding}
+	}
+	w := uint64(1) << (bits.Len64(maxBinding) - 1)
+	need := max(1, (maxBuffer+w-1)/w)
+	// Word indices are u32: a slot holds at most 2^32 words.
+	count := min(need, uint64(max(perStage, 1)-1)/NumSlots, (1<<34)/w)
+	if count <= 1 {
+		return Windows{Count: 1, Bytes: w, MaxSlotBytes: min(maxBinding, maxBuffer)}
+	}
+	return Windows{Count: int(count), Bytes: w, MaxSlotBytes: max(min(count*w, maxBuffer), maxBinding)}
+}
 
 // collect returns what the backstop error scopes caught since the last
 // call, prefixed with op.
@@ -252,6 +300,10 @@ func (d *Device) release() {
 		b.buf = nil
 	}
 	d.buffers = nil
+	if d.staging != nil {
+		d.staging.Release()
+		d.staging = nil
+	}
 	if d.dummy != nil {
 		d.dummy.Release()
 	}

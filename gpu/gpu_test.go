@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"runtime"
 	"sort"
 	"strings"
 	"sync"
@@ -216,7 +217,7 @@ func TestCompileErrors(t *testing.T) {
 	for _, tc := range []struct{ name, wgsl string }{
 		{"syntax_error", "fn main( {"},
 		{"no_entry_point", bindings + "@compute @workgroup_size(1) fn other() {}"},
-		{"binding_outside_layout", `@group(0) @binding(7) var<storage, read_write> r7: array<u32>;
+		{"binding_outside_layout", `@group(0) @binding(200) var<storage, read_write> r7: array<u32>;
 @compute @workgroup_size(1) fn main() { r7[0] = 1u; }`},
 		{"type_error", bindings + "@compute @workgroup_size(1) fn main() { r0[0] = 1.5; }"},
 	} {
@@ -529,3 +530,66 @@ fn main() { r0[0] = params[0]; }
 		}
 	}
 }
+
+// TestReadsUnderGC reads while another goroutine runs the garbage
+// collector without pause. A read waits for a map callback that wgpu
+// fires from Poll; state that callback needs must not live where the
+// collector can free it in between (the wrapper's MapAsync kept its
+// callback handle in Go memory only C pointed to: "misuse of an invalid
+// Handle").
+func TestReadsUnderGC(t *testing.T) {
+	d := open(t)
+	b, err := d.NewBuffer(1<<12, "gc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := make([]byte, 1<<12)
+	for i := range want {
+		want[i] = byte(i * 7)
+	}
+	if err := d.Write(b, 0, want); err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				runtime.GC()
+			}
+		}
+	}()
+	wg.Add(1)
+	go func() { // reuses freed small objects
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				for i := range 1000 {
+					x := new(uint64)
+					*x = uint64(i) << 40
+					gcSink = x
+				}
+			}
+		}
+	}()
+	defer func() { close(stop); wg.Wait() }()
+	for i := range 2000 {
+		got, err := d.Read(b, 0, uint64(len(want)))
+		if err != nil {
+			t.Fatalf("read %d: %v", i, err)
+		}
+		if string(got) != string(want) {
+			t.Fatalf("read %d: wrong bytes", i)
+		}
+	}
+}
+
+var gcSink *uint64

@@ -5,7 +5,10 @@ package gpu
 import (
 	"errors"
 	"fmt"
+	"runtime"
+	"slices"
 	"strings"
+	"time"
 
 	"github.com/cogentcore/webgpu/wgpu"
 )
@@ -114,10 +117,31 @@ func (b *batch) releaseParams() {
 // params bound to binding 6. The dispatch joins the current batch; it runs
 // at the next Flush, Wait, Read or Write. Errors found while recording are
 // returned here; errors wgpu only reports when the batch is finished or
-// submitted are returned by that later call.
+// submitted are returned by that later call. Dispatch creates a bind
+// group each time; Bind creates one to dispatch many times.
 func (d *Device) Dispatch(k *Kernel, slots []*Buffer, params []uint32, x, y, z uint32) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if err := d.checkDispatch(k, slots, params, x, y, z); err != nil {
+		return err
+	}
+	pbuf, poff, psize, err := d.putParams(params)
+	if err != nil {
+		return fmt.Errorf("gpu: dispatch %q: params: %v", k.name, err)
+	}
+	bg, err := d.bindGroup(k, slots, pbuf, poff, psize)
+	if err != nil {
+		return err
+	}
+	if err := d.record(k, bg, x, y, z); err != nil {
+		bg.Release()
+		return err
+	}
+	d.batch.bindGroups = append(d.batch.bindGroups, bg)
+	return d.collect("dispatch " + k.name)
+}
+
+func (d *Device) checkDispatch(k *Kernel, slots []*Buffer, params []uint32, x, y, z uint32) error {
 	if d.closed {
 		return ErrClosed
 	}
@@ -136,28 +160,47 @@ func (d *Device) Dispatch(k *Kernel, slots []*Buffer, params []uint32, x, y, z u
 	if m := d.limits.MaxComputeWorkgroupsPerDimension; x > m || y > m || z > m {
 		return fail("workgroups (%d, %d, %d) exceed MaxComputeWorkgroupsPerDimension %d", x, y, z, m)
 	}
-	entries := make([]wgpu.BindGroupEntry, 0, NumSlots+1)
-	for i := 0; i < NumSlots; i++ {
-		buf := d.dummy
-		if i < len(slots) && slots[i] != nil {
-			s := slots[i]
-			if err := d.checkBuffer(s); err != nil {
-				return fail("slot %d: %v", i, err)
-			}
-			if s.size > d.limits.MaxStorageBufferBindingSize {
-				return fail("slot %d: buffer %q has %d bytes, above MaxStorageBufferBindingSize %d",
-					i, s.label, s.size, d.limits.MaxStorageBufferBindingSize)
-			}
-			buf = s.buf
+	for i, s := range slots {
+		if s == nil {
+			continue
 		}
-		entries = append(entries, wgpu.BindGroupEntry{Binding: uint32(i), Buffer: buf, Size: wgpu.WholeSize})
+		if err := d.checkBuffer(s); err != nil {
+			return fail("slot %d: %v", i, err)
+		}
+		if s.size > d.windows.MaxSlotBytes {
+			return fail("slot %d: buffer %q has %d bytes, above the %d one slot can bind (%d windows of %d bytes; MaxStorageBufferBindingSize %d)",
+				i, s.label, s.size, d.windows.MaxSlotBytes, d.windows.Count, d.windows.Bytes, d.limits.MaxStorageBufferBindingSize)
+		}
 	}
-	pbuf, poff, psize, err := d.putParams(params)
-	if err != nil {
-		return fail("params: %v", err)
+	return nil
+}
+
+// bindGroup creates the bind group of slots and a params range. Window 0
+// of a slot is the whole buffer when it fits one binding, else its first
+// window; window w > 0 is bytes [w·Bytes, (w+1)·Bytes) of the buffer
+// (shorter at its end), or the dummy buffer past it.
+func (d *Device) bindGroup(k *Kernel, slots []*Buffer, pbuf *wgpu.Buffer, poff, psize uint64) (*wgpu.BindGroup, error) {
+	ws := d.windows
+	entries := make([]wgpu.BindGroupEntry, 0, NumSlots*ws.Count+1)
+	for i := range NumSlots {
+		var s *Buffer
+		if i < len(slots) {
+			s = slots[i]
+		}
+		for w := range ws.Count {
+			e := wgpu.BindGroupEntry{Binding: uint32(ws.Binding(i, w)), Buffer: d.dummy, Size: wgpu.WholeSize}
+			switch {
+			case s == nil:
+			case w == 0 && s.size <= d.limits.MaxStorageBufferBindingSize:
+				e.Buffer = s.buf
+			case uint64(w)*ws.Bytes < s.size:
+				e.Buffer, e.Offset = s.buf, uint64(w)*ws.Bytes
+				e.Size = min(ws.Bytes, s.size-e.Offset)
+			}
+			entries = append(entries, e)
+		}
 	}
 	entries = append(entries, wgpu.BindGroupEntry{Binding: ParamsBinding, Buffer: pbuf, Offset: poff, Size: psize})
-
 	bg, err := d.dev.CreateBindGroup(&wgpu.BindGroupDescriptor{Label: k.name, Layout: d.bgl, Entries: entries})
 	if err == nil {
 		if err = d.collect("bind group"); err != nil {
@@ -165,24 +208,145 @@ func (d *Device) Dispatch(k *Kernel, slots []*Buffer, params []uint32, x, y, z u
 		}
 	}
 	if err != nil {
-		return fail("%v", err)
+		return nil, fmt.Errorf("gpu: dispatch %q: %v", k.name, err)
 	}
+	d.stats.BindGroups++
+	return bg, nil
+}
+
+// record appends a dispatch of k with bg to the batch.
+func (d *Device) record(k *Kernel, bg *wgpu.BindGroup, x, y, z uint32) error {
 	b := &d.batch
 	if b.empty() {
 		enc, err := d.dev.CreateCommandEncoder(&wgpu.CommandEncoderDescriptor{Label: "tmmu-batch"})
 		if err != nil {
-			bg.Release()
-			return fail("%v", err)
+			return fmt.Errorf("gpu: dispatch %q: %v", k.name, err)
 		}
 		b.enc = enc
 		b.pass = enc.BeginComputePass(&wgpu.ComputePassDescriptor{Label: "tmmu-batch"})
 	}
-	b.bindGroups = append(b.bindGroups, bg)
+	d.stats.Dispatches++
 	b.names = append(b.names, k.name)
 	b.pass.SetPipeline(k.pipeline)
 	b.pass.SetBindGroup(0, bg, nil)
 	b.pass.DispatchWorkgroups(x, y, z)
-	return d.collect("dispatch " + k.name)
+	return nil
+}
+
+// Binding is a kernel with its slots and params bound once (one bind
+// group and its own params buffer), to be dispatched any number of times
+// without creating anything. SetParams rewrites params words between
+// dispatches.
+type Binding struct {
+	d      *Device
+	k      *Kernel
+	bg     *wgpu.BindGroup // nil once released
+	params *wgpu.Buffer
+	words  int
+	slots  []*Buffer
+	gen    uint64 // batch generation of its last dispatch
+}
+
+// Bind binds k to slots and params for repeated dispatches (the same
+// rules as Dispatch). Release it when done; it keeps the buffers' memory
+// alive (a released Buffer cannot be dispatched through it).
+func (d *Device) Bind(k *Kernel, slots []*Buffer, params []uint32) (*Binding, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.checkDispatch(k, slots, params, 0, 0, 0); err != nil {
+		return nil, err
+	}
+	if len(params) == 0 {
+		params = []uint32{0}
+	}
+	size := uint64(4 * len(params))
+	pbuf, err := d.dev.CreateBuffer(&wgpu.BufferDescriptor{Label: k.name + "-params", Size: size, Usage: wgpu.BufferUsageStorage | wgpu.BufferUsageCopyDst})
+	if err == nil {
+		if err = d.collect("params buffer"); err != nil {
+			pbuf.Release()
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("gpu: bind %q: params: %v", k.name, err)
+	}
+	if err := d.queue.WriteBuffer(pbuf, 0, wgpu.ToBytes(params)); err != nil {
+		pbuf.Release()
+		return nil, fmt.Errorf("gpu: bind %q: params: %v", k.name, err)
+	}
+	bg, err := d.bindGroup(k, slots, pbuf, 0, size)
+	if err != nil {
+		pbuf.Release()
+		return nil, err
+	}
+	return &Binding{d: d, k: k, bg: bg, params: pbuf, words: len(params), slots: slices.Clone(slots)}, nil
+}
+
+// SetParams overwrites params words [at, at+len(words)). A dispatch
+// already recorded with the old words is submitted first, so it still
+// sees them.
+func (b *Binding) SetParams(at int, words []uint32) error {
+	d := b.d
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := b.check(); err != nil {
+		return err
+	}
+	if at < 0 || at+len(words) > b.words {
+		return fmt.Errorf("gpu: binding %q: params [%d, %d) outside its %d words", b.k.name, at, at+len(words), b.words)
+	}
+	if b.gen == d.gen && !d.batch.empty() {
+		if err := d.flushLocked(); err != nil {
+			return err
+		}
+	}
+	if err := d.queue.WriteBuffer(b.params, uint64(4*at), wgpu.ToBytes(words)); err != nil {
+		return fmt.Errorf("gpu: binding %q: params: %w", b.k.name, err)
+	}
+	return d.collect("params")
+}
+
+// Dispatch records the bound kernel over x*y*z workgroups, like
+// Device.Dispatch.
+func (b *Binding) Dispatch(x, y, z uint32) error {
+	d := b.d
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := b.check(); err != nil {
+		return err
+	}
+	if err := d.checkDispatch(b.k, b.slots, nil, x, y, z); err != nil {
+		return err
+	}
+	if err := d.record(b.k, b.bg, x, y, z); err != nil {
+		return err
+	}
+	b.gen = d.gen
+	return d.collect("dispatch " + b.k.name)
+}
+
+func (b *Binding) check() error {
+	switch {
+	case b.d.closed:
+		return ErrClosed
+	case b.bg == nil:
+		return fmt.Errorf("gpu: binding %q used after Release", b.k.name)
+	}
+	return nil
+}
+
+// Release frees the bind group and its params buffer (work already
+// recorded keeps them alive). Releasing twice is a no-op.
+func (b *Binding) Release() {
+	d := b.d
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if b.bg == nil || d.closed {
+		b.bg = nil
+		return
+	}
+	b.bg.Release()
+	b.params.Release()
+	b.bg, b.params, b.slots = nil, nil, nil
 }
 
 // putParams writes params into the batch's params buffers and returns
@@ -249,6 +413,8 @@ func (d *Device) flushLocked() error {
 		return fail(err)
 	}
 	d.queue.Submit(cmd)
+	d.gen++
+	d.stats.Submits++
 	cmd.Release()
 	b.discard() // releases the encoder and bind groups; wgpu keeps what the submission uses
 	if err := d.collect("submit"); err != nil {
@@ -285,16 +451,31 @@ func (d *Device) Wait() error {
 
 func (d *Device) waitLocked() error {
 	err := d.flushLocked()
-	for i := 0; !d.dev.Poll(true, nil); i++ {
-		if i == 1000 {
-			if err == nil {
-				err = errors.New("gpu: wait: queue never became idle")
-			}
-			break
-		}
-	}
+	f := newFlag()
+	onDone(d.queue, f)
+	d.await(f)
+	f.free()
 	if cerr := d.collect("wait"); err == nil {
 		err = cerr
 	}
 	return err
+}
+
+// await polls the device until f is set. It never asks wgpu to block:
+// wgpu-native's waiting poll gives up after a fixed time, which a long
+// submission on a loaded CPU device can exceed, and treats that as fatal.
+// Nor does it ever give up itself: work in flight is never abandoned, so
+// nothing it uses is freed under it.
+func (d *Device) await(f flag) {
+	for i := 0; ; i++ {
+		d.dev.Poll(false, nil)
+		if f.done() {
+			return
+		}
+		if i < 64 {
+			runtime.Gosched()
+			continue
+		}
+		time.Sleep(min(time.Duration(i-63)*20*time.Microsecond, time.Millisecond))
+	}
 }

@@ -24,6 +24,15 @@ package gpu
 // accepts) pushed at the bottom of its scope stack for its whole life;
 // collect pops them, turns what they caught into an error, and pushes
 // them again.
+//
+// Completion. wgpu-native reports a finished map or a finished
+// submission through a callback with a userdata pointer, fired later by
+// a device poll. The wrapper's MapAsync passes a pointer to a Go
+// variable that nothing in Go keeps alive after the call, so a garbage
+// collection between the call and the poll can free it ("misuse of an
+// invalid Handle" in the callback). Here the callbacks write a flag in C
+// memory (gpuFlag), which Go polls; no Go memory is ever handed to
+// wgpu-native beyond a call.
 
 /*
 #include <stdint.h>
@@ -32,6 +41,47 @@ package gpu
 
 typedef struct WGPUDeviceImpl *gpuDeviceRef;
 typedef struct WGPUInstanceImpl *gpuInstanceRef;
+typedef struct WGPUBufferImpl *gpuBufferRef;
+typedef struct WGPUQueueImpl *gpuQueueRef;
+
+// A completion flag: done is set (last) by the callback, status first.
+typedef struct {
+	uint32_t status;
+	uint32_t done;
+} gpuFlag;
+
+static void gpu_flag_cb(uint32_t status, void *userdata) {
+	gpuFlag *f = (gpuFlag *)userdata;
+	f->status = status;
+	__atomic_store_n(&f->done, 1, __ATOMIC_RELEASE);
+}
+
+static uint32_t gpu_flag_done(gpuFlag *f) { return __atomic_load_n(&f->done, __ATOMIC_ACQUIRE); }
+
+typedef void (*gpuStatusCallback)(uint32_t status, void *userdata);
+void wgpuBufferMapAsync(gpuBufferRef buffer, uint32_t mode, size_t offset, size_t size, gpuStatusCallback callback, void *userdata);
+void const *wgpuBufferGetConstMappedRange(gpuBufferRef buffer, size_t offset, size_t size);
+void wgpuQueueOnSubmittedWorkDone(gpuQueueRef queue, gpuStatusCallback callback, void *userdata);
+
+// Maps [offset, offset+size) of buffer for reading; f is set when done.
+static void gpu_map_read(gpuBufferRef b, size_t offset, size_t size, gpuFlag *f) {
+	wgpuBufferMapAsync(b, 1, offset, size, gpu_flag_cb, f); // WGPUMapMode_Read
+}
+
+// Copies the mapped range of b to dst.
+static int gpu_copy_mapped(gpuBufferRef b, size_t offset, size_t size, void *dst) {
+	void const *src = wgpuBufferGetConstMappedRange(b, offset, size);
+	if (src == NULL) {
+		return 0;
+	}
+	memcpy(dst, src, size);
+	return 1;
+}
+
+// f is set once the work submitted to q so far has finished.
+static void gpu_on_done(gpuQueueRef q, gpuFlag *f) {
+	wgpuQueueOnSubmittedWorkDone(q, gpu_flag_cb, f);
+}
 
 typedef struct gpuChainedStruct {
 	struct gpuChainedStruct const *next;
@@ -139,11 +189,47 @@ const (
 // version).
 
 // handleLayoutOK reports whether wgpu.Device and wgpu.Instance are single
-// pointers.
+// pointers, and wgpu.Buffer and wgpu.Queue a device and their own.
 func handleLayoutOK() bool {
 	p := unsafe.Sizeof(uintptr(0))
-	return unsafe.Sizeof(wgpu.Device{}) == p && unsafe.Sizeof(wgpu.Instance{}) == p
+	return unsafe.Sizeof(wgpu.Device{}) == p && unsafe.Sizeof(wgpu.Instance{}) == p &&
+		unsafe.Sizeof(wgpu.Buffer{}) == 2*p && unsafe.Sizeof(wgpu.Queue{}) == 2*p
 }
+
+func rawBuffer(b *wgpu.Buffer) C.gpuBufferRef {
+	return *(*C.gpuBufferRef)(unsafe.Add(unsafe.Pointer(b), unsafe.Sizeof(uintptr(0))))
+}
+
+func rawQueue(q *wgpu.Queue) C.gpuQueueRef {
+	return *(*C.gpuQueueRef)(unsafe.Add(unsafe.Pointer(q), unsafe.Sizeof(uintptr(0))))
+}
+
+// flag is a completion flag in C memory (see "Completion" above).
+type flag struct{ c *C.gpuFlag }
+
+func newFlag() flag { return flag{(*C.gpuFlag)(C.calloc(1, C.size_t(unsafe.Sizeof(C.gpuFlag{}))))} }
+
+func (f flag) done() bool     { return C.gpu_flag_done(f.c) != 0 }
+func (f flag) status() uint32 { return uint32(f.c.status) }
+
+// free releases the flag; only once its callback has fired.
+func (f flag) free() { C.free(unsafe.Pointer(f.c)) }
+
+// mapRead starts mapping [offset, offset+size) of b for reading.
+func mapRead(b *wgpu.Buffer, offset, size uint64, f flag) {
+	C.gpu_map_read(rawBuffer(b), C.size_t(offset), C.size_t(size), f.c)
+}
+
+// copyMapped copies the mapped range [offset, offset+len(dst)) of b.
+func copyMapped(b *wgpu.Buffer, offset uint64, dst []byte) bool {
+	if len(dst) == 0 {
+		return true
+	}
+	return C.gpu_copy_mapped(rawBuffer(b), C.size_t(offset), C.size_t(len(dst)), unsafe.Pointer(&dst[0])) != 0
+}
+
+// onDone sets f once the work submitted to q so far has finished.
+func onDone(q *wgpu.Queue, f flag) { C.gpu_on_done(rawQueue(q), f.c) }
 
 func rawDevice(d *wgpu.Device) C.gpuDeviceRef {
 	return *(*C.gpuDeviceRef)(unsafe.Pointer(d))

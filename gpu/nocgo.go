@@ -25,6 +25,7 @@ func Open(Options) (*Device, error) { return nil, errNoCgo }
 func (d *Device) Info() Info                                   { return Info{} }
 func (d *Device) Limits() Limits                               { return Limits{} }
 func (d *Device) Close() error                                 { return nil }
+func (d *Device) Stats() Stats                                 { return Stats{} }
 func (d *Device) NewBuffer(uint64, string) (*Buffer, error)    { return nil, errNoCgo }
 func (d *Device) Write(*Buffer, uint64, []byte) error          { return errNoCgo }
 func (d *Device) Read(*Buffer, uint64, uint64) ([]byte, error) { return nil, errNoCgo }
@@ -38,3 +39,12 @@ func (b *Buffer) Size() uint64  { return 0 }
 func (b *Buffer) Label() string { return "" }
 func (b *Buffer) Release()      {}
 func (k *Kernel) Name() string  { return "" }
+
+// Binding is a kernel bound for repeated dispatches.
+type Binding struct{}
+
+func (d *Device) Windows() Windows                                    { return Windows{} }
+func (d *Device) Bind(*Kernel, []*Buffer, []uint32) (*Binding, error) { return nil, errNoCgo }
+func (b *Binding) SetParams(int, []uint32) error                      { return errNoCgo }
+func (b *Binding) Dispatch(uint32, uint32, uint32) error              { return errNoCgo }
+func (b *Binding) Release()                                           {}
