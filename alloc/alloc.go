@@ -1,6 +1,7 @@
 package alloc
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -233,6 +234,76 @@ func (a *Allocator) place(r *region, b *block, requested, n uint64) Allocation {
 	return al
 }
 
+// Reserve acquires a region of exactly size bytes (rounded up to the
+// alignment, at most the largest configured region size) now, for a
+// caller that knows what it will place: an allocation that then fills it
+// leaves no slack, so the bytes reserved from the device are the bytes
+// allocated. It counts against the handle budget. It fails with
+// ErrClosed, ErrZeroSize, an error wrapping ErrTooLarge, or the device's
+// refusal (the pool stays unlocked: other sizes may still be granted).
+func (a *Allocator) Reserve(size uint64) (uint64, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	switch {
+	case a.closed:
+		return 0, ErrClosed
+	case size == 0:
+		return 0, ErrZeroSize
+	}
+	n := (size + a.align - 1) / a.align * a.align
+	if n > a.sizes[0] {
+		return 0, fmt.Errorf("%w: a region of %d bytes, the largest is %d", ErrTooLarge, n, a.sizes[0])
+	}
+	if a.poolLocked || len(a.regions) >= a.cfg.MaxRegions {
+		return 0, fmt.Errorf("alloc: reserving %d bytes: the pool is locked (%s)", n, cmp.Or(a.lockReason, fmt.Sprintf("handle budget of %d regions reached", a.cfg.MaxRegions)))
+	}
+	r, err := a.acquire(n, 0)
+	if err != nil {
+		return 0, err
+	}
+	return r.ID, nil
+}
+
+// acquire asks the device for a region of s bytes and adds it to the
+// pool (level is the fallback level, for the log).
+func (a *Allocator) acquire(s uint64, level int) (*region, error) {
+	reg, err := a.dev.NewRegion(s)
+	if err == nil && reg.Size != s {
+		a.dev.FreeRegion(reg)
+		err = fmt.Errorf("device returned a region of %d bytes", reg.Size)
+	}
+	if err != nil {
+		a.debug("region refused", slog.Uint64("size", s), slog.Int("fallback", level), slog.Any("err", err))
+		return nil, fmt.Errorf("region of %d bytes: %w", s, err)
+	}
+	if _, dup := a.byID[reg.ID]; dup {
+		return nil, errDuplicate{reg.ID}
+	}
+	a.seq++
+	r := newRegion(reg, a.seq)
+	a.regions = append(a.regions, r)
+	a.byID[r.ID] = r
+	a.reserved += r.Size
+	a.debug("region acquired",
+		slog.Uint64("region", r.ID),
+		slog.Uint64("size", r.Size),
+		slog.Int("fallback", level),
+		slog.Int("regions", len(a.regions)),
+		slog.Int("max_regions", a.cfg.MaxRegions),
+		slog.Uint64("reserved", a.reserved))
+	if len(a.regions) >= a.cfg.MaxRegions {
+		a.lockPool(fmt.Sprintf("handle budget of %d regions reached", a.cfg.MaxRegions))
+	}
+	return r, nil
+}
+
+// errDuplicate: the device returned a region ID already in use.
+type errDuplicate struct{ id uint64 }
+
+func (e errDuplicate) Error() string {
+	return fmt.Sprintf("alloc: device returned region ID %d, which is already in use", e.id)
+}
+
 // grow acquires a new region that can hold n bytes, unless the pool is
 // locked. It tries the configured sizes in order, skipping those smaller
 // than n. When the handle budget is reached, or when the device refused
@@ -254,33 +325,13 @@ func (a *Allocator) grow(n uint64) (*region, error) {
 			triedAll = false
 			break
 		}
-		reg, err := a.dev.NewRegion(s)
-		if err == nil && reg.Size != s {
-			a.dev.FreeRegion(reg)
-			err = fmt.Errorf("device returned a region of %d bytes", reg.Size)
+		r, err := a.acquire(s, level)
+		if dup, ok := err.(errDuplicate); ok {
+			return nil, dup
 		}
 		if err != nil {
-			a.debug("region refused", slog.Uint64("size", s), slog.Int("fallback", level), slog.Any("err", err))
-			refusals = append(refusals, fmt.Errorf("region of %d bytes: %w", s, err))
+			refusals = append(refusals, err)
 			continue
-		}
-		if _, dup := a.byID[reg.ID]; dup {
-			return nil, fmt.Errorf("alloc: device returned region ID %d, which is already in use", reg.ID)
-		}
-		a.seq++
-		r := newRegion(reg, a.seq)
-		a.regions = append(a.regions, r)
-		a.byID[r.ID] = r
-		a.reserved += r.Size
-		a.debug("region acquired",
-			slog.Uint64("region", r.ID),
-			slog.Uint64("size", r.Size),
-			slog.Int("fallback", level),
-			slog.Int("regions", len(a.regions)),
-			slog.Int("max_regions", a.cfg.MaxRegions),
-			slog.Uint64("reserved", a.reserved))
-		if len(a.regions) >= a.cfg.MaxRegions {
-			a.lockPool(fmt.Sprintf("handle budget of %d regions reached", a.cfg.MaxRegions))
 		}
 		return r, nil
 	}

@@ -712,3 +712,39 @@ func TestClose(t *testing.T) {
 		t.Fatalf("Close with nothing live = %v", err)
 	}
 }
+
+// TestReserveExactRegions: Reserve acquires a region of exactly the
+// size asked (rounded to the alignment), allocations that fill it leave
+// no slack, and it respects the largest size and the handle budget.
+func TestReserveExactRegions(t *testing.T) {
+	dev := newFakeDevice()
+	cfg := testConfig(FillFirst, BestFit)
+	cfg.MaxRegions = 2
+	a := newTestAllocator(t, dev, cfg)
+	id, err := a.Reserve(1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := dev.askedSizes(); !slices.Equal(got, []uint64{1024}) {
+		t.Fatalf("device asked for %v, want [1024]", got)
+	}
+	x, y := mustAlloc(t, a, 512), mustAlloc(t, a, 512)
+	if x.RegionID != id || y.RegionID != id {
+		t.Fatalf("allocations in regions %d and %d, want the reserved %d", x.RegionID, y.RegionID, id)
+	}
+	if st := a.Stats(); st.ReservedBytes != 1024 || st.AllocatedBytes != 1024 {
+		t.Fatalf("reserved %d, allocated %d; want 1024 and 1024", st.ReservedBytes, st.AllocatedBytes)
+	}
+	if _, err := a.Reserve(1 << 20); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("Reserve above the region size: %v, want ErrTooLarge", err)
+	}
+	if _, err := a.Reserve(0); !errors.Is(err, ErrZeroSize) {
+		t.Fatalf("Reserve(0): %v", err)
+	}
+	if _, err := a.Reserve(256); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Reserve(256); err == nil || !strings.Contains(err.Error(), "handle budget") {
+		t.Fatalf("Reserve past the handle budget: %v", err)
+	}
+}

@@ -56,8 +56,9 @@ func layoutSlots(as *ArenaSlots, cfg ArenaSpec) (ArenaLayout, error) {
 				return lay, regionTooSmall(as.Name, size, r)
 			}
 			// Start the slot at the next region (r is a multiple of
-			// every slot's arena alignment; a larger hint is kept).
-			if off, ok = alignUp(off, r); !ok {
+			// the arena's alignment, not always a power of two; a
+			// larger hint is kept).
+			if off, ok = roundUp(off, r); !ok {
 				return lay, overflow(as.Name, "moving slot to a region boundary", k)
 			}
 			if off, ok = alignUp(off, as.SlotAlign[k]); !ok || straddles(off, size, r) {
@@ -100,6 +101,16 @@ func regionTooSmall(arena string, size, region uint64) error {
 func overflow(arena, what string, slot int) error {
 	return failure.New(failure.AllocationOverflow, OpAddress,
 		fmt.Sprintf("arena %s: uint64 overflow %s %d", arena, what, slot), "arena", arena, "slot", slot)
+}
+
+// roundUp rounds x up to a multiple of r > 0; ok is false on overflow.
+func roundUp(x, r uint64) (uint64, bool) {
+	q := x / r
+	if x%r != 0 {
+		q++
+	}
+	hi, lo := bits.Mul64(q, r)
+	return lo, hi == 0
 }
 
 // alignUp rounds x up to a multiple of the power of two a; ok is false on

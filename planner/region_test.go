@@ -4,15 +4,22 @@ import (
 	"testing"
 
 	"github.com/tmmu/tmmu/failure"
+	"github.com/tmmu/tmmu/ir"
 )
 
 // TestRegionBytes: with region_bytes set, no storage of any strategy
 // crosses a region boundary, the verifier accepts the plan and refuses
 // one moved across a boundary, the arena config hash changes, and a
-// storage larger than a region is refused.
+// storage larger than a region is refused. Regions need not be powers of
+// two (a WebGPU slot of 5 windows is 640 MiB on llvmpipe).
 func TestRegionBytes(t *testing.T) {
 	g := smallGPT2(t)
-	const region = 256 << 10
+	for _, region := range []uint64{256 << 10, 5 * 48 << 10} {
+		testRegionBytes(t, g, region)
+	}
+}
+
+func testRegionBytes(t *testing.T, g *ir.Graph, region uint64) {
 	for _, st := range []Strategy{Slots, Packed, GreedySize} {
 		opts := DefaultOptions(g)
 		opts.Strategy = st
@@ -20,7 +27,7 @@ func TestRegionBytes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		opts.Arenas = ArenaConfig{"activations": {AlignmentBytes: 256, RegionBytes: region}, "gradients": {AlignmentBytes: 256, RegionBytes: region}}
+		opts.Arenas = ArenaConfig{"activations": {AlignmentBytes: 256, RegionBytes: ByteSize(region)}, "gradients": {AlignmentBytes: 256, RegionBytes: ByteSize(region)}}
 		p, err := PlanMemory(g, opts)
 		if err != nil {
 			t.Fatal(err)
