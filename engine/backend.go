@@ -2,21 +2,32 @@ package engine
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/tmmu/tmmu/alloc"
 )
 
-// MaxSlots is how many regions one launch may bind.
-const MaxSlots = 6
+// MaxSlots is how many regions one launch may bind: a kernel has at most
+// eight operands. The cpu binds that many; WebGPU binds gpu.NumSlots
+// (6), which every planned launch fits (a plan puts an arena's tensors
+// in few regions) but the unshared reference, one region per storage,
+// can exceed (llama's attention backward: 7).
+const MaxSlots = 8
 
 // Launch is one kernel dispatch: Threads invocations of Kernel over the
-// regions in Slots (slot i of the params is Slots[i]).
+// regions in Slots (slot i of the params is Slots[i]), or, when Groups
+// is set, Threads workgroups of wgLanes lanes (groups.go).
 type Launch struct {
 	Kernel  string
 	Slots   []int // region ids
 	Params  []uint32
 	Threads uint32
+	Groups  bool
+	// Iters bounds the loop iterations one invocation runs (all loops
+	// together). A device that ends long invocations (llvmpipe) refuses
+	// a launch above its bound instead of computing garbage.
+	Iters uint64
 }
 
 // Limits are the device limits that shape the plan and the regions
@@ -50,9 +61,36 @@ type Backend interface {
 	FreeRegion(id int) error
 	Write(region int, offset uint64, data []byte) error
 	Read(region int, offset, n uint64) ([]byte, error)
+	// Launch queues l once.
 	Launch(l Launch) error
+	// Prepare binds l for running many times (WebGPU: one bind group,
+	// created here, never per run).
+	Prepare(l Launch) (Prepared, error)
 	Wait() error
 	Close() error
+}
+
+// Prepared is a launch bound once and run once per step. Its regions
+// must outlive it.
+type Prepared interface {
+	// Run queues the launch.
+	Run() error
+	// SetParams replaces params words [at, at+len(words)) for the runs
+	// after it (runs queued before it still see the old words).
+	SetParams(at int, words []uint32) error
+	Release()
+}
+
+// wordWriter is a backend that writes words from a caller's slice
+// without allocating.
+type wordWriter interface {
+	WriteWords(region int, offset uint64, src []uint32) error
+}
+
+// wordReader is a backend that reads words into a caller's slice
+// without allocating.
+type wordReader interface {
+	ReadWords(region int, offset uint64, dst []uint32) error
 }
 
 // CPU is the reference backend: regions are host memory and kernels run
@@ -64,7 +102,13 @@ type CPU struct {
 	limits   Limits
 	capacity uint64 // 0 = unbounded
 	used     uint64
+	freed    uint64 // regions freed so far: prepared launches re-resolve theirs
+	serial   invocation
 }
+
+// HostLimits are the cpu backend's: a region may hold 2^32 words (the
+// kernels address words with u32), aligned as WebGPU aligns.
+var HostLimits = Limits{MaxBufferSize: 16 << 30, MaxStorageBufferBindingSize: 16 << 30, MinStorageBufferOffsetAlignment: 256}
 
 // PortableLimits are WebGPU's default limits, which every WebGPU device
 // meets: 256 MiB buffers, 128 MiB storage bindings, 256-byte offset
@@ -72,9 +116,9 @@ type CPU struct {
 // on any backend, so every rank agrees on one plan whatever its device.
 var PortableLimits = Limits{MaxBufferSize: 256 << 20, MaxStorageBufferBindingSize: 128 << 20, MinStorageBufferOffsetAlignment: 256}
 
-// NewCPU returns a cpu backend with PortableLimits.
+// NewCPU returns a cpu backend with HostLimits.
 func NewCPU() *CPU {
-	return &CPU{regions: map[int][]uint32{}, limits: PortableLimits}
+	return &CPU{regions: map[int][]uint32{}, limits: HostLimits}
 }
 
 // SetLimits overrides the limits (tests use small regions).
@@ -111,6 +155,7 @@ func (c *CPU) FreeRegion(id int) error {
 		return fmt.Errorf("engine: cpu region %d does not exist", id)
 	}
 	c.used -= uint64(len(r)) * 4
+	c.freed++
 	delete(c.regions, id)
 	return nil
 }
@@ -153,22 +198,105 @@ func (c *CPU) Read(region int, offset, n uint64) ([]byte, error) {
 	return out, nil
 }
 
-func (c *CPU) Launch(l Launch) error {
+func (c *CPU) WriteWords(region int, offset uint64, src []uint32) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if len(l.Slots) > MaxSlots {
-		return fmt.Errorf("engine: kernel %s binds %d regions (at most %d)", l.Kernel, len(l.Slots), MaxSlots)
+	w, err := c.words(region, offset, 4*uint64(len(src)))
+	if err != nil {
+		return err
 	}
-	mem := make([][]uint32, len(l.Slots))
-	for i, id := range l.Slots {
-		r, ok := c.regions[id]
-		if !ok {
-			return fmt.Errorf("engine: kernel %s: region %d does not exist", l.Kernel, id)
-		}
-		mem[i] = r
-	}
-	return runKernel(mem, &l)
+	copy(w, src)
+	return nil
 }
+
+func (c *CPU) ReadWords(region int, offset uint64, dst []uint32) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	w, err := c.words(region, offset, 4*uint64(len(dst)))
+	if err != nil {
+		return err
+	}
+	copy(dst, w)
+	return nil
+}
+
+func (c *CPU) Launch(l Launch) error {
+	p, err := c.prepare(l)
+	if err != nil {
+		return err
+	}
+	return p.Run()
+}
+
+func (c *CPU) Prepare(l Launch) (Prepared, error) { return c.prepare(l) }
+
+func (c *CPU) prepare(l Launch) (*cpuLaunch, error) {
+	if len(l.Slots) > MaxSlots {
+		return nil, fmt.Errorf("engine: kernel %s binds %d regions (at most %d)", l.Kernel, len(l.Slots), MaxSlots)
+	}
+	p := &cpuLaunch{c: c, l: l, mem: make([][]uint32, len(l.Slots))}
+	p.l.Params = slices.Clone(l.Params)
+	if l.Groups {
+		if p.group = groupKernels[l.Kernel]; p.group == nil {
+			return nil, fmt.Errorf("engine: no workgroup kernel %q", l.Kernel)
+		}
+	} else if p.simt = kernels[l.Kernel]; p.simt == nil {
+		return nil, fmt.Errorf("engine: no kernel %q", l.Kernel)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := p.resolve(); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// cpuLaunch is a prepared launch of the cpu backend.
+type cpuLaunch struct {
+	c     *CPU
+	l     Launch
+	mem   [][]uint32
+	freed uint64 // c.freed when mem was resolved
+	simt  kernel
+	group groupKernel
+	done  sync.WaitGroup
+}
+
+// resolve points mem at the slots' regions (c.mu held).
+func (p *cpuLaunch) resolve() error {
+	for i, id := range p.l.Slots {
+		r, ok := p.c.regions[id]
+		if !ok {
+			return fmt.Errorf("engine: kernel %s: region %d does not exist", p.l.Kernel, id)
+		}
+		p.mem[i] = r
+	}
+	p.freed = p.c.freed
+	return nil
+}
+
+func (p *cpuLaunch) Run() error {
+	c := p.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if p.freed != c.freed {
+		if err := p.resolve(); err != nil {
+			return err
+		}
+	}
+	p.run(&c.serial)
+	return nil
+}
+
+func (p *cpuLaunch) SetParams(at int, words []uint32) error {
+	if at < 0 || at+len(words) > len(p.l.Params) {
+		return fmt.Errorf("engine: kernel %s: params [%d, %d) outside its %d words", p.l.Kernel, at, at+len(words), len(p.l.Params))
+	}
+	copy(p.l.Params[at:], words)
+	return nil
+}
+
+func (p *cpuLaunch) Release() {}
 
 func (c *CPU) Wait() error  { return nil }
 func (c *CPU) Close() error { return nil }

@@ -6,22 +6,32 @@
 // # Pieces
 //
 //   - A Backend is a device that holds regions and runs kernels: CPU (host
-//     memory, the reference kernels of kernels.go) or WebGPU (package gpu:
-//     one storage buffer per region, the WGSL twins in wgsl.go). Open
-//     picks one; "auto" is WebGPU when the machine has an adapter, else
-//     CPU, and says why it fell back.
+//     memory, the reference kernels of kernels.go and groups.go, run on a
+//     pool of GOMAXPROCS workers) or WebGPU (package gpu: one storage
+//     buffer per region, the WGSL twins in wgsl.go). A region larger than
+//     one binding (128 MiB on llvmpipe) is bound as the device's windows
+//     and its launches use windowed kernels, so a slot reaches up to
+//     Windows().MaxSlotBytes (640 MiB on llvmpipe). Open picks one;
+//     "auto" is WebGPU when the machine has an adapter, else CPU, and
+//     says why it fell back.
 //   - ApplyPlan (ApplyPlan_v1) cuts each arena at the device's region size
-//     and places the pieces as blocks of the region allocator (package
-//     alloc). Plans are made executable by ExecutableArenas: every arena
-//     aligned to at least the device's minStorageBufferOffsetAlignment and
-//     planned with region_bytes, so no tensor straddles two buffers.
-//     PortableLimits are WebGPU's defaults, which every device meets: a
-//     job planned for them runs on any rank's device, so all ranks agree
-//     on one plan.
-//   - New verifies the plan (planner.Verify) and lowers each executed node
-//     to kernel launches, or to a collective. Step runs them in execution
-//     order, then CommitExecution (CommitExecution_v1) waits for the
-//     device and seals a state hash over the persistent tensors.
+//     and packs the pieces first-fit decreasing into regions created
+//     exactly as large as what they hold: the device bytes are the plan's
+//     reserved bytes (MemoryStats, MemoryReport). Plans are made
+//     executable by ExecutableArenas: every arena aligned to at least the
+//     device's minStorageBufferOffsetAlignment, its reserved bytes a
+//     multiple of it, and planned with region_bytes, so no tensor
+//     straddles two buffers. PortableLimits are WebGPU's defaults, which
+//     every device meets: a job planned for them runs on any rank's
+//     device, so all ranks agree on one plan.
+//   - New verifies the plan (planner.Verify), lowers each executed node
+//     to kernel launches, or to a collective, and prepares every launch
+//     once (on WebGPU a bind group each). Step runs them in execution
+//     order and ends with the barrier of CommitExecution_v1; it reads
+//     back only watched tensors (the loss) and on the cpu allocates
+//     nothing. The state hash over the persistent tensors is sealed when
+//     asked (CommitExecution, Executor.StateHash: checkpoints, the end
+//     of a run), since it reads the whole state back.
 //     ZeroTensor and DebugFillTensor are the spec's ZeroTensor_v1 and
 //     DebugFillTensor_v1; debug fill is refused in confidential and
 //     regulated modes (MODE_VIOLATION).
@@ -41,9 +51,15 @@
 // gelu, silu, layernorm, rmsnorm, rope, causal attention (grouped-query
 // too, strided q/k/v views of a fused tensor), cross-entropy, their
 // backward ops, reduce_sum, embedding_backward and the AdamW update (over
-// a ZeRO partition of a whole parameter too). Every kernel is SIMT: one
-// invocation per output element or row, sequential loops inside, no
-// atomics, so results are deterministic and independent of the layout.
+// a ZeRO partition of a whole parameter too). Element-wise kernels are
+// SIMT, one invocation per output element. Reductions (layer and RMS
+// norm, softmax and cross-entropy, attention) and matmul run one
+// workgroup of 64 lanes per row or 8×8 output tile: each lane handles a
+// bounded share and the lanes combine in a fixed tree, so no invocation
+// loops over a whole dimension and the cpu twins (groups.go) reproduce
+// the same order. Cross-entropy keeps per-row results in a small engine
+// workspace beside the plan (WorkspaceBytes). No atomics: results are
+// deterministic and independent of the layout.
 // TestGradientsMatchFiniteDifferences checks every backward kernel
 // against central differences of the loss.
 //
@@ -52,8 +68,10 @@
 // fp32 and int32 tensors only (bf16 graphs and fp32 master weights are
 // refused with UNSUPPORTED_EXECUTION), no shape envelopes at run time, and
 // data parallelism only: tensor- and pipeline-parallel collectives are
-// planned by package shard but not executed. The cross-entropy loss is
-// summed by one invocation and the kernels favour clarity over speed.
-// Model state is not checkpointed: a replacement worker starts from the
-// initial parameters.
+// planned by package shard but not executed. Every launch records how
+// many loop iterations one invocation runs; on a device that silently
+// ends long invocations (llvmpipe: 65,535) New refuses a launch above
+// that with UNSUPPORTED_EXECUTION naming the node, instead of computing
+// garbage. Attention runs sequences up to 2,048 and head dimensions up
+// to 256. The kernels favour clarity over speed.
 package engine

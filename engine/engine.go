@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"slices"
 
 	"github.com/tmmu/tmmu/failure"
 	"github.com/tmmu/tmmu/ir"
@@ -43,9 +42,10 @@ type Options struct {
 	// SkipVerify executes a plan without planner.Verify. Only tests set
 	// it, to show that a corrupted plan computes something else.
 	SkipVerify bool
-	// Unshared executes the plan's reference: every storage gets bytes of
-	// its own (the plan is still verified). Same kernels, same order:
-	// a correct plan computes the same bits.
+	// Unshared executes the plan's reference: every storage gets a
+	// device buffer of its own, as an engine without a planner would
+	// (the plan is still verified). Same kernels, same order: a correct
+	// plan computes the same bits.
 	Unshared bool
 	// Seed picks the batches (Batch): the batch of a step derives from
 	// (Seed, step, rank).
@@ -65,6 +65,15 @@ type Engine struct {
 	watch   map[string]int32
 	// keyPrefix starts every collective key (the epoch; see Configure).
 	keyPrefix string
+	// ws is the workspace region (0: none) and wsBytes its size.
+	ws      int
+	wsBytes uint64
+	// watched holds the watched tensors' words, reused every step;
+	// adam holds the AdamW bias corrections of the step.
+	watched map[string][]uint32
+	adam    [2]uint32
+	// feed holds the inputs FeedLM writes, reused every step.
+	feed struct{ tokens, labels, positions []uint32 }
 }
 
 // New applies p to the backend's memory (ApplyPlan_v1) and prepares the
@@ -99,11 +108,12 @@ func New(g *ir.Graph, p *planner.Plan, opts Options) (*Engine, error) {
 	if err := checkExecutable(p, opts.Backend.Limits()); err != nil {
 		return nil, err
 	}
+	e := &Engine{opts: opts, g: g, p: p, t: 1, watch: map[string]int32{}, watched: map[string][]uint32{}}
+	apply := func() (*Memory, error) { return ApplyPlan(opts.Backend, p) }
 	if opts.Unshared {
-		p = unshared(g, p)
+		apply = func() (*Memory, error) { return applyUnshared(opts.Backend, g) }
 	}
-	e := &Engine{opts: opts, g: g, p: p, t: 1, watch: map[string]int32{}}
-	mem, err := ApplyPlan(opts.Backend, p)
+	mem, err := apply()
 	if err != nil {
 		return nil, err
 	}
@@ -132,11 +142,116 @@ func New(g *ir.Graph, p *planner.Plan, opts Options) (*Engine, error) {
 		}
 		e.actions = append(e.actions, a)
 	}
+	if err := e.placeWorkspace(l.ws); err != nil {
+		mem.Release()
+		return nil, err
+	}
+	if err := e.checkLoops(); err != nil {
+		e.Close()
+		return nil, err
+	}
+	if err := e.prepare(); err != nil {
+		e.Close()
+		return nil, err
+	}
 	return e, nil
 }
 
+// prepare binds every launch once, so a step creates nothing.
+func (e *Engine) prepare() error {
+	for i := range e.actions {
+		a := &e.actions[i]
+		for _, l := range a.launches {
+			p, err := e.opts.Backend.Prepare(l)
+			if err != nil {
+				return fmt.Errorf("engine: node %s: %w", a.node, deviceError(err))
+			}
+			a.prepared = append(a.prepared, p)
+		}
+	}
+	return nil
+}
+
+// placeWorkspace allocates the workspace the launches asked for and
+// points their workspace slots at it.
+func (e *Engine) placeWorkspace(words uint64) error {
+	if words == 0 {
+		return nil
+	}
+	align := max(e.opts.Backend.Limits().MinStorageBufferOffsetAlignment, 4)
+	size := (4*words + align - 1) / align * align
+	id, err := e.opts.Backend.NewRegion(size)
+	if err != nil {
+		return failure.New(failure.DeviceError, OpApplyPlan, fmt.Sprintf("workspace of %d bytes: %v", size, err))
+	}
+	e.ws, e.wsBytes = id, size
+	for i := range e.actions {
+		for j := range e.actions[i].launches {
+			slots := e.actions[i].launches[j].Slots
+			for k := range slots {
+				if slots[k] == wsRegion {
+					slots[k] = id
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// loopLimiter is a backend whose device ends an invocation after a
+// number of loop iterations (llvmpipe: 65,535), silently.
+type loopLimiter interface {
+	MaxLoopIterations() uint64
+}
+
+// checkLoops refuses a plan with a launch whose invocations would loop
+// longer than the device lets them: its result would be garbage.
+func (e *Engine) checkLoops() error {
+	ll, ok := e.opts.Backend.(loopLimiter)
+	if !ok || ll.MaxLoopIterations() == 0 {
+		return nil
+	}
+	limit := ll.MaxLoopIterations()
+	for _, a := range e.actions {
+		for _, l := range a.launches {
+			if l.Iters > limit {
+				return unsupported("node %q: kernel %s loops up to %d times in one invocation; the device (%s) ends an invocation after %d iterations",
+					a.node, l.Kernel, l.Iters, e.opts.Backend.Describe(), limit)
+			}
+		}
+	}
+	return nil
+}
+
+// WorkspaceBytes is the device memory the engine holds beside the plan's
+// arenas: per-row partial results of reductions (0 when none), one more
+// region.
+func (e *Engine) WorkspaceBytes() uint64 { return e.wsBytes }
+
 // Close releases the device memory.
-func (e *Engine) Close() error { return e.mem.Release() }
+func (e *Engine) Close() error {
+	for i := range e.actions {
+		for _, p := range e.actions[i].prepared {
+			p.Release()
+		}
+		e.actions[i].prepared = nil
+	}
+	err := e.mem.Release()
+	if e.ws != 0 {
+		err = errors.Join(err, e.opts.Backend.FreeRegion(e.ws))
+		e.ws = 0
+	}
+	return err
+}
+
+// MemoryReport is Memory().Stats() in words, with the workspace.
+func (e *Engine) MemoryReport() string {
+	s := e.mem.Stats().String()
+	if e.wsBytes > 0 {
+		s += fmt.Sprintf("; engine workspace %s beside the plan (reduction partials)", planner.FormatBytes(e.wsBytes))
+	}
+	return s
+}
 
 // Memory returns the device memory the plan was applied to.
 func (e *Engine) Memory() *Memory { return e.mem }
@@ -198,7 +313,7 @@ func (e *Engine) write(loc location, b []byte) error {
 }
 
 // WriteTensor writes a tensor's elements (float32 or int32 values as
-// their 4-byte little-endian words).
+// their 4-byte little-endian words). On the cpu it allocates nothing.
 func (e *Engine) WriteTensor(id string, words []uint32) error {
 	ti, loc, err := e.tensor(id)
 	if err != nil {
@@ -207,6 +322,12 @@ func (e *Engine) WriteTensor(id string, words []uint32) error {
 	n, _ := ir.Numel(e.g.Tensors[ti].Shape)
 	if uint64(len(words)) != n || e.g.Tensors[ti].View != nil {
 		return fmt.Errorf("engine: %d words for tensor %q of %d elements", len(words), id, n)
+	}
+	if ww, ok := e.opts.Backend.(wordWriter); ok {
+		if err := ww.WriteWords(loc.region, loc.offset, words); err != nil {
+			return deviceError(err)
+		}
+		return nil
 	}
 	b := make([]byte, 4*len(words))
 	for i, w := range words {
@@ -224,19 +345,31 @@ func (e *Engine) ReadTensor(id string) ([]uint32, error) {
 	if e.g.Tensors[ti].View != nil {
 		return nil, fmt.Errorf("engine: %q is a view", id)
 	}
-	if err := e.opts.Backend.Wait(); err != nil {
-		return nil, deviceError(err)
-	}
 	n, _ := ir.Numel(e.g.Tensors[ti].Shape)
-	b, err := e.opts.Backend.Read(loc.region, loc.offset, n*4)
-	if err != nil {
-		return nil, deviceError(err)
-	}
 	w := make([]uint32, n)
-	for i := range w {
-		w[i] = le32(b[4*i:])
+	return w, e.readInto(loc, w)
+}
+
+// readInto waits for the device and reads len(dst) words at loc.
+func (e *Engine) readInto(loc location, dst []uint32) error {
+	be := e.opts.Backend
+	if err := be.Wait(); err != nil {
+		return deviceError(err)
 	}
-	return w, nil
+	if r, ok := be.(wordReader); ok {
+		if err := r.ReadWords(loc.region, loc.offset, dst); err != nil {
+			return deviceError(err)
+		}
+		return nil
+	}
+	b, err := be.Read(loc.region, loc.offset, 4*uint64(len(dst)))
+	if err != nil {
+		return deviceError(err)
+	}
+	for i := range dst {
+		dst[i] = le32(b[4*i:])
+	}
+	return nil
 }
 
 // Watch asks Step to read tensor id right after the node that writes it
@@ -246,66 +379,78 @@ func (e *Engine) Watch(id string) error {
 	if !ok {
 		return fmt.Errorf("engine: no tensor %q", id)
 	}
+	if e.g.Tensors[ti].View != nil {
+		return fmt.Errorf("engine: %q is a view", id)
+	}
+	n, _ := ir.Numel(e.g.Tensors[ti].Shape)
 	e.watch[id] = ti
+	e.watched[id] = make([]uint32, n)
 	return nil
 }
 
 // StepResult is what one step produced.
 type StepResult struct {
 	// Watched holds the watched tensors' words, read after their writer.
+	// The engine reuses them: they are valid until the next step.
 	Watched map[string][]uint32
-	// State is the sealed state hash (CommitExecution_v1).
-	State StateHash
 }
 
 // Step runs every executed node once, in execution order, then commits.
 // Collectives are keyed by the optimizer's step count.
-func (e *Engine) Step(ctx context.Context) (*StepResult, error) { return e.StepAt(ctx, e.t) }
+func (e *Engine) Step(ctx context.Context) (StepResult, error) { return e.StepAt(ctx, e.t) }
 
 // StepAt is Step with collectives keyed by step, the job's step number
 // (which every rank agrees on, even one that joined late).
-func (e *Engine) StepAt(ctx context.Context, step uint64) (*StepResult, error) {
-	res := &StepResult{Watched: map[string][]uint32{}}
-	c1 := 1 - pow32(e.opts.AdamW.Beta1, float32(e.t))
-	c2 := 1 - pow32(e.opts.AdamW.Beta2, float32(e.t))
-	for _, a := range e.actions {
+//
+// A step runs the launches bound when the engine was built, reads
+// nothing but the watched tensors and ends with the barrier of
+// CommitExecution_v1 (the device has finished the step). It does not
+// hash the state: CommitExecution, StateHash and Executor.StateHash do,
+// when a caller (a checkpoint, the end of a run) asks. On the cpu
+// backend a step without collectives allocates nothing.
+func (e *Engine) StepAt(ctx context.Context, step uint64) (StepResult, error) {
+	e.adam[0] = f32(1 - pow32(e.opts.AdamW.Beta1, float32(e.t)))
+	e.adam[1] = f32(1 - pow32(e.opts.AdamW.Beta2, float32(e.t)))
+	for i := range e.actions {
+		a := &e.actions[i]
 		if err := ctx.Err(); err != nil {
-			return nil, err
+			return StepResult{}, err
 		}
 		if a.coll != nil {
 			if err := a.coll.run(ctx, e, fmt.Sprintf("%s%d/%s", e.keyPrefix, step, a.node)); err != nil {
-				return nil, fmt.Errorf("engine: collective %s: %w", a.node, err)
+				return StepResult{}, fmt.Errorf("engine: collective %s: %w", a.node, err)
 			}
 		}
-		for _, l := range a.launches {
-			if l.Kernel == "adamw" {
-				l.Params = slices.Clone(l.Params)
-				l.Params[16], l.Params[17] = f32(c1), f32(c2)
+		for j, p := range a.prepared {
+			if a.launches[j].Kernel == "adamw" {
+				if err := p.SetParams(adamCorrections, e.adam[:]); err != nil {
+					return StepResult{}, fmt.Errorf("engine: node %s: %w", a.node, deviceError(err))
+				}
 			}
-			if err := e.opts.Backend.Launch(l); err != nil {
-				return nil, fmt.Errorf("engine: node %s: %w", a.node, deviceError(err))
+			if err := p.Run(); err != nil {
+				return StepResult{}, fmt.Errorf("engine: node %s: %w", a.node, deviceError(err))
 			}
 		}
 		if len(e.watch) > 0 {
 			for _, id := range a.outputs {
-				if _, ok := e.watch[id]; ok {
-					w, err := e.ReadTensor(id)
-					if err != nil {
-						return nil, err
+				if ti, ok := e.watch[id]; ok {
+					if err := e.readInto(e.loc[ti], e.watched[id]); err != nil {
+						return StepResult{}, err
 					}
-					res.Watched[id] = w
 				}
 			}
 		}
 	}
-	st, err := e.CommitExecution()
-	if err != nil {
-		return nil, err
+	if err := e.opts.Backend.Wait(); err != nil {
+		return StepResult{}, deviceError(err)
 	}
-	res.State = st
 	e.t++
-	return res, nil
+	return StepResult{Watched: e.watched}, nil
 }
+
+// adamCorrections is where the adamw kernel's params hold the step's
+// bias corrections 1 − β1^t and 1 − β2^t.
+const adamCorrections = 16
 
 // StateHash seals the persistent state after a step.
 type StateHash [32]byte
@@ -313,10 +458,11 @@ type StateHash [32]byte
 func (h StateHash) String() string { return fmt.Sprintf("%x", h[:]) }
 
 // CommitExecution waits for all queued work and seals the state
-// (CommitExecution_v1): SHA-256 over the step number and the bytes of the
-// persistent arenas (parameters, optimizer state), in arena name order.
-// Two runs with the same inputs and plan layout-independent kernels give
-// the same hash.
+// (CommitExecution_v1): SHA-256 over the optimizer step the next step
+// will take and the bytes of the persistent tensors (parameters,
+// optimizer state), in id order. Two runs with the same inputs and plan
+// layout-independent kernels give the same hash. It reads every
+// persistent tensor back: Step does not call it.
 func (e *Engine) CommitExecution() (StateHash, error) {
 	if err := e.opts.Backend.Wait(); err != nil {
 		return StateHash{}, deviceError(err)

@@ -1,13 +1,13 @@
 package engine
 
 import (
-	"slices"
-
 	"context"
-	"github.com/tmmu/tmmu/failure"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/tmmu/tmmu/failure"
 	"github.com/tmmu/tmmu/ir"
 	"github.com/tmmu/tmmu/models"
 	"github.com/tmmu/tmmu/planner"
@@ -17,15 +17,23 @@ import (
 func tinyGPT2(t testing.TB, batch uint64) (*ir.Graph, models.GPT2Config) {
 	t.Helper()
 	c := models.GPT2Config{Layers: 2, Hidden: 64, Heads: 4, Seq: 32, Context: 32, Batch: batch, Vocab: 64, DType: ir.F32, Train: true}
-	m, err := models.GPT2(c)
-	if err != nil {
-		t.Fatal(err)
+	return compiled(t)(models.GPT2(c)), c
+}
+
+// compiled returns a function that compiles a generator's model (and
+// fails the test on the generator's or the compiler's error).
+func compiled(t testing.TB) func(m *ir.Model, err error) *ir.Graph {
+	return func(m *ir.Model, err error) *ir.Graph {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, err := ir.Compile(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return g
 	}
-	g, err := ir.Compile(m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return g, c
 }
 
 func planFor(t testing.TB, g *ir.Graph) *planner.Plan {
@@ -43,7 +51,10 @@ type run struct {
 	// Device memory: reserved from the device and allocated to arenas;
 	// the plan's arena bytes; seconds per step.
 	reserved, allocated, arenas uint64
+	regions                     int
 	perStep                     time.Duration
+	// state is the persistent tensors after the last step.
+	state map[string][]float32
 }
 
 func train(t testing.TB, g *ir.Graph, p *planner.Plan, vocab uint64, steps int, opts Options) run {
@@ -61,23 +72,34 @@ func train(t testing.TB, g *ir.Graph, p *planner.Plan, vocab uint64, steps int, 
 	}
 	var r run
 	st := e.Memory().Stats()
-	r.reserved, r.allocated = st.ReservedBytes, st.AllocatedBytes
-	for _, a := range e.p.Arenas {
-		r.arenas += (a.ReservedBytes + 255) / 256 * 256
-	}
-	start := time.Now()
+	r.reserved, r.allocated, r.arenas, r.regions = st.ReservedBytes, st.AllocatedBytes, st.PlannedBytes, st.Regions
+	var took time.Duration
 	for s := range steps {
 		if err := e.FeedLM(uint64(s), vocab); err != nil {
 			t.Fatal(err)
 		}
+		start := time.Now()
 		res, err := e.Step(context.Background())
 		if err != nil {
 			t.Fatal(err)
 		}
+		took += time.Since(start)
 		r.losses = append(r.losses, Float32s(res.Watched["loss"])[0])
-		r.states = append(r.states, res.State)
+		st, err := e.CommitExecution()
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.states = append(r.states, st)
 	}
-	r.perStep = time.Since(start) / time.Duration(steps)
+	r.perStep = took / time.Duration(steps)
+	r.state = map[string][]float32{}
+	for _, id := range e.persistent() {
+		w, err := e.ReadTensor(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.state[id] = Float32s(w)
+	}
 	return r
 }
 
@@ -98,23 +120,26 @@ func TestTrainTinyGPT2CPU(t *testing.T) {
 	checkMemory(t, "cpu", planned, ref)
 }
 
-// checkMemory: the device bytes allocated for the step are the plan's
-// arena bytes (each rounded to the 256-byte alignment), all in one region.
+// checkMemory: the device bytes are exactly the plan's reserved arena
+// bytes, in one region; the unshared reference holds one buffer per
+// storage, each its bytes rounded to 4.
 func checkMemory(t *testing.T, backend string, planned, ref run) {
 	t.Helper()
-	for _, r := range []run{planned, ref} {
-		if r.allocated != r.arenas || r.reserved != r.arenas {
-			t.Errorf("%s: device reserved %d and allocated %d bytes for %d bytes of arenas", backend, r.reserved, r.allocated, r.arenas)
-		}
+	if planned.allocated != planned.arenas || planned.reserved != planned.arenas || planned.regions != 1 {
+		t.Errorf("%s: device reserved %d and allocated %d bytes in %d regions for %d bytes of arenas", backend, planned.reserved, planned.allocated, planned.regions, planned.arenas)
 	}
-	t.Logf("%s: device bytes planned %d, unshared %d (ratio %.3f); %.1f steps/s planned, %.1f unshared",
-		backend, planned.allocated, ref.allocated, float64(planned.allocated)/float64(ref.allocated),
+	if ref.reserved < ref.arenas || ref.reserved > ref.arenas+3*uint64(ref.regions) {
+		t.Errorf("%s: unshared: %d bytes in %d buffers for %d bytes of storages", backend, ref.reserved, ref.regions, ref.arenas)
+	}
+	t.Logf("%s: device bytes planned %d (1 buffer), unshared %d (%d buffers; ratio %.3f); %.1f steps/s planned, %.1f unshared",
+		backend, planned.reserved, ref.reserved, ref.regions, float64(planned.reserved)/float64(ref.reserved),
 		float64(time.Second)/float64(planned.perStep), float64(time.Second)/float64(ref.perStep))
 }
 
 // TestSmallRegions runs the model on a device whose buffers hold 128 KiB:
 // the arenas are planned with region_bytes and cut over several regions,
-// and the step computes the same state as with one large region.
+// the device holds exactly the plan's bytes in them, and the step
+// computes the same state as with one large region.
 func TestSmallRegions(t *testing.T) {
 	g, c := tinyGPT2(t, 2)
 	small := NewCPU()
@@ -131,7 +156,10 @@ func TestSmallRegions(t *testing.T) {
 	if got.states[1] != want.states[1] {
 		t.Fatalf("state %s with 128 KiB regions, %s with one region", got.states[1], want.states[1])
 	}
-	t.Logf("%d bytes of arenas over %d bytes of 128 KiB regions", got.arenas, got.reserved)
+	if got.reserved != got.arenas || got.allocated != got.arenas || got.regions < 2 {
+		t.Errorf("%d bytes of arenas: device reserved %d, allocated %d in %d regions", got.arenas, got.reserved, got.allocated, got.regions)
+	}
+	t.Logf("%d bytes of arenas in %d bytes of %d regions of at most 128 KiB", got.arenas, got.reserved, got.regions)
 }
 
 // TestGradientsMatchFiniteDifferences checks every backward kernel at
@@ -139,19 +167,11 @@ func TestSmallRegions(t *testing.T) {
 // equals the loss's central difference when that element moves.
 func TestGradientsMatchFiniteDifferences(t *testing.T) {
 	for _, llama := range []bool{false, true} {
-		var m *ir.Model
-		var err error
+		var g *ir.Graph
 		if llama {
-			m, err = models.Llama(models.LlamaConfig{Layers: 1, Hidden: 16, Heads: 4, KVHeads: 2, Intermediate: 24, Seq: 6, Batch: 2, Vocab: 12, DType: ir.F32, Train: true})
+			g = compiled(t)(models.Llama(models.LlamaConfig{Layers: 1, Hidden: 16, Heads: 4, KVHeads: 2, Intermediate: 24, Seq: 6, Batch: 2, Vocab: 12, DType: ir.F32, Train: true}))
 		} else {
-			m, err = models.GPT2(models.GPT2Config{Layers: 1, Hidden: 16, Heads: 2, Seq: 6, Context: 6, Batch: 2, Vocab: 12, DType: ir.F32, Train: true})
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		g, err := ir.Compile(m)
-		if err != nil {
-			t.Fatal(err)
+			g = compiled(t)(models.GPT2(models.GPT2Config{Layers: 1, Hidden: 16, Heads: 2, Seq: 6, Context: 6, Batch: 2, Vocab: 12, DType: ir.F32, Train: true}))
 		}
 		p := planFor(t, g)
 		e, err := New(g, p, Options{Backend: NewCPU()})
@@ -189,7 +209,11 @@ func TestGradientsMatchFiniteDifferences(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			return Float32s(res.Watched["loss"])[0], res.Watched
+			watched := map[string][]uint32{}
+			for id, w := range res.Watched {
+				watched[id] = slices.Clone(w) // the engine reuses them
+			}
+			return Float32s(res.Watched["loss"])[0], watched
 		}
 		_, watched := loss("", -1, 0)
 		checked := 0
@@ -313,4 +337,28 @@ func TestMemoryOperators(t *testing.T) {
 		}
 		c.Close()
 	}
+}
+
+// TestUnsharedLlama: the unshared reference (one buffer per storage) of
+// a llama computes the planned run's bits on the cpu; WebGPU, whose
+// kernels bind six regions, refuses its attention backward (seven
+// storages) by name.
+func TestUnsharedLlama(t *testing.T) {
+	g := compiled(t)(models.Llama(models.LlamaConfig{Layers: 1, Hidden: 32, Heads: 4, KVHeads: 2, Intermediate: 48, Seq: 8, Batch: 2, Vocab: 24, DType: ir.F32, Train: true}))
+	p := planFor(t, g)
+	planned := train(t, g, p, 24, 3, Options{Backend: NewCPU()})
+	ref := train(t, g, p, 24, 3, Options{Backend: NewCPU(), Unshared: true})
+	for s := range planned.states {
+		if planned.states[s] != ref.states[s] {
+			t.Fatalf("step %d: planned state %s, unshared %s", s, planned.states[s], ref.states[s])
+		}
+	}
+	t.Logf("planned %d bytes in %d region, unshared %d bytes in %d buffers", planned.reserved, planned.regions, ref.reserved, ref.regions)
+	w := webgpu(t)
+	defer w.Close()
+	_, err := New(g, p, Options{Backend: w, Unshared: true})
+	if failure.CodeOf(err) != failure.UnsupportedExecution || !strings.Contains(err.Error(), "binds 7 regions") {
+		t.Fatalf("webgpu unshared llama: %v, want UNSUPPORTED_EXECUTION naming the 7 regions", err)
+	}
+	t.Log(err)
 }

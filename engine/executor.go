@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 
 	"github.com/tmmu/tmmu/failure"
 
@@ -92,6 +93,9 @@ func (x *Executor) Engine() *Engine { return x.e }
 // Graph returns the graph the engine runs.
 func (e *Engine) Graph() *ir.Graph { return e.g }
 
+// MemoryReport says what the plan reserves and the device holds.
+func (x *Executor) MemoryReport() string { return x.e.MemoryReport() }
+
 // Name is the backend's name ("cpu" or "webgpu").
 func (x *Executor) Name() string { return x.e.opts.Backend.Name() }
 
@@ -104,14 +108,15 @@ func (x *Executor) Step(ctx context.Context, step uint64) (runtime.StepStats, er
 	if err != nil {
 		return runtime.StepStats{}, err
 	}
-	loss := Float32s(res.Watched["loss"])
+	loss := res.Watched["loss"]
 	if len(loss) != 1 {
 		return runtime.StepStats{}, fmt.Errorf("engine: loss has %d elements", len(loss))
 	}
+	// The state is sealed when asked (StateHash), not every step.
 	if x.quiet {
-		return runtime.StepStats{Nodes: len(x.e.actions), State: res.State.String()}, nil
+		return runtime.StepStats{Nodes: len(x.e.actions)}, nil
 	}
-	return runtime.StepStats{Nodes: len(x.e.actions), HasLoss: true, Loss: float64(loss[0]), State: res.State.String()}, nil
+	return runtime.StepStats{Nodes: len(x.e.actions), HasLoss: true, Loss: float64(math.Float32frombits(loss[0]))}, nil
 }
 
 // Export returns the persistent tensors (parameters, optimizer state)

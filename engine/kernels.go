@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"fmt"
 	"math"
 )
 
@@ -55,8 +54,9 @@ type kernel func(k *invocation, t uint32)
 
 // invocation is one launch as the cpu kernels see it.
 type invocation struct {
-	mem [][]uint32
-	p   []uint32
+	mem   [][]uint32
+	p     []uint32
+	lanes *lanes // workgroup memory (workgroup kernels, groups.go)
 }
 
 func (k *invocation) u(i int) uint32  { return k.p[i] }
@@ -117,19 +117,6 @@ var kernels = map[string]kernel{
 		}
 		k.st(o2, t, v)
 	},
-	"matmul": func(k *invocation, t uint32) {
-		M, N, K := k.u(6), k.u(7), k.u(8)
-		as0, as1, bs0, bs1 := k.u(9), k.u(10), k.u(11), k.u(12)
-		if t >= M*N {
-			return
-		}
-		i, j := t/N, t%N
-		var s float32
-		for r := uint32(0); r < K; r++ {
-			s += k.ld(o0, i*as0+r*as1) * k.ld(o1, r*bs0+j*bs1)
-		}
-		k.st(o2, t, s)
-	},
 	"add": func(k *invocation, t uint32) {
 		if t < k.u(6) {
 			k.st(o2, t, k.ld(o0, t)+k.ld(o1, t%k.u(7)))
@@ -167,52 +154,6 @@ var kernels = map[string]kernel{
 			k.st(o2, t, k.ld(o1, t)*(s*(1+x*(1-s))))
 		}
 	},
-	"layernorm": func(k *invocation, t uint32) {
-		rows, h, eps := k.u(12), k.u(13), k.f(14)
-		if t >= rows {
-			return
-		}
-		base := t * h
-		var mean float32
-		for j := uint32(0); j < h; j++ {
-			mean += k.ld(o0, base+j)
-		}
-		mean /= float32(h)
-		var v float32
-		for j := uint32(0); j < h; j++ {
-			d := k.ld(o0, base+j) - mean
-			v += d * d
-		}
-		rstd := 1 / sqrt32(v/float32(h)+eps)
-		for j := uint32(0); j < h; j++ {
-			k.st(o3, base+j, (k.ld(o0, base+j)-mean)*rstd*k.ld(o1, j)+k.ld(o2, j))
-		}
-		k.st(o4, t, mean)
-		k.st(o5, t, rstd)
-	},
-	"ln_bwd_x": func(k *invocation, t uint32) {
-		rows, h := k.u(12), k.u(13)
-		if t >= rows {
-			return
-		}
-		base := t * h
-		mean, rstd := k.ld(o2, t), k.ld(o3, t)
-		// dxhat = dy·w; dx = rstd·(dxhat − mean(dxhat) − xhat·mean(dxhat·xhat))
-		var s1, s2 float32
-		for j := uint32(0); j < h; j++ {
-			xh := (k.ld(o0, base+j) - mean) * rstd
-			g := k.ld(o4, base+j) * k.ld(o1, j)
-			s1 += g
-			s2 += g * xh
-		}
-		s1 /= float32(h)
-		s2 /= float32(h)
-		for j := uint32(0); j < h; j++ {
-			xh := (k.ld(o0, base+j) - mean) * rstd
-			g := k.ld(o4, base+j) * k.ld(o1, j)
-			k.st(o5, base+j, rstd*(g-s1-xh*s2))
-		}
-	},
 	"ln_bwd_wb": func(k *invocation, t uint32) {
 		rows, h, hasb := k.u(12), k.u(13), k.u(14)
 		if t >= h {
@@ -228,40 +169,6 @@ var kernels = map[string]kernel{
 		k.st(o4, t, dw)
 		if hasb != 0 {
 			k.st(o5, t, db)
-		}
-	},
-	"rmsnorm": func(k *invocation, t uint32) {
-		rows, h, eps := k.u(8), k.u(9), k.f(10)
-		if t >= rows {
-			return
-		}
-		base := t * h
-		var ss float32
-		for j := uint32(0); j < h; j++ {
-			x := k.ld(o0, base+j)
-			ss += x * x
-		}
-		rstd := 1 / sqrt32(ss/float32(h)+eps)
-		for j := uint32(0); j < h; j++ {
-			k.st(o2, base+j, k.ld(o0, base+j)*rstd*k.ld(o1, j))
-		}
-		k.st(o3, t, rstd)
-	},
-	"rms_bwd_x": func(k *invocation, t uint32) {
-		rows, h := k.u(10), k.u(11)
-		if t >= rows {
-			return
-		}
-		base := t * h
-		rstd := k.ld(o2, t)
-		var s float32
-		for j := uint32(0); j < h; j++ {
-			s += k.ld(o3, base+j) * k.ld(o1, j) * k.ld(o0, base+j) * rstd
-		}
-		s /= float32(h)
-		for j := uint32(0); j < h; j++ {
-			xh := k.ld(o0, base+j) * rstd
-			k.st(o4, base+j, rstd*(k.ld(o3, base+j)*k.ld(o1, j)-xh*s))
 		}
 	},
 	"rms_bwd_w": func(k *invocation, t uint32) {
@@ -293,146 +200,17 @@ var kernels = map[string]kernel{
 		k.st(o1, r*width+2*p, a*c-b*s)
 		k.st(o1, r*width+2*p+1, a*s+b*c)
 	},
-	"attn": func(k *invocation, t uint32) {
-		B, S, H, KV, D := k.u(10), k.u(11), k.u(12), k.u(13), k.u(14)
-		qs0, qs1, ks0, ks1, vs0, vs1, scale := k.u(15), k.u(16), k.u(17), k.u(18), k.u(19), k.u(20), k.f(21)
-		if t >= B*H*S*D {
+	"emb_bwd": func(k *invocation, t uint32) {
+		// dt is zeroed by a fill first; column t adds rows in order.
+		rows, h, vocab := k.u(6), k.u(7), k.u(8)
+		if t >= h {
 			return
 		}
-		d := t % D
-		i := (t / D) % S
-		h := (t / (D * S)) % H
-		b := t / (D * S * H)
-		kh := h / (H / KV)
-		q := b*qs0 + i*qs1 + h*D
-		// Row maximum and sum of exponentials, then the weighted sum.
-		m := float32(math.Inf(-1))
-		for j := uint32(0); j <= i; j++ {
-			m = max(m, attnScore(k, q, b*ks0+j*ks1+kh*D, D, scale))
-		}
-		var l float32
-		for j := uint32(0); j <= i; j++ {
-			l += exp32(attnScore(k, q, b*ks0+j*ks1+kh*D, D, scale) - m)
-		}
-		lse := m + log32(l)
-		var acc float32
-		for j := uint32(0); j <= i; j++ {
-			p := exp32(attnScore(k, q, b*ks0+j*ks1+kh*D, D, scale) - lse)
-			acc += p * k.ld(o2, b*vs0+j*vs1+kh*D+d)
-		}
-		// y [B,S,H·D] contiguous, lse [B,H,S].
-		k.st(o3, (b*S+i)*H*D+h*D+d, acc)
-		if d == 0 {
-			k.st(o4, (b*H+h)*S+i, lse)
-		}
-	},
-	"attn_bwd_q": func(k *invocation, t uint32) {
-		B, S, H, KV, D := k.u(14), k.u(15), k.u(16), k.u(17), k.u(18)
-		qs0, qs1, ks0, ks1, vs0, vs1 := k.u(19), k.u(20), k.u(21), k.u(22), k.u(23), k.u(24)
-		ds0, ds1, scale := k.u(25), k.u(26), k.f(27)
-		if t >= B*H*S*D {
-			return
-		}
-		d := t % D
-		i := (t / D) % S
-		h := (t / (D * S)) % H
-		b := t / (D * S * H)
-		kh := h / (H / KV)
-		q := b*qs0 + i*qs1 + h*D
-		row := (b*S+i)*H*D + h*D // y and dy
-		lse := k.ld(o4, (b*H+h)*S+i)
-		var di float32
-		for e := uint32(0); e < D; e++ {
-			di += k.ld(o5, row+e) * k.ld(o3, row+e)
-		}
-		var acc float32
-		for j := uint32(0); j <= i; j++ {
-			kj, vj := b*ks0+j*ks1+kh*D, b*vs0+j*vs1+kh*D
-			p := exp32(attnScore(k, q, kj, D, scale) - lse)
-			var dp float32
-			for e := uint32(0); e < D; e++ {
-				dp += k.ld(o5, row+e) * k.ld(o2, vj+e)
-			}
-			acc += p * (dp - di) * k.ld(o1, kj+d)
-		}
-		k.st(o6, b*ds0+i*ds1+h*D+d, acc*scale)
-	},
-	"attn_bwd_kv": func(k *invocation, t uint32) {
-		B, S, H, KV, D := k.u(16), k.u(17), k.u(18), k.u(19), k.u(20)
-		qs0, qs1, ks0, ks1, vs0, vs1 := k.u(21), k.u(22), k.u(23), k.u(24), k.u(25), k.u(26)
-		dks0, dks1, dvs0, dvs1, scale := k.u(27), k.u(28), k.u(29), k.u(30), k.f(31)
-		if t >= B*KV*S*D {
-			return
-		}
-		d := t % D
-		j := (t / D) % S
-		kh := (t / (D * S)) % KV
-		b := t / (D * S * KV)
-		group := H / KV
-		kj, vj := b*ks0+j*ks1+kh*D, b*vs0+j*vs1+kh*D
-		var dk, dv float32
-		for h := kh * group; h < (kh+1)*group; h++ {
-			for i := j; i < S; i++ {
-				q := b*qs0 + i*qs1 + h*D
-				row := (b*S+i)*H*D + h*D
-				p := exp32(attnScore(k, q, kj, D, scale) - k.ld(o4, (b*H+h)*S+i))
-				var dp, di float32
-				for e := uint32(0); e < D; e++ {
-					dp += k.ld(o5, row+e) * k.ld(o2, vj+e)
-					di += k.ld(o5, row+e) * k.ld(o3, row+e)
-				}
-				dk += p * (dp - di) * k.ld(o0, q+d)
-				dv += p * k.ld(o5, row+d)
-			}
-		}
-		k.st(o6, b*dks0+j*dks1+kh*D+d, dk*scale)
-		k.st(o7, b*dvs0+j*dvs1+kh*D+d, dv)
-	},
-	"xent": func(k *invocation, t uint32) {
-		rows, vocab := k.u(6), k.u(7)
-		if t != 0 {
-			return
-		}
-		// One invocation sums the rows in order: the loss is a single
-		// deterministic scalar with no atomics.
-		var total float32
 		for r := uint32(0); r < rows; r++ {
-			m := float32(math.Inf(-1))
-			for v := uint32(0); v < vocab; v++ {
-				m = max(m, k.ld(o0, r*vocab+v))
+			if id := k.ldi(o0, r); id >= 0 && uint32(id) < vocab {
+				k.st(o2, uint32(id)*h+t, k.ld(o2, uint32(id)*h+t)+k.ld(o1, r*h+t))
 			}
-			var s float32
-			for v := uint32(0); v < vocab; v++ {
-				s += exp32(k.ld(o0, r*vocab+v) - m)
-			}
-			label := k.ldi(o1, r)
-			var x float32
-			if label >= 0 && uint32(label) < vocab {
-				x = k.ld(o0, r*vocab+uint32(label))
-			}
-			total += m + log32(s) - x
 		}
-		k.st(o2, 0, total/float32(rows))
-	},
-	"xent_bwd": func(k *invocation, t uint32) {
-		rows, vocab := k.u(8), k.u(9)
-		if t >= rows*vocab {
-			return
-		}
-		r, c := t/vocab, t%vocab
-		m := float32(math.Inf(-1))
-		for v := uint32(0); v < vocab; v++ {
-			m = max(m, k.ld(o0, r*vocab+v))
-		}
-		var s float32
-		for v := uint32(0); v < vocab; v++ {
-			s += exp32(k.ld(o0, r*vocab+v) - m)
-		}
-		g := exp32(k.ld(o0, t)-m) / s
-		if int32(c) == k.ldi(o1, r) {
-			g -= 1
-		}
-		k.st(o3, t, g*k.ld(o2, 0)/float32(rows))
 	},
 	"reduce_sum": func(k *invocation, t uint32) {
 		rows, n := k.u(4), k.u(5)
@@ -444,20 +222,6 @@ var kernels = map[string]kernel{
 			s += k.ld(o0, r*n+t)
 		}
 		k.st(o1, t, s)
-	},
-	"emb_bwd": func(k *invocation, t uint32) {
-		rows, h, vocab := k.u(6), k.u(7), k.u(8)
-		if t >= vocab*h {
-			return
-		}
-		v, j := t/h, t%h
-		var s float32
-		for r := uint32(0); r < rows; r++ {
-			if k.ldi(o0, r) == int32(v) {
-				s += k.ld(o1, r*h+j)
-			}
-		}
-		k.st(o2, t, s)
 	},
 	"adamw": func(k *invocation, t uint32) {
 		n, poff, goff := k.u(8), k.u(9), k.u(10)
@@ -474,26 +238,4 @@ var kernels = map[string]kernel{
 		p -= lr * (m/c1/(sqrt32(v/c2)+eps) + wd*p)
 		k.st(o0, poff+t, p)
 	},
-}
-
-// attnScore is q·k·scale over D elements (q in operand 0, k in operand 1).
-func attnScore(k *invocation, q, kk, D uint32, scale float32) float32 {
-	var s float32
-	for e := uint32(0); e < D; e++ {
-		s += k.ld(o0, q+e) * k.ld(o1, kk+e)
-	}
-	return s * scale
-}
-
-// runKernel runs every invocation of a launch on the host.
-func runKernel(mem [][]uint32, l *Launch) error {
-	kern, ok := kernels[l.Kernel]
-	if !ok {
-		return fmt.Errorf("engine: no kernel %q", l.Kernel)
-	}
-	inv := &invocation{mem: mem, p: l.Params}
-	for t := uint32(0); t < l.Threads; t++ {
-		kern(inv, t)
-	}
-	return nil
 }

@@ -19,6 +19,7 @@ type action struct {
 	node     string
 	outputs  []string // the node's outputs, for Watch
 	launches []Launch
+	prepared []Prepared // launches bound once (Engine.prepare)
 	coll     *collective
 }
 
@@ -39,6 +40,23 @@ func unsupported(format string, args ...any) error {
 // lowerer turns nodes into launches.
 type lowerer struct {
 	e *Engine
+	// ws is the words of workspace the launches need (per-row partial
+	// results; see workspace).
+	ws uint64
+}
+
+// wsRegion stands for the workspace region in Launch.Slots until New
+// allocates it.
+const wsRegion = -1
+
+// workspace is an operand of words words in the engine's workspace: a
+// region outside the plan, shared by every launch that needs one (they
+// run one after another), for partial results no tensor of the graph
+// holds, such as each row's loss before the mean. Its bytes are reported
+// beside the plan's (Engine.WorkspaceBytes).
+func (l *lowerer) workspace(words uint64) operand {
+	l.ws = max(l.ws, words)
+	return operand{region: wsRegion, shape: []uint64{words}, numel: words}
 }
 
 func (l *lowerer) op(id string) (operand, error) {
@@ -107,6 +125,33 @@ func launch(kernel string, threads uint64, ops []operand, words ...uint32) (Laun
 	l.Params = append(l.Params, words...)
 	return l, nil
 }
+
+// grouped makes x a workgroup launch of groups groups whose invocations
+// each run at most iters loop iterations.
+func grouped(x Launch, err error) func(groups, iters uint64) (Launch, error) {
+	return func(groups, iters uint64) (Launch, error) {
+		if err == nil && groups > math.MaxUint32 {
+			err = unsupported("kernel %s needs %d workgroups (at most %d)", x.Kernel, groups, uint32(math.MaxUint32))
+		}
+		x.Groups, x.Threads, x.Iters = true, uint32(groups), iters
+		return x, err
+	}
+}
+
+// withIters records that each invocation of x runs at most iters loop
+// iterations.
+func withIters(x Launch, err error) func(iters uint64) (Launch, error) {
+	return func(iters uint64) (Launch, error) {
+		x.Iters = iters
+		return x, err
+	}
+}
+
+// perLane is how many of n elements one lane of a workgroup visits.
+func perLane(n uint64) uint64 { return (n + wgLanes - 1) / wgLanes }
+
+// treeIters is the loop iterations of one lane tree reduction.
+const treeIters = 6
 
 func f32(x float32) uint32 { return math.Float32bits(x) }
 
@@ -222,7 +267,9 @@ func (l *lowerer) lower(n *ir.Node) ([]Launch, error) {
 			return nil, err
 		}
 		h := o[1].numel
-		return one("layernorm", o[0].numel/h, o, u32(o[0].numel/h), u32(h), f32(layerNormEps))
+		rows := o[0].numel / h
+		x, err := grouped(launch("layernorm", 0, o, u32(rows), u32(h), f32(layerNormEps)))(rows, 3*perLane(h)+2*treeIters)
+		return []Launch{x}, err
 	case models.OpLayerNormBackward:
 		if len(in) != 5 || (len(out) != 2 && len(out) != 3) {
 			return nil, unsupported("node %q (%s) has %d inputs and %d outputs", n.ID, n.Op, len(in), len(out))
@@ -238,7 +285,7 @@ func (l *lowerer) lower(n *ir.Node) ([]Launch, error) {
 			if err != nil {
 				return nil, err
 			}
-			lx, err := launch("ln_bwd_x", rows, o, u32(rows), u32(h))
+			lx, err := grouped(launch("ln_bwd_x", 0, o, u32(rows), u32(h)))(rows, 3*perLane(h)+2*treeIters)
 			if err != nil {
 				return nil, err
 			}
@@ -248,7 +295,7 @@ func (l *lowerer) lower(n *ir.Node) ([]Launch, error) {
 		if err != nil {
 			return nil, err
 		}
-		lw, err := launch("ln_bwd_wb", h, o, u32(rows), u32(h), 1)
+		lw, err := withIters(launch("ln_bwd_wb", h, o, u32(rows), u32(h), 1))(rows)
 		return append(ls, lw), err
 	case models.OpRMSNorm:
 		if err := need(2, 2); err != nil {
@@ -259,7 +306,9 @@ func (l *lowerer) lower(n *ir.Node) ([]Launch, error) {
 			return nil, err
 		}
 		h := o[1].numel
-		return one("rmsnorm", o[0].numel/h, o, u32(o[0].numel/h), u32(h), f32(layerNormEps))
+		rows := o[0].numel / h
+		x, err := grouped(launch("rmsnorm", 0, o, u32(rows), u32(h), f32(layerNormEps)))(rows, 2*perLane(h)+treeIters)
+		return []Launch{x}, err
 	case models.OpRMSNormBackward:
 		if len(in) != 4 || (len(out) != 1 && len(out) != 2) {
 			return nil, unsupported("node %q (%s) has %d inputs and %d outputs", n.ID, n.Op, len(in), len(out))
@@ -275,7 +324,7 @@ func (l *lowerer) lower(n *ir.Node) ([]Launch, error) {
 			if err != nil {
 				return nil, err
 			}
-			lx, err := launch("rms_bwd_x", rows, o, u32(rows), u32(h))
+			lx, err := grouped(launch("rms_bwd_x", 0, o, u32(rows), u32(h)))(rows, 2*perLane(h)+treeIters)
 			if err != nil {
 				return nil, err
 			}
@@ -285,7 +334,7 @@ func (l *lowerer) lower(n *ir.Node) ([]Launch, error) {
 		if err != nil {
 			return nil, err
 		}
-		lw, err := launch("rms_bwd_w", h, o, u32(rows), u32(h))
+		lw, err := withIters(launch("rms_bwd_w", h, o, u32(rows), u32(h)))(rows)
 		return append(ls, lw), err
 	case models.OpRope, models.OpRopeBackward:
 		if err := need(1, 1); err != nil {
@@ -325,7 +374,16 @@ func (l *lowerer) lower(n *ir.Node) ([]Launch, error) {
 		if rows == 0 || o[0].numel%rows != 0 {
 			return nil, unsupported("cross_entropy %q: logits %v for %d labels", n.ID, o[0].shape, rows)
 		}
-		return one("xent", 1, o, u32(rows), u32(o[0].numel/rows))
+		vocab := o[0].numel / rows
+		// Each row's loss lands in the engine's workspace, then one
+		// group averages them: no invocation loops over all rows·vocab.
+		ws := l.workspace(rows)
+		lr, err := grouped(launch("xent_rows", 0, []operand{o[0], o[1], ws}, u32(rows), u32(vocab)))(rows, 2*perLane(vocab)+2*treeIters)
+		if err != nil {
+			return nil, err
+		}
+		lm, err := grouped(launch("xent_mean", 0, []operand{ws, o[2]}, u32(rows)))(1, perLane(rows)+treeIters)
+		return []Launch{lr, lm}, err
 	case models.OpCrossEntropyBackward:
 		if err := need(3, 1); err != nil {
 			return nil, err
@@ -338,7 +396,9 @@ func (l *lowerer) lower(n *ir.Node) ([]Launch, error) {
 		if rows == 0 || o[0].numel%rows != 0 {
 			return nil, unsupported("cross_entropy_backward %q: logits %v for %d labels", n.ID, o[0].shape, rows)
 		}
-		return one("xent_bwd", o[0].numel, o, u32(rows), u32(o[0].numel/rows))
+		vocab := o[0].numel / rows
+		x, err := grouped(launch("xent_bwd", 0, o, u32(rows), u32(vocab)))(rows, 3*perLane(vocab)+2*treeIters)
+		return []Launch{x}, err
 	case models.OpReduceSum:
 		if err := need(1, 1); err != nil {
 			return nil, err
@@ -350,7 +410,9 @@ func (l *lowerer) lower(n *ir.Node) ([]Launch, error) {
 		if o[1].numel == 0 || o[0].numel%o[1].numel != 0 {
 			return nil, unsupported("reduce_sum %q: %v to %v", n.ID, o[0].shape, o[1].shape)
 		}
-		return one("reduce_sum", o[1].numel, o, u32(o[0].numel/o[1].numel), u32(o[1].numel))
+		rows := o[0].numel / o[1].numel
+		x, err := withIters(launch("reduce_sum", o[1].numel, o, u32(rows), u32(o[1].numel)))(rows)
+		return []Launch{x}, err
 	case models.OpEmbeddingBackward:
 		if err := need(2, 1); err != nil {
 			return nil, err
@@ -362,7 +424,15 @@ func (l *lowerer) lower(n *ir.Node) ([]Launch, error) {
 		if len(o[2].shape) != 2 {
 			return nil, unsupported("embedding_backward %q: table gradient of rank %d", n.ID, len(o[2].shape))
 		}
-		return one("emb_bwd", o[2].numel, o, u32(o[0].numel), u32(o[2].shape[1]), u32(o[2].shape[0]))
+		// Zero the table gradient, then one invocation per column adds
+		// the rows in order (no invocation loops over vocab·rows).
+		h := o[2].shape[1]
+		z, err := launch("fill", o[2].numel, o[2:], u32(o[2].numel), f32(0))
+		if err != nil {
+			return nil, err
+		}
+		x, err := withIters(launch("emb_bwd", h, o, u32(o[0].numel), u32(h), u32(o[2].shape[0])))(o[0].numel)
+		return []Launch{z, x}, err
 	case models.OpAdamW:
 		return l.adamw(n)
 	}
@@ -431,7 +501,8 @@ func (l *lowerer) matmul(n *ir.Node) ([]Launch, error) {
 	if y.numel != M*N {
 		return nil, unsupported("matmul %q: output %v is not [%d,%d]", n.ID, y.shape, M, N)
 	}
-	x, err := launch("matmul", M*N, o, u32(M), u32(N), u32(K), u32(as0), u32(as1), u32(bs0), u32(bs1))
+	tiles := ((M + matmulTile - 1) / matmulTile) * ((N + matmulTile - 1) / matmulTile)
+	x, err := grouped(launch("matmul", 0, o, u32(M), u32(N), u32(K), u32(as0), u32(as1), u32(bs0), u32(bs1)))(tiles, K+K/matmulTile+1)
 	return []Launch{x}, err
 }
 
@@ -460,6 +531,10 @@ func (l *lowerer) qkv(n *ir.Node) (ops []operand, B, S, H, KV, D uint64, err err
 		return
 	}
 	D = q.shape[2] / H
+	if S > maxAttnSeq || D > maxHeadDim {
+		err = unsupported("attention %q: sequence %d and head width %d (the kernels take sequences up to %d and heads up to %d wide)", n.ID, S, D, maxAttnSeq, maxHeadDim)
+		return
+	}
 	if k.shape[2] != KV*D || !slices.Equal(k.shape, ops[2].shape) || k.shape[0] != B || k.shape[1] != S {
 		err = unsupported("attention %q: q %v, k %v, v %v", n.ID, q.shape, k.shape, ops[2].shape)
 	}
@@ -479,8 +554,8 @@ func (l *lowerer) attention(n *ir.Node) ([]Launch, error) {
 	ks0, ks1 := bs(qkv[1])
 	vs0, vs1 := bs(qkv[2])
 	scale := float32(1 / math.Sqrt(float64(D)))
-	x, err := launch("attn", B*H*S*D, append(qkv, o...), u32(B), u32(S), u32(H), u32(KV), u32(D),
-		qs0, qs1, ks0, ks1, vs0, vs1, f32(scale))
+	x, err := grouped(launch("attn", 0, append(qkv, o...), u32(B), u32(S), u32(H), u32(KV), u32(D),
+		qs0, qs1, ks0, ks1, vs0, vs1, f32(scale)))(B*H*S, perLane(S)*(D+2)+perLane(D)*S+2*treeIters)
 	return []Launch{x}, err
 }
 
@@ -531,15 +606,15 @@ func (l *lowerer) attentionBackward(n *ir.Node) ([]Launch, error) {
 	scale := f32(float32(1 / math.Sqrt(float64(D))))
 	ins := append(slices.Clone(qkv), rest...)
 	d0, d1 := bs(dq)
-	lq, err := launch("attn_bwd_q", B*H*S*D, append(slices.Clone(ins), dq), u32(B), u32(S), u32(H), u32(KV), u32(D),
-		qs0, qs1, ks0, ks1, vs0, vs1, d0, d1, scale)
+	lq, err := grouped(launch("attn_bwd_q", 0, append(slices.Clone(ins), dq), u32(B), u32(S), u32(H), u32(KV), u32(D),
+		qs0, qs1, ks0, ks1, vs0, vs1, d0, d1, scale))(B*H*S, D+perLane(S)*(2*D+1)+perLane(D)*S)
 	if err != nil {
 		return nil, err
 	}
 	k0, k1 := bs(dk)
 	v0, v1 := bs(dv)
-	lkv, err := launch("attn_bwd_kv", B*KV*S*D, append(slices.Clone(ins), dk, dv), u32(B), u32(S), u32(H), u32(KV), u32(D),
-		qs0, qs1, ks0, ks1, vs0, vs1, k0, k1, v0, v1, scale)
+	lkv, err := grouped(launch("attn_bwd_kv", 0, append(slices.Clone(ins), dk, dv), u32(B), u32(S), u32(H), u32(KV), u32(D),
+		qs0, qs1, ks0, ks1, vs0, vs1, k0, k1, v0, v1, scale))(B*KV*S, H/KV*(perLane(S)*(4*D+2)+2*perLane(D)*S)+D)
 	return []Launch{lq, lkv}, err
 }
 

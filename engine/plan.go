@@ -10,14 +10,17 @@ import (
 
 // ExecutableArenas returns base with the device's limits made planner
 // constraints for every arena: alignment at least
-// MinStorageBufferOffsetAlignment, and region_bytes the largest buffer
-// the device binds whole, so no tensor straddles two device buffers.
+// MinStorageBufferOffsetAlignment, page_size at least that alignment (so
+// the plan's reserved bytes are what the device holds, with no rounding
+// left to ApplyPlan), and region_bytes the largest region one kernel
+// slot binds, so no tensor straddles two device buffers.
 func ExecutableArenas(l Limits, base planner.ArenaConfig) planner.ArenaConfig {
 	out := planner.ArenaConfig{}
 	for _, name := range ir.Arenas {
 		s := base[name]
 		align := max(uint64(s.AlignmentBytes), planner.DefaultAlignment, l.MinStorageBufferOffsetAlignment)
 		s.AlignmentBytes = planner.ByteSize(align)
+		s.PageSize = max(s.PageSize, planner.ByteSize(align))
 		r := regionBytes(l)
 		r -= r % align
 		if s.RegionBytes == 0 || uint64(s.RegionBytes) > r {

@@ -3,47 +3,9 @@ package engine
 import (
 	"fmt"
 	"math"
-	"slices"
-	"strings"
 
 	"github.com/tmmu/tmmu/ir"
-	"github.com/tmmu/tmmu/planner"
 )
-
-// unshared returns p with every storage given bytes of its own: each
-// arena's storages are laid end to end (aligned), so no two tensors share
-// a byte whatever their lifetimes. Executing it is the reference the
-// planned layout must reproduce bit for bit.
-func unshared(g *ir.Graph, p *planner.Plan) *planner.Plan {
-	q := *p
-	q.Tensors = slices.Clone(p.Tensors)
-	q.Arenas = slices.Clone(p.Arenas)
-	end := map[string]uint64{}
-	base := map[string]uint64{} // root id → its new offset
-	place := func(i int) int {
-		k, _ := slices.BinarySearchFunc(q.Tensors, g.Tensors[i].ID, func(t planner.TensorPlacement, id string) int { return strings.Compare(t.ID, id) })
-		return k
-	}
-	for i := range g.Tensors {
-		r := g.Root[i]
-		if r != int32(i) {
-			continue
-		}
-		t := &q.Tensors[place(i)]
-		align := max(t.Alignment, 256)
-		off := (end[t.Arena] + align - 1) / align * align
-		base[t.ID] = off
-		end[t.Arena] = off + g.StorageBytes[i]
-	}
-	for i := range g.Tensors {
-		t := &q.Tensors[place(i)]
-		t.Offset = base[g.Tensors[g.Root[i]].ID] + g.RootOffset[i]
-	}
-	for i := range q.Arenas {
-		q.Arenas[i].ReservedBytes = end[q.Arenas[i].Name]
-	}
-	return &q
-}
 
 // Init gives a parameter element its initial value: id and shape are the
 // whole (unpartitioned) parameter's, i its flat element index.
@@ -139,14 +101,31 @@ func Batch(seed, step, rows, seq, vocab uint64) (tokens, labels []int32) {
 	tokens = make([]int32, rows*seq)
 	labels = make([]int32, rows*seq)
 	for r := range rows {
-		h := step*0x9e3779b97f4a7c15 ^ (r+1)*0xbf58476d1ce4e5b9 ^ seed*0x94d049bb133111eb
-		start := splitmix(&h) % vocab
+		start := rowStart(seed, step, r, vocab)
 		for i := range seq {
 			tokens[r*seq+i] = int32((start + i) % vocab)
 			labels[r*seq+i] = int32((start + i + 1) % vocab)
 		}
 	}
 	return tokens, labels
+}
+
+// rowStart is the first token of row r of step's global batch.
+func rowStart(seed, step, r, vocab uint64) uint64 {
+	h := step*0x9e3779b97f4a7c15 ^ (r+1)*0xbf58476d1ce4e5b9 ^ seed*0x94d049bb133111eb
+	return splitmix(&h) % vocab
+}
+
+// batchInto writes rows [lo, lo+len(tok)/seq) of Batch's tokens and
+// labels into tok and lab, as words.
+func batchInto(seed, step, lo, seq, vocab uint64, tok, lab []uint32) {
+	for r := range uint64(len(tok)) / seq {
+		start := rowStart(seed, step, lo+r, vocab)
+		for i := range seq {
+			tok[r*seq+i] = uint32((start + i) % vocab)
+			lab[r*seq+i] = uint32((start + i + 1) % vocab)
+		}
+	}
 }
 
 // FeedLM writes this rank's slice of the global batch of step into the
@@ -164,28 +143,25 @@ func (e *Engine) FeedLM(step, vocab uint64) error {
 		return fmt.Errorf("engine: tokens has shape %v, want [batch, seq]", shape)
 	}
 	B, S := shape[0], shape[1]
-	tok, lab := Batch(e.opts.Seed, step, B*e.opts.DataSize, S, vocab)
-	lo, hi := e.opts.DataRank*B*S, (e.opts.DataRank+1)*B*S
-	words := func(v []int32) []uint32 {
-		w := make([]uint32, len(v))
-		for i, x := range v {
-			w[i] = uint32(x)
-		}
-		return w
+	if len(e.feed.tokens) != int(B*S) {
+		e.feed.tokens, e.feed.labels = make([]uint32, B*S), make([]uint32, B*S)
 	}
-	if err := e.WriteTensor("tokens", words(tok[lo:hi])); err != nil {
+	batchInto(e.opts.Seed, step, e.opts.DataRank*B, S, vocab, e.feed.tokens, e.feed.labels)
+	if err := e.WriteTensor("tokens", e.feed.tokens); err != nil {
 		return err
 	}
-	if err := e.WriteTensor("labels", words(lab[lo:hi])); err != nil {
+	if err := e.WriteTensor("labels", e.feed.labels); err != nil {
 		return err
 	}
 	if pi, ok := e.g.TensorIndex("positions"); ok {
 		n, _ := ir.Numel(e.g.Tensors[pi].Shape)
-		pos := make([]uint32, n)
-		for i := range pos {
-			pos[i] = uint32(uint64(i) % S)
+		if uint64(len(e.feed.positions)) != n {
+			e.feed.positions = make([]uint32, n)
+			for i := range e.feed.positions {
+				e.feed.positions[i] = uint32(uint64(i) % S)
+			}
 		}
-		return e.WriteTensor("positions", pos)
+		return e.WriteTensor("positions", e.feed.positions)
 	}
 	return nil
 }

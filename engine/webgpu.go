@@ -3,12 +3,14 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/tmmu/tmmu/gpu"
 )
 
 // WebGPU runs the kernels as WGSL compute shaders on a WebGPU device
-// (package gpu): each region is one storage buffer, bound whole.
+// (package gpu): each region is one storage buffer, bound whole or, when
+// larger than one binding, as the device's windows.
 type WebGPU struct {
 	dev     *gpu.Device
 	buffers map[int]*gpu.Buffer
@@ -16,13 +18,19 @@ type WebGPU struct {
 	kernels map[string]*gpu.Kernel
 }
 
+// Limits are the device's, with MaxStorageBufferBindingSize the largest
+// region one slot binds (package gpu's Windows.MaxSlotBytes: 640 MiB on
+// llvmpipe, whose bindings stop at 128 MiB).
+
 // ErrNoAdapter is returned by NewWebGPU when the machine has no WebGPU
 // adapter (not even a CPU Vulkan driver).
 var ErrNoAdapter = gpu.ErrNoAdapter
 
 // NewWebGPU opens the first WebGPU adapter.
-func NewWebGPU() (*WebGPU, error) {
-	d, err := gpu.Open(gpu.Options{})
+func NewWebGPU() (*WebGPU, error) { return newWebGPU(gpu.Options{}) }
+
+func newWebGPU(o gpu.Options) (*WebGPU, error) {
+	d, err := gpu.Open(o)
 	if err != nil {
 		return nil, err
 	}
@@ -57,7 +65,7 @@ func (w *WebGPU) Describe() string { return w.dev.Info().String() }
 
 func (w *WebGPU) Limits() Limits {
 	l := w.dev.Limits()
-	return Limits{MaxBufferSize: l.MaxBufferSize, MaxStorageBufferBindingSize: l.MaxStorageBufferBindingSize,
+	return Limits{MaxBufferSize: l.MaxBufferSize, MaxStorageBufferBindingSize: w.dev.Windows().MaxSlotBytes,
 		MinStorageBufferOffsetAlignment: uint64(l.MinStorageBufferOffsetAlignment)}
 }
 
@@ -110,36 +118,111 @@ func (w *WebGPU) Read(region int, offset, n uint64) ([]byte, error) {
 }
 
 func (w *WebGPU) Launch(l Launch) error {
-	k, ok := w.kernels[l.Kernel]
+	k, slots, err := w.resolve(l)
+	if err != nil {
+		return err
+	}
+	x, y, ok := w.grid(l)
 	if !ok {
-		src, ok := wgslSource(l.Kernel)
-		if !ok {
-			return fmt.Errorf("engine: no WGSL kernel %q", l.Kernel)
-		}
-		var err error
-		if k, err = w.dev.Compile(l.Kernel, src); err != nil {
-			return err
-		}
-		w.kernels[l.Kernel] = k
+		return nil
+	}
+	return w.dev.Dispatch(k, slots, l.Params, x, y, 1)
+}
+
+func (w *WebGPU) Prepare(l Launch) (Prepared, error) {
+	k, slots, err := w.resolve(l)
+	if err != nil {
+		return nil, err
+	}
+	b, err := w.dev.Bind(k, slots, l.Params)
+	if err != nil {
+		return nil, err
+	}
+	x, y, ok := w.grid(l)
+	return &gpuLaunch{b: b, x: x, y: y, empty: !ok}, nil
+}
+
+// gpuLaunch is a prepared launch: a gpu.Binding and its grid.
+type gpuLaunch struct {
+	b     *gpu.Binding
+	x, y  uint32
+	empty bool
+}
+
+func (g *gpuLaunch) Run() error {
+	if g.empty {
+		return nil
+	}
+	return g.b.Dispatch(g.x, g.y, 1)
+}
+func (g *gpuLaunch) SetParams(at int, words []uint32) error { return g.b.SetParams(at, words) }
+func (g *gpuLaunch) Release()                               { g.b.Release() }
+
+// resolve compiles (once) the kernel the launch needs, windowed when a
+// slot's region is larger than one binding, and returns the buffers.
+func (w *WebGPU) resolve(l Launch) (*gpu.Kernel, []*gpu.Buffer, error) {
+	if len(l.Slots) > gpu.NumSlots {
+		return nil, nil, unsupported("kernel %s binds %d regions; a WebGPU kernel binds %d", l.Kernel, len(l.Slots), gpu.NumSlots)
 	}
 	slots := make([]*gpu.Buffer, len(l.Slots))
+	windowed := false
 	for i, id := range l.Slots {
 		b, err := w.buffer(id)
 		if err != nil {
-			return err
+			return nil, nil, err
 		}
 		slots[i] = b
+		windowed = windowed || b.Size() > w.dev.Limits().MaxStorageBufferBindingSize
 	}
+	name, prelude := l.Kernel, wgslPrelude
+	if windowed {
+		ws := w.dev.Windows()
+		name, prelude = fmt.Sprintf("%s@%dx%d", l.Kernel, ws.Count, ws.Bytes), wgslWindowedPrelude(ws)
+	}
+	k, ok := w.kernels[name]
+	if !ok {
+		src, ok := wgslSource(prelude, l.Kernel, l.Groups)
+		if !ok {
+			return nil, nil, fmt.Errorf("engine: no WGSL kernel %q", l.Kernel)
+		}
+		var err error
+		if k, err = w.dev.Compile(name, src); err != nil {
+			return nil, nil, err
+		}
+		w.kernels[name] = k
+	}
+	return k, slots, nil
+}
+
+// grid is the workgroup grid of l (false: nothing to run).
+func (w *WebGPU) grid(l Launch) (x, y uint32, ok bool) {
 	groups := (uint64(l.Threads) + wgslWorkgroup - 1) / wgslWorkgroup
-	if groups == 0 {
-		return nil
+	if l.Groups {
+		groups = uint64(l.Threads)
 	}
-	x := min(groups, uint64(max(w.dev.Limits().MaxComputeWorkgroupsPerDimension, 1)))
-	y := (groups + x - 1) / x
-	return w.dev.Dispatch(k, slots, l.Params, uint32(x), uint32(y), 1)
+	if groups == 0 {
+		return 0, 0, false
+	}
+	gx := min(groups, uint64(max(w.dev.Limits().MaxComputeWorkgroupsPerDimension, 1)))
+	return uint32(gx), uint32((groups + gx - 1) / gx), true
 }
 
 func (w *WebGPU) Wait() error { return w.dev.Wait() }
+
+// llvmpipeLoopLimit is where Mesa's llvmpipe ends a shader invocation:
+// after 65,535 loop iterations, without an error.
+const llvmpipeLoopLimit = 65535
+
+// MaxLoopIterations is the most loop iterations one invocation may run
+// on this device (0: no limit known). The engine refuses a launch above
+// it (Launch.Iters) rather than compute a truncated result.
+func (w *WebGPU) MaxLoopIterations() uint64 {
+	i := w.dev.Info()
+	if strings.Contains(strings.ToLower(i.Name+" "+i.Device), "llvmpipe") {
+		return llvmpipeLoopLimit
+	}
+	return 0
+}
 
 func (w *WebGPU) Close() error {
 	var errs []error

@@ -2,6 +2,8 @@ package engine
 
 import (
 	"errors"
+	"fmt"
+	"github.com/tmmu/tmmu/gpu"
 	"math"
 	"os"
 	"testing"
@@ -19,9 +21,11 @@ const webgpuTolerance = 1e-4
 // webgpu opens the WebGPU backend or skips the test when the machine has
 // no adapter, unless TMMU_REQUIRE_WEBGPU=1 (CI installs the CPU Vulkan
 // driver and sets it).
-func webgpu(t testing.TB) *WebGPU {
+func webgpu(t testing.TB) *WebGPU { t.Helper(); return webgpuWith(t, gpu.Options{}) }
+
+func webgpuWith(t testing.TB, o gpu.Options) *WebGPU {
 	t.Helper()
-	w, err := NewWebGPU()
+	w, err := newWebGPU(o)
 	if errors.Is(err, ErrNoAdapter) && os.Getenv("TMMU_REQUIRE_WEBGPU") != "1" {
 		t.Skipf("no WebGPU adapter (install mesa-vulkan-drivers for one on the CPU): %v", err)
 	}
@@ -33,16 +37,54 @@ func webgpu(t testing.TB) *WebGPU {
 }
 
 func TestWGSLTwins(t *testing.T) {
-	for name := range kernels {
-		if _, ok := wgslKernels[name]; !ok {
-			t.Errorf("kernel %s has no WGSL twin", name)
+	twins := func(kind string, ref, wgsl map[string]bool) {
+		for name := range ref {
+			if !wgsl[name] {
+				t.Errorf("%s kernel %s has no WGSL twin", kind, name)
+			}
+		}
+		for name := range wgsl {
+			if !ref[name] {
+				t.Errorf("WGSL %s kernel %s has no reference", kind, name)
+			}
 		}
 	}
-	for name := range wgslKernels {
-		if _, ok := kernels[name]; !ok {
-			t.Errorf("WGSL kernel %s has no reference", name)
+	twins("invocation", keys(kernels), keys(wgslKernels))
+	twins("workgroup", keys(groupKernels), keys(wgslGroupKernels))
+}
+
+// TestEveryKernelCompiles: every WGSL kernel compiles on the device,
+// with the flat prelude and, where the device binds a slot as several
+// windows, with the windowed one.
+func TestEveryKernelCompiles(t *testing.T) {
+	w := webgpu(t)
+	defer w.Close()
+	ws := w.dev.Windows()
+	preludes := []string{wgslPrelude}
+	if ws.Count > 1 {
+		preludes = append(preludes, wgslWindowedPrelude(ws))
+	}
+	n := 0
+	for _, prelude := range preludes {
+		for name, group := range map[bool]map[string]string{false: wgslKernels, true: wgslGroupKernels} {
+			for k := range group {
+				src, _ := wgslSource(prelude, k, name)
+				if _, err := w.dev.Compile(fmt.Sprintf("%s-%d", k, n), src); err != nil {
+					t.Errorf("%s (windowed %v): %v", k, prelude != wgslPrelude, err)
+				}
+				n++
+			}
 		}
 	}
+	t.Logf("%d kernels compiled (windows %+v)", n, ws)
+}
+
+func keys[V any](m map[string]V) map[string]bool {
+	out := map[string]bool{}
+	for k := range m {
+		out[k] = true
+	}
+	return out
 }
 
 // TestTrainTinyGPT2WebGPU: the model on WebGPU for 20 steps. The
@@ -85,19 +127,9 @@ func TestTrainTinyGPT2WebGPU(t *testing.T) {
 func TestWebGPUMatchesCPU(t *testing.T) {
 	w := webgpu(t)
 	defer w.Close()
-	gm, err := models.GPT2(models.GPT2Config{Layers: 1, Hidden: 32, Heads: 4, Seq: 8, Context: 8, Batch: 2, Vocab: 24, DType: ir.F32, Train: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	lm, err := models.Llama(models.LlamaConfig{Layers: 1, Hidden: 32, Heads: 4, KVHeads: 2, Intermediate: 48, Seq: 8, Batch: 2, Vocab: 24, DType: ir.F32, Train: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, m := range []*ir.Model{gm, lm} {
-		g, err := ir.Compile(m)
-		if err != nil {
-			t.Fatal(err)
-		}
+	gm := compiled(t)(models.GPT2(models.GPT2Config{Layers: 1, Hidden: 32, Heads: 4, Seq: 8, Context: 8, Batch: 2, Vocab: 24, DType: ir.F32, Train: true}))
+	lm := compiled(t)(models.Llama(models.LlamaConfig{Layers: 1, Hidden: 32, Heads: 4, KVHeads: 2, Intermediate: 48, Seq: 8, Batch: 2, Vocab: 24, DType: ir.F32, Train: true}))
+	for _, g := range []*ir.Graph{gm, lm} {
 		p := planFor(t, g)
 		a := paramsAfter(t, g, p, Options{Backend: w})
 		b := paramsAfter(t, g, p, Options{Backend: NewCPU()})
@@ -108,43 +140,20 @@ func TestWebGPUMatchesCPU(t *testing.T) {
 			}
 		}
 		if worst > webgpuTolerance {
-			t.Errorf("%s: parameters differ by up to %g", m.Name, worst)
+			t.Errorf("%s: parameters differ by up to %g", g.Name, worst)
 		}
-		t.Logf("%s: %d parameters, max |webgpu − cpu| after 2 steps %.3g", m.Name, len(a), worst)
+		t.Logf("%s: %d parameters, max |webgpu − cpu| after 2 steps %.3g", g.Name, len(a), worst)
 	}
 }
 
+// paramsAfter is the persistent state after two training steps.
 func paramsAfter(t *testing.T, g *ir.Graph, p *planner.Plan, opts Options) map[string][]float32 {
 	t.Helper()
-	e, err := New(g, p, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close()
-	if err := e.InitState(nil); err != nil {
-		t.Fatal(err)
-	}
 	vocab, err := vocabOf(g)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for s := range 2 {
-		if err := e.FeedLM(uint64(s), vocab); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := e.Step(t.Context()); err != nil {
-			t.Fatal(err)
-		}
-	}
-	out := map[string][]float32{}
-	for _, id := range e.persistent() {
-		w, err := e.ReadTensor(id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out[id] = Float32s(w)
-	}
-	return out
+	return train(t, g, p, vocab, 2, opts).state
 }
 
 // TestZeROWebGPU: ZeRO-3 over 4 in-process ranks, each on its own WebGPU
@@ -154,4 +163,45 @@ func TestZeROWebGPU(t *testing.T) {
 	newBackend := func() Backend { return webgpu(t) }
 	whole := zeroRun(t, newBackend, 1, 0, 3)
 	compareZeRO(t, whole, zeroRun(t, newBackend, 4, 3, 3), 4)
+}
+
+// TestWindowedBindingsMatchWhole trains with every region larger than
+// one binding (bindings lowered to 16 KiB, so each slot is 5 windows of 16
+// KiB and the plan's regions are cut at 80 KiB): the windowed kernels
+// compute the same bits as the kernels that bind regions whole.
+func TestWindowedBindingsMatchWhole(t *testing.T) {
+	small := webgpuWith(t, gpu.Options{MaxBindingBytes: 16 << 10})
+	defer small.Close()
+	ws := small.dev.Windows()
+	if ws.Count < 2 {
+		t.Skipf("the device binds %d window per slot", ws.Count)
+	}
+	whole := webgpu(t)
+	defer whole.Close()
+	g, _ := tinyGPT2(t, 2)
+	p, err := planner.PlanMemory(g, planner.Options{Mode: planner.TrainFull, Arenas: ExecutableArenas(small.Limits(), nil)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := New(g, p, Options{Backend: small})
+	if err != nil {
+		t.Fatal(err)
+	}
+	regions := e.Memory().Stats().Regions
+	e.Close()
+	if regions < 2 {
+		t.Fatalf("the plan fits %d region", regions)
+	}
+	a := paramsAfter(t, g, p, Options{Backend: small})
+	b := paramsAfter(t, g, planFor(t, g), Options{Backend: whole})
+	n := 0
+	for id, x := range a {
+		for i := range x {
+			if math.Float32bits(x[i]) != math.Float32bits(b[id][i]) {
+				t.Fatalf("%s[%d]: windowed %v, whole %v", id, i, x[i], b[id][i])
+			}
+		}
+		n += len(x)
+	}
+	t.Logf("windows %+v: %d regions; %d state elements bit-identical after 2 steps", ws, regions, n)
 }

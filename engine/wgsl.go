@@ -1,15 +1,26 @@
 package engine
 
+import (
+	"fmt"
+	"math/bits"
+	"strings"
+
+	"github.com/tmmu/tmmu/gpu"
+)
+
 // WGSL twins of the reference kernels (kernels.go): the same params
 // words, the same loops and the same float32 operations in the same
-// order. Memory is six read_write storage bindings of u32 words (the
-// launch's regions, bound whole; unused ones get a dummy buffer) and the
-// params words at binding 6. Each kernel body runs with t, the invocation
+// order. Memory is six read_write storage slots of u32 words (the
+// launch's regions, bound whole, or as windows when a region is larger
+// than one binding; unused ones get a dummy buffer) and the params words
+// at binding 6. Each kernel body runs with t, the invocation
 // id, and checks its own bounds.
 
 // wgslWorkgroup is the workgroup size of every kernel.
-const wgslWorkgroup = 64
+const wgslWorkgroup = wgLanes
 
+// wgslPrelude is the flat prelude: each slot one binding (regions up to
+// MaxStorageBufferBindingSize).
 const wgslPrelude = `
 @group(0) @binding(0) var<storage, read_write> r0: array<u32>;
 @group(0) @binding(1) var<storage, read_write> r1: array<u32>;
@@ -18,9 +29,6 @@ const wgslPrelude = `
 @group(0) @binding(4) var<storage, read_write> r4: array<u32>;
 @group(0) @binding(5) var<storage, read_write> r5: array<u32>;
 @group(0) @binding(6) var<storage, read> params: array<u32>;
-
-fn u(i: u32) -> u32 { return params[i]; }
-fn f(i: u32) -> f32 { return bitcast<f32>(params[i]); }
 
 fn rd(s: u32, i: u32) -> u32 {
   switch s {
@@ -43,6 +51,46 @@ fn wr(s: u32, i: u32, v: u32) {
     default: { r5[i] = v; }
   }
 }
+` + wgslCommon
+
+// wgslWindowedPrelude is the prelude for regions larger than one binding
+// (package gpu, "Buffers larger than one binding"): slot s is ws.Count
+// windows of ws.Bytes, and word i of it lives in window i >> shift.
+func wgslWindowedPrelude(ws gpu.Windows) string {
+	var b strings.Builder
+	shift := bits.TrailingZeros64(ws.Bytes / 4)
+	for s := range gpu.NumSlots {
+		for w := range ws.Count {
+			fmt.Fprintf(&b, "@group(0) @binding(%d) var<storage, read_write> r%d_%d: array<u32>;\n", ws.Binding(s, w), s, w)
+		}
+	}
+	fmt.Fprintf(&b, "@group(0) @binding(%d) var<storage, read> params: array<u32>;\n", gpu.ParamsBinding)
+	fmt.Fprintf(&b, "const NW = %du;\nconst WSHIFT = %du;\nconst WMASK = %du;\n", ws.Count, shift, ws.Bytes/4-1)
+	b.WriteString("fn rd(s: u32, i: u32) -> u32 {\n  let j = i & WMASK;\n  switch s * NW + min(i >> WSHIFT, NW - 1u) {\n")
+	last := fmt.Sprintf("r%d_%d", gpu.NumSlots-1, ws.Count-1)
+	for s := range gpu.NumSlots {
+		for w := range ws.Count {
+			if v := fmt.Sprintf("r%d_%d", s, w); v != last {
+				fmt.Fprintf(&b, "    case %du: { return %s[j]; }\n", s*ws.Count+w, v)
+			}
+		}
+	}
+	fmt.Fprintf(&b, "    default: { return %s[j]; }\n  }\n}\n", last)
+	b.WriteString("fn wr(s: u32, i: u32, v: u32) {\n  let j = i & WMASK;\n  switch s * NW + min(i >> WSHIFT, NW - 1u) {\n")
+	for s := range gpu.NumSlots {
+		for w := range ws.Count {
+			if v := fmt.Sprintf("r%d_%d", s, w); v != last {
+				fmt.Fprintf(&b, "    case %du: { %s[j] = v; }\n", s*ws.Count+w, v)
+			}
+		}
+	}
+	fmt.Fprintf(&b, "    default: { %s[j] = v; }\n  }\n}\n", last)
+	return b.String() + wgslCommon
+}
+
+const wgslCommon = `
+fn u(i: u32) -> u32 { return params[i]; }
+fn f(i: u32) -> f32 { return bitcast<f32>(params[i]); }
 
 fn ld(o: u32, i: u32) -> f32 { return bitcast<f32>(rd(params[o], params[o + 1u] + i)); }
 fn ldi(o: u32, i: u32) -> i32 { return bitcast<i32>(rd(params[o], params[o + 1u] + i)); }
@@ -52,12 +100,6 @@ const o0 = 0u; const o1 = 2u; const o2 = 4u; const o3 = 6u;
 const o4 = 8u; const o5 = 10u; const o6 = 12u; const o7 = 14u;
 const NEG = -3.4028234e38;
 const GELU_C = 0.7978845608028654;
-
-fn attn_score(q: u32, kk: u32, D: u32, scale: f32) -> f32 {
-  var s = 0.0;
-  for (var e = 0u; e < D; e++) { s += ld(o0, q + e) * ld(o1, kk + e); }
-  return s * scale;
-}
 `
 
 const wgslMain = `
@@ -81,15 +123,6 @@ var wgslKernels = map[string]string{
   var v = 0.0;
   if (id >= 0 && u32(id) < vocab) { v = ld(o0, u32(id) * h + j); }
   st(o2, t, v);
-}`,
-	"matmul": `fn body(t: u32) {
-  let M = u(6u); let N = u(7u); let K = u(8u);
-  let as0 = u(9u); let as1 = u(10u); let bs0 = u(11u); let bs1 = u(12u);
-  if (t >= M * N) { return; }
-  let i = t / N; let j = t % N;
-  var s = 0.0;
-  for (var r = 0u; r < K; r++) { s += ld(o0, i * as0 + r * as1) * ld(o1, r * bs0 + j * bs1); }
-  st(o2, t, s);
 }`,
 	"add": `fn body(t: u32) {
   if (t < u(6u)) { st(o2, t, ld(o0, t) + ld(o1, t % u(7u))); }
@@ -121,38 +154,6 @@ var wgslKernels = map[string]string{
     st(o2, t, ld(o1, t) * (s * (1.0 + x * (1.0 - s))));
   }
 }`,
-	"layernorm": `fn body(t: u32) {
-  let rows = u(12u); let h = u(13u); let eps = f(14u);
-  if (t >= rows) { return; }
-  let base = t * h;
-  var mean = 0.0;
-  for (var j = 0u; j < h; j++) { mean += ld(o0, base + j); }
-  mean /= f32(h);
-  var v = 0.0;
-  for (var j = 0u; j < h; j++) { let d = ld(o0, base + j) - mean; v += d * d; }
-  let rstd = 1.0 / sqrt(v / f32(h) + eps);
-  for (var j = 0u; j < h; j++) { st(o3, base + j, (ld(o0, base + j) - mean) * rstd * ld(o1, j) + ld(o2, j)); }
-  st(o4, t, mean);
-  st(o5, t, rstd);
-}`,
-	"ln_bwd_x": `fn body(t: u32) {
-  let rows = u(12u); let h = u(13u);
-  if (t >= rows) { return; }
-  let base = t * h;
-  let mean = ld(o2, t); let rstd = ld(o3, t);
-  var s1 = 0.0; var s2 = 0.0;
-  for (var j = 0u; j < h; j++) {
-    let xh = (ld(o0, base + j) - mean) * rstd;
-    let g = ld(o4, base + j) * ld(o1, j);
-    s1 += g; s2 += g * xh;
-  }
-  s1 /= f32(h); s2 /= f32(h);
-  for (var j = 0u; j < h; j++) {
-    let xh = (ld(o0, base + j) - mean) * rstd;
-    let g = ld(o4, base + j) * ld(o1, j);
-    st(o5, base + j, rstd * (g - s1 - xh * s2));
-  }
-}`,
 	"ln_bwd_wb": `fn body(t: u32) {
   let rows = u(12u); let h = u(13u); let hasb = u(14u);
   if (t >= h) { return; }
@@ -164,29 +165,6 @@ var wgslKernels = map[string]string{
   }
   st(o4, t, dw);
   if (hasb != 0u) { st(o5, t, db); }
-}`,
-	"rmsnorm": `fn body(t: u32) {
-  let rows = u(8u); let h = u(9u); let eps = f(10u);
-  if (t >= rows) { return; }
-  let base = t * h;
-  var ss = 0.0;
-  for (var j = 0u; j < h; j++) { let x = ld(o0, base + j); ss += x * x; }
-  let rstd = 1.0 / sqrt(ss / f32(h) + eps);
-  for (var j = 0u; j < h; j++) { st(o2, base + j, ld(o0, base + j) * rstd * ld(o1, j)); }
-  st(o3, t, rstd);
-}`,
-	"rms_bwd_x": `fn body(t: u32) {
-  let rows = u(10u); let h = u(11u);
-  if (t >= rows) { return; }
-  let base = t * h;
-  let rstd = ld(o2, t);
-  var s = 0.0;
-  for (var j = 0u; j < h; j++) { s += ld(o3, base + j) * ld(o1, j) * ld(o0, base + j) * rstd; }
-  s /= f32(h);
-  for (var j = 0u; j < h; j++) {
-    let xh = ld(o0, base + j) * rstd;
-    st(o4, base + j, rstd * (ld(o3, base + j) * ld(o1, j) - xh * s));
-  }
 }`,
 	"rms_bwd_w": `fn body(t: u32) {
   let rows = u(8u); let h = u(9u);
@@ -210,102 +188,16 @@ var wgslKernels = map[string]string{
   st(o1, r * width + 2u * p, a * c - b * s);
   st(o1, r * width + 2u * p + 1u, a * s + b * c);
 }`,
-	"attn": `fn body(t: u32) {
-  let B = u(10u); let S = u(11u); let H = u(12u); let KV = u(13u); let D = u(14u);
-  let qs0 = u(15u); let qs1 = u(16u); let ks0 = u(17u); let ks1 = u(18u); let vs0 = u(19u); let vs1 = u(20u);
-  let scale = f(21u);
-  if (t >= B * H * S * D) { return; }
-  let d = t % D; let i = (t / D) % S; let h = (t / (D * S)) % H; let b = t / (D * S * H);
-  let kh = h / (H / KV);
-  let q = b * qs0 + i * qs1 + h * D;
-  var m = NEG;
-  for (var j = 0u; j <= i; j++) { m = max(m, attn_score(q, b * ks0 + j * ks1 + kh * D, D, scale)); }
-  var l = 0.0;
-  for (var j = 0u; j <= i; j++) { l += exp(attn_score(q, b * ks0 + j * ks1 + kh * D, D, scale) - m); }
-  let lse = m + log(l);
-  var acc = 0.0;
-  for (var j = 0u; j <= i; j++) {
-    let p = exp(attn_score(q, b * ks0 + j * ks1 + kh * D, D, scale) - lse);
-    acc += p * ld(o2, b * vs0 + j * vs1 + kh * D + d);
-  }
-  st(o3, (b * S + i) * H * D + h * D + d, acc);
-  if (d == 0u) { st(o4, (b * H + h) * S + i, lse); }
-}`,
-	"attn_bwd_q": `fn body(t: u32) {
-  let B = u(14u); let S = u(15u); let H = u(16u); let KV = u(17u); let D = u(18u);
-  let qs0 = u(19u); let qs1 = u(20u); let ks0 = u(21u); let ks1 = u(22u); let vs0 = u(23u); let vs1 = u(24u);
-  let ds0 = u(25u); let ds1 = u(26u); let scale = f(27u);
-  if (t >= B * H * S * D) { return; }
-  let d = t % D; let i = (t / D) % S; let h = (t / (D * S)) % H; let b = t / (D * S * H);
-  let kh = h / (H / KV);
-  let q = b * qs0 + i * qs1 + h * D;
-  let row = (b * S + i) * H * D + h * D;
-  let lse = ld(o4, (b * H + h) * S + i);
-  var di = 0.0;
-  for (var e = 0u; e < D; e++) { di += ld(o5, row + e) * ld(o3, row + e); }
-  var acc = 0.0;
-  for (var j = 0u; j <= i; j++) {
-    let kj = b * ks0 + j * ks1 + kh * D; let vj = b * vs0 + j * vs1 + kh * D;
-    let p = exp(attn_score(q, kj, D, scale) - lse);
-    var dp = 0.0;
-    for (var e = 0u; e < D; e++) { dp += ld(o5, row + e) * ld(o2, vj + e); }
-    acc += p * (dp - di) * ld(o1, kj + d);
-  }
-  st(o6, b * ds0 + i * ds1 + h * D + d, acc * scale);
-}`,
-	"attn_bwd_kv": `fn body(t: u32) {
-  let B = u(16u); let S = u(17u); let H = u(18u); let KV = u(19u); let D = u(20u);
-  let qs0 = u(21u); let qs1 = u(22u); let ks0 = u(23u); let ks1 = u(24u); let vs0 = u(25u); let vs1 = u(26u);
-  let dks0 = u(27u); let dks1 = u(28u); let dvs0 = u(29u); let dvs1 = u(30u); let scale = f(31u);
-  if (t >= B * KV * S * D) { return; }
-  let d = t % D; let j = (t / D) % S; let kh = (t / (D * S)) % KV; let b = t / (D * S * KV);
-  let group = H / KV;
-  let kj = b * ks0 + j * ks1 + kh * D; let vj = b * vs0 + j * vs1 + kh * D;
-  var dk = 0.0; var dv = 0.0;
-  for (var h = kh * group; h < (kh + 1u) * group; h++) {
-    for (var i = j; i < S; i++) {
-      let q = b * qs0 + i * qs1 + h * D;
-      let row = (b * S + i) * H * D + h * D;
-      let p = exp(attn_score(q, kj, D, scale) - ld(o4, (b * H + h) * S + i));
-      var dp = 0.0; var di = 0.0;
-      for (var e = 0u; e < D; e++) {
-        dp += ld(o5, row + e) * ld(o2, vj + e);
-        di += ld(o5, row + e) * ld(o3, row + e);
-      }
-      dk += p * (dp - di) * ld(o0, q + d);
-      dv += p * ld(o5, row + d);
+	"emb_bwd": `fn body(t: u32) {
+  let rows = u(6u); let h = u(7u); let vocab = u(8u);
+  if (t >= h) { return; }
+  for (var r = 0u; r < rows; r++) {
+    let id = ldi(o0, r);
+    if (id >= 0 && u32(id) < vocab) {
+      let at = u32(id) * h + t;
+      st(o2, at, ld(o2, at) + ld(o1, r * h + t));
     }
   }
-  st(o6, b * dks0 + j * dks1 + kh * D + d, dk * scale);
-  st(o7, b * dvs0 + j * dvs1 + kh * D + d, dv);
-}`,
-	"xent": `fn body(t: u32) {
-  let rows = u(6u); let vocab = u(7u);
-  if (t != 0u) { return; }
-  var total = 0.0;
-  for (var r = 0u; r < rows; r++) {
-    var m = NEG;
-    for (var v = 0u; v < vocab; v++) { m = max(m, ld(o0, r * vocab + v)); }
-    var s = 0.0;
-    for (var v = 0u; v < vocab; v++) { s += exp(ld(o0, r * vocab + v) - m); }
-    let label = ldi(o1, r);
-    var x = 0.0;
-    if (label >= 0 && u32(label) < vocab) { x = ld(o0, r * vocab + u32(label)); }
-    total += m + log(s) - x;
-  }
-  st(o2, 0u, total / f32(rows));
-}`,
-	"xent_bwd": `fn body(t: u32) {
-  let rows = u(8u); let vocab = u(9u);
-  if (t >= rows * vocab) { return; }
-  let r = t / vocab; let c = t % vocab;
-  var m = NEG;
-  for (var v = 0u; v < vocab; v++) { m = max(m, ld(o0, r * vocab + v)); }
-  var s = 0.0;
-  for (var v = 0u; v < vocab; v++) { s += exp(ld(o0, r * vocab + v) - m); }
-  var g = exp(ld(o0, t) - m) / s;
-  if (i32(c) == ldi(o1, r)) { g -= 1.0; }
-  st(o3, t, g * ld(o2, 0u) / f32(rows));
 }`,
 	"reduce_sum": `fn body(t: u32) {
   let rows = u(4u); let n = u(5u);
@@ -313,16 +205,6 @@ var wgslKernels = map[string]string{
   var s = 0.0;
   for (var r = 0u; r < rows; r++) { s += ld(o0, r * n + t); }
   st(o1, t, s);
-}`,
-	"emb_bwd": `fn body(t: u32) {
-  let rows = u(6u); let h = u(7u); let vocab = u(8u);
-  if (t >= vocab * h) { return; }
-  let v = t / h; let j = t % h;
-  var s = 0.0;
-  for (var r = 0u; r < rows; r++) {
-    if (ldi(o0, r) == i32(v)) { s += ld(o1, r * h + j); }
-  }
-  st(o2, t, s);
 }`,
 	"adamw": `fn body(t: u32) {
   let n = u(8u); let poff = u(9u); let goff = u(10u);
@@ -339,11 +221,294 @@ var wgslKernels = map[string]string{
 }`,
 }
 
-// wgslSource returns the whole WGSL module of a kernel.
-func wgslSource(name string) (string, bool) {
-	body, ok := wgslKernels[name]
-	if !ok {
-		return "", false
+// wgslGroupPrelude holds what workgroup kernels share: the lane
+// reductions (the tree of laneSum and laneMax in groups.go) and the
+// attention score.
+const wgslGroupPrelude = `
+var<workgroup> red: array<f32, 64>;
+
+// max_sumexp is (m, Σ exp(x − m)) over row [base, base+n) of operand 0.
+fn max_sumexp(base: u32, n: u32, l: u32) -> vec2<f32> {
+  var a = NEG;
+  for (var v = l; v < n; v += 64u) { a = max(a, ld(o0, base + v)); }
+  let m = tree_max(l, a);
+  var b = 0.0;
+  for (var v = l; v < n; v += 64u) { b += exp(ld(o0, base + v) - m); }
+  return vec2<f32>(m, tree_sum(l, b));
+}
+
+fn tree_sum(l: u32, v: f32) -> f32 {
+  red[l] = v;
+  workgroupBarrier();
+  for (var s = 32u; s > 0u; s >>= 1u) {
+    if (l < s) { red[l] = red[l] + red[l + s]; }
+    workgroupBarrier();
+  }
+  let r = red[0];
+  workgroupBarrier();
+  return r;
+}
+
+fn tree_max(l: u32, v: f32) -> f32 {
+  red[l] = v;
+  workgroupBarrier();
+  for (var s = 32u; s > 0u; s >>= 1u) {
+    if (l < s) { red[l] = max(red[l], red[l + s]); }
+    workgroupBarrier();
+  }
+  let r = red[0];
+  workgroupBarrier();
+  return r;
+}
+
+fn attn_score(q: u32, kk: u32, D: u32, scale: f32) -> f32 {
+  var s = 0.0;
+  for (var e = 0u; e < D; e++) { s += ld(o0, q + e) * ld(o1, kk + e); }
+  return s * scale;
+}
+`
+
+const wgslGroupMain = `
+@compute @workgroup_size(64)
+fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+  body(wid.x + wid.y * nwg.x, lid.x);
+}
+`
+
+// wgslGroupKernels holds each workgroup kernel's body: fn body(g: u32,
+// l: u32), g the group (the row), l the lane. Every workgroupBarrier is
+// in uniform control flow: the early return tests only g and params.
+var wgslGroupKernels = map[string]string{
+	"matmul": `
+var<workgroup> ta: array<f32, 64>;
+var<workgroup> tb: array<f32, 64>;
+fn body(g: u32, l: u32) {
+  let M = u(6u); let N = u(7u); let K = u(8u);
+  let as0 = u(9u); let as1 = u(10u); let bs0 = u(11u); let bs1 = u(12u);
+  let tn = (N + 7u) / 8u;
+  if (g >= ((M + 7u) / 8u) * tn) { return; }
+  let li = l / 8u; let lj = l % 8u;
+  let i = (g / tn) * 8u + li; let j = (g % tn) * 8u + lj;
+  var s = 0.0;
+  for (var r0 = 0u; r0 < K; r0 += 8u) {
+    var av = 0.0;
+    if (i < M && r0 + lj < K) { av = ld(o0, i * as0 + (r0 + lj) * as1); }
+    var bv = 0.0;
+    if (r0 + li < K && j < N) { bv = ld(o1, (r0 + li) * bs0 + j * bs1); }
+    ta[l] = av;
+    tb[l] = bv;
+    workgroupBarrier();
+    let n = min(8u, K - r0);
+    for (var r = 0u; r < n; r++) { s += ta[li * 8u + r] * tb[r * 8u + lj]; }
+    workgroupBarrier();
+  }
+  if (i < M && j < N) { st(o2, i * N + j, s); }
+}`,
+	"layernorm": `fn body(g: u32, l: u32) {
+  let rows = u(12u); let h = u(13u); let eps = f(14u);
+  if (g >= rows) { return; }
+  let base = g * h;
+  var a = 0.0;
+  for (var j = l; j < h; j += 64u) { a += ld(o0, base + j); }
+  let mean = tree_sum(l, a) / f32(h);
+  var b = 0.0;
+  for (var j = l; j < h; j += 64u) { let d = ld(o0, base + j) - mean; b += d * d; }
+  let rstd = 1.0 / sqrt(tree_sum(l, b) / f32(h) + eps);
+  for (var j = l; j < h; j += 64u) { st(o3, base + j, (ld(o0, base + j) - mean) * rstd * ld(o1, j) + ld(o2, j)); }
+  if (l == 0u) { st(o4, g, mean); st(o5, g, rstd); }
+}`,
+	"ln_bwd_x": `fn body(g: u32, l: u32) {
+  let rows = u(12u); let h = u(13u);
+  if (g >= rows) { return; }
+  let base = g * h;
+  let mean = ld(o2, g); let rstd = ld(o3, g);
+  var a = 0.0;
+  for (var j = l; j < h; j += 64u) { a += ld(o4, base + j) * ld(o1, j); }
+  let s1 = tree_sum(l, a) / f32(h);
+  var b = 0.0;
+  for (var j = l; j < h; j += 64u) { b += ld(o4, base + j) * ld(o1, j) * ((ld(o0, base + j) - mean) * rstd); }
+  let s2 = tree_sum(l, b) / f32(h);
+  for (var j = l; j < h; j += 64u) {
+    let xh = (ld(o0, base + j) - mean) * rstd;
+    let gr = ld(o4, base + j) * ld(o1, j);
+    st(o5, base + j, rstd * (gr - s1 - xh * s2));
+  }
+}`,
+	"rmsnorm": `fn body(g: u32, l: u32) {
+  let rows = u(8u); let h = u(9u); let eps = f(10u);
+  if (g >= rows) { return; }
+  let base = g * h;
+  var a = 0.0;
+  for (var j = l; j < h; j += 64u) { let x = ld(o0, base + j); a += x * x; }
+  let rstd = 1.0 / sqrt(tree_sum(l, a) / f32(h) + eps);
+  for (var j = l; j < h; j += 64u) { st(o2, base + j, ld(o0, base + j) * rstd * ld(o1, j)); }
+  if (l == 0u) { st(o3, g, rstd); }
+}`,
+	"rms_bwd_x": `fn body(g: u32, l: u32) {
+  let rows = u(10u); let h = u(11u);
+  if (g >= rows) { return; }
+  let base = g * h;
+  let rstd = ld(o2, g);
+  var a = 0.0;
+  for (var j = l; j < h; j += 64u) { a += ld(o3, base + j) * ld(o1, j) * ld(o0, base + j) * rstd; }
+  let s = tree_sum(l, a) / f32(h);
+  for (var j = l; j < h; j += 64u) {
+    let xh = ld(o0, base + j) * rstd;
+    st(o4, base + j, rstd * (ld(o3, base + j) * ld(o1, j) - xh * s));
+  }
+}`,
+	"xent_rows": `fn body(g: u32, l: u32) {
+  let rows = u(6u); let vocab = u(7u);
+  if (g >= rows) { return; }
+  let base = g * vocab;
+  let ms = max_sumexp(base, vocab, l);
+  let m = ms.x; let s = ms.y;
+  if (l == 0u) {
+    let label = ldi(o1, g);
+    var x = 0.0;
+    if (label >= 0 && u32(label) < vocab) { x = ld(o0, base + u32(label)); }
+    st(o2, g, m + log(s) - x);
+  }
+}`,
+	"xent_mean": `fn body(g: u32, l: u32) {
+  let rows = u(4u);
+  if (g >= 1u) { return; }
+  var a = 0.0;
+  for (var r = l; r < rows; r += 64u) { a += ld(o0, r); }
+  let total = tree_sum(l, a);
+  if (l == 0u) { st(o1, 0u, total / f32(rows)); }
+}`,
+	"xent_bwd": `fn body(g: u32, l: u32) {
+  let rows = u(8u); let vocab = u(9u);
+  if (g >= rows) { return; }
+  let base = g * vocab;
+  let ms = max_sumexp(base, vocab, l);
+  let m = ms.x; let s = ms.y;
+  let label = ldi(o1, g);
+  let scale = ld(o2, 0u) / f32(rows);
+  for (var v = l; v < vocab; v += 64u) {
+    var p = exp(ld(o0, base + v) - m) / s;
+    if (i32(v) == label) { p -= 1.0; }
+    st(o3, base + v, p * scale);
+  }
+}`,
+	"attn": `
+var<workgroup> sc: array<f32, 2048>;
+fn body(g: u32, l: u32) {
+  let B = u(10u); let S = u(11u); let H = u(12u); let KV = u(13u); let D = u(14u);
+  let qs0 = u(15u); let qs1 = u(16u); let ks0 = u(17u); let ks1 = u(18u); let vs0 = u(19u); let vs1 = u(20u);
+  let scale = f(21u);
+  if (g >= B * H * S) { return; }
+  let i = g % S; let h = (g / S) % H; let b = g / (S * H);
+  let kh = h / (H / KV);
+  let q = b * qs0 + i * qs1 + h * D;
+  var a = NEG;
+  for (var j = l; j <= i; j += 64u) {
+    let s = attn_score(q, b * ks0 + j * ks1 + kh * D, D, scale);
+    sc[j] = s;
+    a = max(a, s);
+  }
+  let m = tree_max(l, a);
+  var c = 0.0;
+  for (var j = l; j <= i; j += 64u) { c += exp(sc[j] - m); }
+  let lse = m + log(tree_sum(l, c));
+  for (var j = l; j <= i; j += 64u) { sc[j] = exp(sc[j] - lse); }
+  workgroupBarrier();
+  for (var d = l; d < D; d += 64u) {
+    var acc = 0.0;
+    for (var j = 0u; j <= i; j++) { acc += sc[j] * ld(o2, b * vs0 + j * vs1 + kh * D + d); }
+    st(o3, (b * S + i) * H * D + h * D + d, acc);
+  }
+  if (l == 0u) { st(o4, (b * H + h) * S + i, lse); }
+}`,
+	"attn_bwd_q": `
+var<workgroup> sc: array<f32, 2048>;
+fn body(g: u32, l: u32) {
+  let B = u(14u); let S = u(15u); let H = u(16u); let KV = u(17u); let D = u(18u);
+  let qs0 = u(19u); let qs1 = u(20u); let ks0 = u(21u); let ks1 = u(22u); let vs0 = u(23u); let vs1 = u(24u);
+  let ds0 = u(25u); let ds1 = u(26u); let scale = f(27u);
+  if (g >= B * H * S) { return; }
+  let i = g % S; let h = (g / S) % H; let b = g / (S * H);
+  let kh = h / (H / KV);
+  let q = b * qs0 + i * qs1 + h * D;
+  let row = (b * S + i) * H * D + h * D;
+  let lse = ld(o4, (b * H + h) * S + i);
+  var di = 0.0;
+  for (var e = 0u; e < D; e++) { di += ld(o5, row + e) * ld(o3, row + e); }
+  for (var j = l; j <= i; j += 64u) {
+    let kj = b * ks0 + j * ks1 + kh * D; let vj = b * vs0 + j * vs1 + kh * D;
+    let p = exp(attn_score(q, kj, D, scale) - lse);
+    var dp = 0.0;
+    for (var e = 0u; e < D; e++) { dp += ld(o5, row + e) * ld(o2, vj + e); }
+    sc[j] = p * (dp - di);
+  }
+  workgroupBarrier();
+  for (var d = l; d < D; d += 64u) {
+    var acc = 0.0;
+    for (var j = 0u; j <= i; j++) { acc += sc[j] * ld(o1, b * ks0 + j * ks1 + kh * D + d); }
+    st(o6, b * ds0 + i * ds1 + h * D + d, acc * scale);
+  }
+}`,
+	"attn_bwd_kv": `
+var<workgroup> sc: array<f32, 2048>;
+fn prob(q: u32, kj: u32, D: u32, scale: f32, lse: f32) -> f32 {
+  return exp(attn_score(q, kj, D, scale) - lse);
+}
+fn body(g: u32, l: u32) {
+  let B = u(16u); let S = u(17u); let H = u(18u); let KV = u(19u); let D = u(20u);
+  let qs0 = u(21u); let qs1 = u(22u); let ks0 = u(23u); let ks1 = u(24u); let vs0 = u(25u); let vs1 = u(26u);
+  let dks0 = u(27u); let dks1 = u(28u); let dvs0 = u(29u); let dvs1 = u(30u); let scale = f(31u);
+  if (g >= B * KV * S) { return; }
+  let j = g % S; let kh = (g / S) % KV; let b = g / (S * KV);
+  let group = H / KV;
+  let kj = b * ks0 + j * ks1 + kh * D; let vj = b * vs0 + j * vs1 + kh * D;
+  var dk = array<f32, 4>(0.0, 0.0, 0.0, 0.0);
+  var dv = array<f32, 4>(0.0, 0.0, 0.0, 0.0);
+  for (var h = kh * group; h < (kh + 1u) * group; h++) {
+    for (var i = j + l; i < S; i += 64u) {
+      sc[i] = prob(b * qs0 + i * qs1 + h * D, kj, D, scale, ld(o4, (b * H + h) * S + i));
+    }
+    workgroupBarrier();
+    for (var c = 0u; c * 64u + l < D; c++) {
+      let d = c * 64u + l;
+      var acc = dv[c];
+      for (var i = j; i < S; i++) { acc += sc[i] * ld(o5, (b * S + i) * H * D + h * D + d); }
+      dv[c] = acc;
+    }
+    workgroupBarrier();
+    for (var i = j + l; i < S; i += 64u) {
+      let row = (b * S + i) * H * D + h * D;
+      var dp = 0.0; var di = 0.0;
+      for (var e = 0u; e < D; e++) {
+        dp += ld(o5, row + e) * ld(o2, vj + e);
+        di += ld(o5, row + e) * ld(o3, row + e);
+      }
+      sc[i] = prob(b * qs0 + i * qs1 + h * D, kj, D, scale, ld(o4, (b * H + h) * S + i)) * (dp - di);
+    }
+    workgroupBarrier();
+    for (var c = 0u; c * 64u + l < D; c++) {
+      let d = c * 64u + l;
+      var acc = dk[c];
+      for (var i = j; i < S; i++) { acc += sc[i] * ld(o0, b * qs0 + i * qs1 + h * D + d); }
+      dk[c] = acc;
+    }
+    workgroupBarrier();
+  }
+  for (var c = 0u; c * 64u + l < D; c++) {
+    let d = c * 64u + l;
+    st(o6, b * dks0 + j * dks1 + kh * D + d, dk[c] * scale);
+    st(o7, b * dvs0 + j * dvs1 + kh * D + d, dv[c]);
+  }
+}`,
+}
+
+// wgslSource returns the whole WGSL module of kernel name after prelude
+// (wgslPrelude, or wgslWindowedPrelude) and whether the kernel exists.
+func wgslSource(prelude, name string, group bool) (string, bool) {
+	if group {
+		body, ok := wgslGroupKernels[name]
+		return prelude + wgslGroupPrelude + body + wgslGroupMain, ok
 	}
-	return wgslPrelude + body + wgslMain, true
+	body, ok := wgslKernels[name]
+	return prelude + body + wgslMain, ok
 }

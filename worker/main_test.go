@@ -7,5 +7,6 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	// The engine's cpu kernel workers live as long as the process.
+	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("github.com/tmmu/tmmu/engine.KernelWorker"))
 }

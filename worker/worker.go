@@ -157,8 +157,9 @@ type Result struct {
 	// the executor computes (cpu, webgpu). After a rollback the steps
 	// run again add their losses again.
 	Losses []float64
-	// LastState is the sealed state hash of the last step run
-	// (CommitExecution_v1) when the executor computes.
+	// LastState is the sealed state hash of the state the run ended with
+	// (CommitExecution_v1) when the executor computes, sealed once at
+	// the end.
 	LastState string
 	// Switches are the trace records of the plan changes this worker
 	// made at epoch boundaries, in the same process.
@@ -269,6 +270,8 @@ type run struct {
 	// a boundary checkpoint logs.
 	last     runtime.StepStats
 	lastStep uint64
+	// lastExec ran the last step: the end of the run seals its state.
+	lastExec runtime.Executor
 	// written are the shards this worker stored or queued for the
 	// writer, by step (ckptMu); queue feeds the writer.
 	ckptMu     sync.Mutex
@@ -347,6 +350,14 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	wctx, stop := context.WithCancel(ctx)
 	w.watchCtx = wctx
 	err := w.run(ctx)
+	// Executors seal their state when asked, not every step: once here.
+	if x, ok := w.lastExec.(runtime.StateCarrier); ok && w.hold.Valid {
+		if h, herr := x.StateHash(); herr == nil {
+			w.res.LastState = h
+		} else {
+			w.log.Warn("sealing the final state", "err", herr)
+		}
+	}
 	for _, p := range w.plans {
 		if p.exec != nil {
 			closeExecutor(p.exec)
@@ -553,7 +564,7 @@ func (w *run) run(ctx context.Context) error {
 			cfg.AfterStep(ev, stats)
 		}
 		w.hold = recovery.Holding{Valid: true, Step: step, Epoch: p.epoch, Stateless: w.hold.Stateless}
-		w.last, w.lastStep = stats, step
+		w.last, w.lastStep, w.lastExec = stats, step, p.exec
 		if stats.State != "" {
 			w.res.LastState = stats.State
 		}

@@ -16,7 +16,7 @@ import (
 var trainCmd = &command{
 	name: "train",
 	summary: "Plan a training graph for one device and run its steps there: forward, backward and AdamW on WebGPU or the cpu kernels, " +
-		"every tensor at its planned offset, on a synthetic counting task. Prints each step's loss and sealed state hash.",
+		"every tensor at its planned offset, on a synthetic counting task. Prints each step's loss, and the state hash sealed after the last step (--state-every for more).",
 	usage: "train IR [--executor auto|webgpu|cpu] [--steps N] [--seed S] [--strategy S] [--lr X] [--unshared] [--mode standard|confidential|regulated] [--debug-fill TENSOR] [--device-memory BYTES]\n" +
 		"       [--checkpoint-dir DIR [--checkpoint-every N] [--checkpoint-max-bytes SIZE] [--resume]] [-o text|json]",
 	run: runTrain,
@@ -25,19 +25,27 @@ var trainCmd = &command{
 type trainStep struct {
 	Step       uint64  `json:"step"`
 	Loss       float32 `json:"loss"`
-	State      string  `json:"state_hash"`
+	State      string  `json:"state_hash,omitempty"`
 	Checkpoint string  `json:"checkpoint,omitempty"` // the object stored after the step
 }
 
 type trainResult struct {
-	Backend     string      `json:"backend"`
-	Device      string      `json:"device"`
-	PlanHash    string      `json:"plan_hash"`
-	Unshared    bool        `json:"unshared"`
-	DeviceBytes uint64      `json:"device_bytes"`
-	ArenaBytes  uint64      `json:"arena_bytes"`
-	Steps       []trainStep `json:"steps"`
-	StepsPerSec float64     `json:"steps_per_second"`
+	Backend  string `json:"backend"`
+	Device   string `json:"device"`
+	PlanHash string `json:"plan_hash"`
+	Unshared bool   `json:"unshared"`
+	// ArenaBytes is what the plan reserves; DeviceBytes what the device
+	// holds for it (in DeviceRegions buffers), AllocatedBytes what the
+	// arenas occupy there; WorkspaceBytes is the engine's own, beside
+	// the plan.
+	ArenaBytes     uint64      `json:"arena_bytes"`
+	DeviceBytes    uint64      `json:"device_bytes"`
+	AllocatedBytes uint64      `json:"allocated_bytes"`
+	DeviceRegions  int         `json:"device_regions"`
+	WorkspaceBytes uint64      `json:"workspace_bytes"`
+	MemoryReport   string      `json:"memory_report"`
+	Steps          []trainStep `json:"steps"`
+	StepsPerSec    float64     `json:"steps_per_second"`
 	// Resumed is the checkpoint the run resumed from (its step's object).
 	Resumed string `json:"resumed,omitempty"`
 }
@@ -58,6 +66,7 @@ func runTrain(c *command, e *env, args []string) error {
 	seed := fs.Uint64("seed", 0, "the seed the batches derive from, with the step")
 	ckptDir := fs.String("checkpoint-dir", "", "store a checkpoint of the model state after the last step (and every --checkpoint-every steps) in this directory")
 	ckptEvery := fs.Uint64("checkpoint-every", 0, "with --checkpoint-dir: also checkpoint every N steps")
+	stateEvery := fs.Uint64("state-every", 0, "also seal the state hash every N steps (it is always sealed after the last step; sealing reads the whole state back)")
 	ckptMax := fs.String("checkpoint-max-bytes", "", "with --checkpoint-dir: the most bytes the directory may hold (e.g. 64MiB); a checkpoint past it fails with CHECKPOINT_STORE_FULL")
 	resume := fs.Bool("resume", false, "with --checkpoint-dir: restore its newest checkpoint (verified by digest and state hash) and run the steps after it, up to --steps")
 	out := fs.String("o", "text", "output: text or json")
@@ -140,13 +149,10 @@ func runTrain(c *command, e *env, args []string) error {
 	}
 	res := trainResult{Backend: be.Name(), Device: be.Describe(), PlanHash: p.PlanHash.String(), Unshared: *unshared}
 	st := x.Engine().Memory().Stats()
-	res.DeviceBytes = st.AllocatedBytes
-	for _, a := range p.Arenas {
-		res.ArenaBytes += a.ReservedBytes
-	}
+	res.ArenaBytes, res.DeviceBytes, res.AllocatedBytes, res.DeviceRegions = st.PlannedBytes, st.ReservedBytes, st.AllocatedBytes, st.Regions
+	res.WorkspaceBytes, res.MemoryReport = x.Engine().WorkspaceBytes(), x.Engine().MemoryReport()
 	if *out == "text" {
-		fmt.Fprintf(e.stdout, "%s on %s: plan %s, %s of arenas in %s of device memory\n", g.Name, res.Device, p.PlanHash.Short(),
-			planner.FormatBytes(res.ArenaBytes), planner.FormatBytes(res.DeviceBytes))
+		fmt.Fprintf(e.stdout, "%s on %s: plan %s\n%s\n", g.Name, res.Device, p.PlanHash.Short(), res.MemoryReport)
 	}
 	var layout []checkpoint.Slice
 	from := uint64(1)
@@ -165,13 +171,20 @@ func runTrain(c *command, e *env, args []string) error {
 			}
 		}
 	}
-	start := time.Now()
+	var took time.Duration // the steps alone: sealing and checkpoints are not timed
 	for s := from; s <= *steps; s++ {
+		t0 := time.Now()
 		stats, err := x.Step(context.Background(), s)
 		if err != nil {
 			return err
 		}
-		ts := trainStep{Step: s, Loss: float32(stats.Loss), State: stats.State}
+		took += time.Since(t0)
+		ts := trainStep{Step: s, Loss: float32(stats.Loss)}
+		if s == *steps || (*stateEvery > 0 && s%*stateEvery == 0) {
+			if ts.State, err = x.StateHash(); err != nil {
+				return err
+			}
+		}
 		if store != nil && (s == *steps || (*ckptEvery > 0 && s%*ckptEvery == 0)) {
 			if ts.Checkpoint, err = checkpointTrain(store, x, layout, s, *seed); err != nil {
 				return err
@@ -179,7 +192,10 @@ func runTrain(c *command, e *env, args []string) error {
 		}
 		res.Steps = append(res.Steps, ts)
 		if *out == "text" {
-			fmt.Fprintf(e.stdout, "step %3d  loss %.4f  state %s", s, stats.Loss, stats.State[:12])
+			fmt.Fprintf(e.stdout, "step %3d  loss %.4f", s, stats.Loss)
+			if ts.State != "" {
+				fmt.Fprintf(e.stdout, "  state %s", ts.State[:12])
+			}
 			if ts.Checkpoint != "" {
 				fmt.Fprintf(e.stdout, "  checkpoint %s", ts.Checkpoint)
 			}
@@ -187,7 +203,7 @@ func runTrain(c *command, e *env, args []string) error {
 		}
 	}
 	if n := len(res.Steps); n > 0 {
-		res.StepsPerSec = float64(n) / time.Since(start).Seconds()
+		res.StepsPerSec = float64(n) / took.Seconds()
 	}
 	if *out == "json" {
 		return writeJSON(e.stdout, res)

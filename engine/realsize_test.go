@@ -1,0 +1,100 @@
+package engine
+
+import (
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/tmmu/tmmu/failure"
+	"github.com/tmmu/tmmu/ir"
+	"github.com/tmmu/tmmu/models"
+)
+
+// TestRealShapesWebGPUMatchesCPU trains GPT-2 graphs at the sizes users
+// run, one dimension at a time (the GPT-2 vocabulary, a 1024-token
+// sequence, GPT-2 small's width and heads), for a few steps on WebGPU and
+// on the cpu, and compares the losses (relative 1e-4) and every
+// parameter and optimizer state (absolute 1e-3).
+//
+// The first case is the regression test for truncated kernels: the old
+// cross-entropy ran as one invocation looping rows·(2·vocab+1) times,
+// 12.9 million here; llvmpipe ended it after 65,535 and the loss came out
+// wrong without an error.
+func TestRealShapesWebGPUMatchesCPU(t *testing.T) {
+	if testing.Short() {
+		t.Skip("real shapes take minutes")
+	}
+	cases := []struct {
+		name string
+		c    models.GPT2Config
+	}{
+		{"vocab-50257", models.GPT2Config{Layers: 1, Hidden: 32, Heads: 2, Seq: 64, Context: 64, Batch: 2, Vocab: 50257}},
+		{"seq-1024", models.GPT2Config{Layers: 1, Hidden: 64, Heads: 2, Seq: 1024, Context: 1024, Batch: 2, Vocab: 96}},
+		{"hidden-768-heads-12", models.GPT2Config{Layers: 1, Hidden: 768, Heads: 12, Seq: 32, Context: 32, Batch: 2, Vocab: 256}},
+	}
+	const steps = 2
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := tc.c
+			c.DType, c.Train = ir.F32, true
+			g := compiled(t)(models.GPT2(c))
+			p := planFor(t, g)
+			w := webgpu(t)
+			defer w.Close()
+			gpu := train(t, g, p, c.Vocab, steps, Options{Backend: w})
+			cpu := train(t, g, p, c.Vocab, steps, Options{Backend: NewCPU()})
+			// A fresh model predicts about uniformly: ln(vocab).
+			if want := math.Log(float64(c.Vocab)); math.Abs(float64(cpu.losses[0])-want) > 1 {
+				t.Errorf("cpu first loss %v, want about ln(%d) = %.3f", cpu.losses[0], c.Vocab, want)
+			}
+			worstLoss := 0.0
+			for s := range steps {
+				rel := math.Abs(float64(gpu.losses[s]-cpu.losses[s])) / math.Abs(float64(cpu.losses[s]))
+				worstLoss = max(worstLoss, rel)
+			}
+			if worstLoss > 1e-4 {
+				t.Errorf("losses differ by up to %.3g relative: webgpu %v, cpu %v", worstLoss, gpu.losses, cpu.losses)
+			}
+			worstState, n := 0.0, 0
+			for id, x := range cpu.state {
+				y := gpu.state[id]
+				for i := range x {
+					worstState = max(worstState, math.Abs(float64(x[i]-y[i])))
+				}
+				n += len(x)
+			}
+			if worstState > 1e-3 {
+				t.Errorf("state differs by up to %.3g", worstState)
+			}
+			t.Logf("%d steps: losses webgpu %v cpu %v (worst relative %.2g); %d state elements, worst |webgpu − cpu| %.2g",
+				steps, gpu.losses, cpu.losses, worstLoss, n, worstState)
+		})
+	}
+}
+
+// shortLoops is a cpu device that, like llvmpipe, ends invocations after
+// a number of loop iterations.
+type shortLoops struct {
+	*CPU
+	limit uint64
+}
+
+func (s shortLoops) MaxLoopIterations() uint64 { return s.limit }
+
+// TestRefusesLoopsTheDeviceEnds: a launch whose invocations would loop
+// longer than the device lets them is refused when the engine is built,
+// naming the node, instead of running and computing garbage.
+func TestRefusesLoopsTheDeviceEnds(t *testing.T) {
+	g, _ := tinyGPT2(t, 2)
+	p := planFor(t, g)
+	// The tiny model's longest loop: a matmul over K = batch·seq = 64
+	// rows of a weight gradient (73 iterations with the tile loads).
+	if _, err := New(g, p, Options{Backend: shortLoops{NewCPU(), 1 << 20}}); err != nil {
+		t.Fatalf("a generous limit: %v", err)
+	}
+	_, err := New(g, p, Options{Backend: shortLoops{NewCPU(), 40}})
+	if failure.CodeOf(err) != failure.UnsupportedExecution || !strings.Contains(err.Error(), "ends an invocation after 40") {
+		t.Fatalf("a device ending invocations after 40 iterations: %v, want UNSUPPORTED_EXECUTION naming the limit", err)
+	}
+	t.Log(err)
+}
