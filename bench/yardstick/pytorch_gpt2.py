@@ -32,11 +32,11 @@ step 1 agrees with tmmu's to about 1e-6 (float32 summation order differs).
 
 Timing: --warmup steps run first and are not timed (they are still
 training steps, 1…W); --steps N more are timed (W+1…W+N). tmmu train's
-steps_per_second, by contrast, times every step including the first, and
-each of its steps also feeds the batch, reads the whole persistent state
-(parameters, Adam m and v) back and SHA-256 hashes it (the sealed state
-hash). --seal adds that hashing to each PyTorch step for a like-for-like
-comparison.
+steps_per_second, by contrast, times every step including the first;
+each of its steps feeds the batch and reads the loss back, and it seals
+the state hash (SHA-256 over parameters, Adam m and v) once, untimed,
+after the last step (every step with --state-every 1). --seal adds that
+hashing to each PyTorch step, to compare with tmmu train --state-every 1.
 
 Prints one JSON object. Needs PyTorch (Debian: apt-get install
 python3-torch) and numpy; run it with /usr/bin/python3 on Debian.
@@ -180,7 +180,7 @@ class GPT2(torch.nn.Module):
 
 
 def seal(model, opt):
-    """SHA-256 over every parameter and its Adam m and v (tmmu's per-step seal)."""
+    """SHA-256 over every parameter and its Adam m and v (tmmu's state seal)."""
     h = hashlib.sha256()
     for name in model.names:
         p = model.w(name)
@@ -204,7 +204,7 @@ def main():
     ap.add_argument("--warmup", type=int, default=1, help="untimed steps run first")
     ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads (tmmu's cpu executor uses one)")
     ap.add_argument("--seed", type=int, default=0, help="the batch seed (tmmu train --seed)")
-    ap.add_argument("--seal", action="store_true", help="SHA-256 the parameters and Adam state after each step, as tmmu does")
+    ap.add_argument("--seal", action="store_true", help="SHA-256 the parameters and Adam state after each step, as tmmu train --state-every 1 does")
     a = ap.parse_args()
     context = a.context or a.seq
     if a.hidden % a.heads or a.seq > context or a.steps < 1 or a.warmup < 0 or a.threads < 1:
