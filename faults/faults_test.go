@@ -17,10 +17,15 @@ import (
 	"github.com/tmmu/tmmu/models"
 )
 
+// The job must outlast the fault schedule on any machine: steps run on
+// while etcd or coordinators are down (14 steps/s of this model on a
+// loaded 2-core VM, over 20 on CI's, so a 5-second etcd outage alone
+// lets some 100 steps commit), and the worker faults need steps left to
+// run. With 100 steps the job ended on CI before the etcd fault.
 const (
 	world      = 4
-	jobSteps   = 100
-	ckptEvery  = 10
+	jobSteps   = 600
+	ckptEvery  = 50
 	faultEvery = 4 // committed steps between the recovery from one fault and the next fault
 )
 
