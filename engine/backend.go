@@ -19,16 +19,24 @@ const MaxSlots = 8
 // regions in Slots (slot i of the params is Slots[i]), or, when Groups
 // is set, Threads workgroups of wgLanes lanes (groups.go).
 type Launch struct {
-	Kernel  string
-	Slots   []int // region ids
-	Params  []uint32
-	Threads uint32
-	Groups  bool
+	Kernel string
+	Slots  []int // region ids
+	// Params are the kernel's words: first one (slot, word offset) pair
+	// per operand, then its scalars.
+	Params []uint32
+	// Spans are, operand by operand, the words of its region the kernel
+	// may touch through it (its storage): a device may bind just those.
+	Spans []WordRange
+	Threads  uint32
+	Groups   bool
 	// Iters bounds the loop iterations one invocation runs (all loops
 	// together). A device that ends long invocations (llvmpipe) refuses
 	// a launch above its bound instead of computing garbage.
 	Iters uint64
 }
+
+// WordRange is words [Lo, Hi) of a region.
+type WordRange struct{ Lo, Hi uint64 }
 
 // Limits are the device limits that shape the plan and the regions
 // (WebGPU's names).
@@ -61,8 +69,6 @@ type Backend interface {
 	FreeRegion(id int) error
 	Write(region int, offset uint64, data []byte) error
 	Read(region int, offset, n uint64) ([]byte, error)
-	// Launch queues l once.
-	Launch(l Launch) error
 	// Prepare binds l for running many times (WebGPU: one bind group,
 	// created here, never per run).
 	Prepare(l Launch) (Prepared, error)
@@ -218,14 +224,6 @@ func (c *CPU) ReadWords(region int, offset uint64, dst []uint32) error {
 	}
 	copy(dst, w)
 	return nil
-}
-
-func (c *CPU) Launch(l Launch) error {
-	p, err := c.prepare(l)
-	if err != nil {
-		return err
-	}
-	return p.Run()
 }
 
 func (c *CPU) Prepare(l Launch) (Prepared, error) { return c.prepare(l) }

@@ -24,7 +24,7 @@ import (
 // Params layout (as in kernels.go):
 //
 //	matmul      o a, o b, o y, u M, u N, u K, u as0, u as1, u bs0, u bs1
-//	            one 8×8 tile of y per group; y[i,j] = Σ_r a·b in r order
+//	            one 32×32 tile of y per group; y[i,j] = Σ_r a·b in r order
 //	layernorm   o x, o w, o b, o y, o mean, o rstd, u rows, u h, f eps
 //	ln_bwd_x    o x, o w, o mean, o rstd, o dy, o dx, u rows, u h
 //	rmsnorm     o x, o w, o y, o rstd, u rows, u h, f eps
@@ -53,8 +53,9 @@ const maxAttnSeq = 2048
 // gradients).
 const maxHeadDim = 4 * wgLanes
 
-// matmulTile is the side of the output tile of one matmul group.
-const matmulTile = 8
+// matmulTile is the side of the output tile of one matmul group (each
+// of its 64 lanes computes a 4×4 block).
+const matmulTile = 32
 
 type groupKernel func(k *invocation, g uint32)
 
@@ -111,21 +112,7 @@ func (k *invocation) rowMax(n uint32, f func(j uint32) float32) float32 {
 }
 
 var groupKernels = map[string]groupKernel{
-	"matmul": func(k *invocation, g uint32) {
-		M, N, K := k.u(6), k.u(7), k.u(8)
-		as0, as1, bs0, bs1 := k.u(9), k.u(10), k.u(11), k.u(12)
-		tn := (N + matmulTile - 1) / matmulTile
-		i0, j0 := g/tn*matmulTile, g%tn*matmulTile
-		for i := i0; i < min(i0+matmulTile, M); i++ {
-			for j := j0; j < min(j0+matmulTile, N); j++ {
-				var s float32
-				for r := range K {
-					s += k.ld(o0, i*as0+r*as1) * k.ld(o1, r*bs0+j*bs1)
-				}
-				k.st(o2, i*N+j, s)
-			}
-		}
-	},
+	"matmul": matmulGroup,
 	"layernorm": func(k *invocation, g uint32) {
 		h, eps := k.u(13), k.f(14)
 		base := g * h
@@ -300,6 +287,69 @@ var groupKernels = map[string]groupKernel{
 			k.st(o7, b*dvs0+j*dvs1+kh*D+d, dv[d])
 		}
 	},
+}
+
+// matmulGroup computes one 32×32 tile of y = a·b. Every y[i,j] is the
+// sum of a[i,r]·b[r,j] in r order from zero, as each WGSL lane computes
+// it; the cpu computes four outputs of a row and four of a column at a
+// time (sixteen running sums) so that each value it loads serves four
+// products. The order of every sum is the same, so are the bits.
+func matmulGroup(k *invocation, g uint32) {
+	M, N, K := k.u(6), k.u(7), k.u(8)
+	as0, as1, bs0, bs1 := k.u(9), k.u(10), k.u(11), k.u(12)
+	tn := (N + matmulTile - 1) / matmulTile
+	i0, j0 := g/tn*matmulTile, g%tn*matmulTile
+	a := k.mem[k.p[o0]][k.p[o0+1]:]
+	b := k.mem[k.p[o1]][k.p[o1+1]:]
+	y := k.mem[k.p[o2]][k.p[o2+1]:]
+	iEnd, jEnd := min(i0+matmulTile, M), min(j0+matmulTile, N)
+	for i := i0; i < iEnd; i += 4 {
+		for j := j0; j < jEnd; j += 4 {
+			if i+4 <= iEnd && j+4 <= jEnd {
+				matmul4x4(a, b, y, i, j, N, K, as0, as1, bs0, bs1)
+				continue
+			}
+			for ii := i; ii < min(i+4, iEnd); ii++ {
+				for jj := j; jj < min(j+4, jEnd); jj++ {
+					var s float32
+					for r := range K {
+						s += math.Float32frombits(a[ii*as0+r*as1]) * math.Float32frombits(b[r*bs0+jj*bs1])
+					}
+					y[ii*N+jj] = math.Float32bits(s)
+				}
+			}
+		}
+	}
+}
+
+// matmul4x4 is y[i..i+4, j..j+4] of matmulGroup.
+func matmul4x4(a, b, y []uint32, i, j, N, K, as0, as1, bs0, bs1 uint32) {
+	var s00, s01, s02, s03, s10, s11, s12, s13, s20, s21, s22, s23, s30, s31, s32, s33 float32
+	ra, rb := i*as0, j*bs1
+	for range K {
+		a0 := math.Float32frombits(a[ra])
+		a1 := math.Float32frombits(a[ra+as0])
+		a2 := math.Float32frombits(a[ra+2*as0])
+		a3 := math.Float32frombits(a[ra+3*as0])
+		b0 := math.Float32frombits(b[rb])
+		b1 := math.Float32frombits(b[rb+bs1])
+		b2 := math.Float32frombits(b[rb+2*bs1])
+		b3 := math.Float32frombits(b[rb+3*bs1])
+		s00, s01, s02, s03 = s00+a0*b0, s01+a0*b1, s02+a0*b2, s03+a0*b3
+		s10, s11, s12, s13 = s10+a1*b0, s11+a1*b1, s12+a1*b2, s13+a1*b3
+		s20, s21, s22, s23 = s20+a2*b0, s21+a2*b1, s22+a2*b2, s23+a2*b3
+		s30, s31, s32, s33 = s30+a3*b0, s31+a3*b1, s32+a3*b2, s33+a3*b3
+		ra += as1
+		rb += bs0
+	}
+	o := i*N + j
+	y[o], y[o+1], y[o+2], y[o+3] = math.Float32bits(s00), math.Float32bits(s01), math.Float32bits(s02), math.Float32bits(s03)
+	o += N
+	y[o], y[o+1], y[o+2], y[o+3] = math.Float32bits(s10), math.Float32bits(s11), math.Float32bits(s12), math.Float32bits(s13)
+	o += N
+	y[o], y[o+1], y[o+2], y[o+3] = math.Float32bits(s20), math.Float32bits(s21), math.Float32bits(s22), math.Float32bits(s23)
+	o += N
+	y[o], y[o+1], y[o+2], y[o+3] = math.Float32bits(s30), math.Float32bits(s31), math.Float32bits(s32), math.Float32bits(s33)
 }
 
 // attnScore is q·k·scale over D elements (q in operand 0, k in operand 1).

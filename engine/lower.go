@@ -31,6 +31,10 @@ type operand struct {
 	// strides in elements; nil for a contiguous tensor.
 	strides []uint64
 	numel   uint64
+	// span is the words of the region the kernel may touch through the
+	// operand: its whole storage (a view's root), which holds every
+	// element an offset word or stride can reach.
+	span WordRange
 }
 
 func unsupported(format string, args ...any) error {
@@ -56,7 +60,7 @@ const wsRegion = -1
 // beside the plan's (Engine.WorkspaceBytes).
 func (l *lowerer) workspace(words uint64) operand {
 	l.ws = max(l.ws, words)
-	return operand{region: wsRegion, shape: []uint64{words}, numel: words}
+	return operand{region: wsRegion, shape: []uint64{words}, numel: words, span: WordRange{0, words}}
 }
 
 func (l *lowerer) op(id string) (operand, error) {
@@ -67,7 +71,9 @@ func (l *lowerer) op(id string) (operand, error) {
 	t := &l.e.g.Tensors[ti]
 	loc := l.e.loc[ti]
 	n, _ := ir.Numel(t.Shape)
-	o := operand{region: loc.region, word: loc.offset / 4, shape: t.Shape, numel: n}
+	start := loc.offset - l.e.g.RootOffset[ti]
+	o := operand{region: loc.region, word: loc.offset / 4, shape: t.Shape, numel: n,
+		span: WordRange{start / 4, (start + l.e.g.StorageBytes[l.e.g.Root[ti]] + 3) / 4}}
 	if t.View != nil {
 		o.strides = t.View.Strides
 	}
@@ -114,6 +120,7 @@ func launch(kernel string, threads uint64, ops []operand, words ...uint32) (Laun
 			slot = len(l.Slots)
 			l.Slots = append(l.Slots, o.region)
 		}
+		l.Spans = append(l.Spans, o.span)
 		if o.word > math.MaxUint32 {
 			return l, unsupported("kernel %s: an operand starts at word %d of its region (beyond 32-bit addressing)", kernel, o.word)
 		}
@@ -502,7 +509,7 @@ func (l *lowerer) matmul(n *ir.Node) ([]Launch, error) {
 		return nil, unsupported("matmul %q: output %v is not [%d,%d]", n.ID, y.shape, M, N)
 	}
 	tiles := ((M + matmulTile - 1) / matmulTile) * ((N + matmulTile - 1) / matmulTile)
-	x, err := grouped(launch("matmul", 0, o, u32(M), u32(N), u32(K), u32(as0), u32(as1), u32(bs0), u32(bs1)))(tiles, K+K/matmulTile+1)
+	x, err := grouped(launch("matmul", 0, o, u32(M), u32(N), u32(K), u32(as0), u32(as1), u32(bs0), u32(bs1)))(tiles, K+1)
 	return []Launch{x}, err
 }
 

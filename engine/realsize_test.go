@@ -11,10 +11,10 @@ import (
 )
 
 // TestRealShapesWebGPUMatchesCPU trains GPT-2 graphs at the sizes users
-// run, one dimension at a time (the GPT-2 vocabulary, a 1024-token
-// sequence, GPT-2 small's width and heads), for a few steps on WebGPU and
-// on the cpu, and compares the losses (relative 1e-4) and every
-// parameter and optimizer state (absolute 1e-3).
+// run (the GPT-2 vocabulary, a 1024-token sequence, both together, GPT-2
+// small's width and heads; batch 2), for a few steps on WebGPU and on the
+// cpu, and compares the losses (relative 1e-4) and every parameter and
+// optimizer state (absolute 1e-3).
 //
 // The first case is the regression test for truncated kernels: the old
 // cross-entropy ran as one invocation looping rows·(2·vocab+1) times,
@@ -29,6 +29,9 @@ func TestRealShapesWebGPUMatchesCPU(t *testing.T) {
 		c    models.GPT2Config
 	}{
 		{"vocab-50257", models.GPT2Config{Layers: 1, Hidden: 32, Heads: 2, Seq: 64, Context: 64, Batch: 2, Vocab: 50257}},
+		// Logits of 2·1024·50,257 floats (411 MB): larger than one
+		// binding on llvmpipe (128 MiB), so bound as windows.
+		{"vocab-50257-seq-1024", models.GPT2Config{Layers: 1, Hidden: 32, Heads: 2, Seq: 1024, Context: 1024, Batch: 2, Vocab: 50257}},
 		{"seq-1024", models.GPT2Config{Layers: 1, Hidden: 64, Heads: 2, Seq: 1024, Context: 1024, Batch: 2, Vocab: 96}},
 		{"hidden-768-heads-12", models.GPT2Config{Layers: 1, Hidden: 768, Heads: 12, Seq: 32, Context: 32, Batch: 2, Vocab: 256}},
 	}
@@ -42,6 +45,9 @@ func TestRealShapesWebGPUMatchesCPU(t *testing.T) {
 			w := webgpu(t)
 			defer w.Close()
 			gpu := train(t, g, p, c.Vocab, steps, Options{Backend: w})
+			if logits := 4 * c.Batch * c.Seq * c.Vocab; logits > w.dev.Limits().MaxStorageBufferBindingSize && w.windowed == 0 {
+				t.Errorf("logits of %d bytes, above the binding limit, but no launch bound a slot as windows", logits)
+			}
 			cpu := train(t, g, p, c.Vocab, steps, Options{Backend: NewCPU()})
 			// A fresh model predicts about uniformly: ln(vocab).
 			if want := math.Log(float64(c.Vocab)); math.Abs(float64(cpu.losses[0])-want) > 1 {

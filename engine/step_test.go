@@ -106,5 +106,6 @@ func benchStep(b *testing.B, be Backend, dev *gpu.Device) {
 		b.ReportMetric(float64(d.Reads)/n, "reads/op")
 		b.ReportMetric(float64(d.ReadBytes)/n, "readB/op")
 		b.ReportMetric(float64(d.BindGroups)/n, "bindgroups/op")
+		b.ReportMetric(float64(d.StagingBuffers)/n, "staging/op")
 	}
 }

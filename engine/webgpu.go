@@ -3,6 +3,8 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"math"
+	"slices"
 	"strings"
 
 	"github.com/tmmu/tmmu/gpu"
@@ -16,6 +18,8 @@ type WebGPU struct {
 	buffers map[int]*gpu.Buffer
 	next    int
 	kernels map[string]*gpu.Kernel
+	// windowed counts the launches prepared with a slot of windows.
+	windowed int
 }
 
 // Limits are the device's, with MaxStorageBufferBindingSize the largest
@@ -117,24 +121,12 @@ func (w *WebGPU) Read(region int, offset, n uint64) ([]byte, error) {
 	return w.dev.Read(b, offset, n)
 }
 
-func (w *WebGPU) Launch(l Launch) error {
-	k, slots, err := w.resolve(l)
-	if err != nil {
-		return err
-	}
-	x, y, ok := w.grid(l)
-	if !ok {
-		return nil
-	}
-	return w.dev.Dispatch(k, slots, l.Params, x, y, 1)
-}
-
 func (w *WebGPU) Prepare(l Launch) (Prepared, error) {
-	k, slots, err := w.resolve(l)
+	k, slots, ranges, params, err := w.resolve(l)
 	if err != nil {
 		return nil, err
 	}
-	b, err := w.dev.Bind(k, slots, l.Params)
+	b, err := w.dev.BindRanges(k, slots, ranges, params)
 	if err != nil {
 		return nil, err
 	}
@@ -158,40 +150,106 @@ func (g *gpuLaunch) Run() error {
 func (g *gpuLaunch) SetParams(at int, words []uint32) error { return g.b.SetParams(at, words) }
 func (g *gpuLaunch) Release()                               { g.b.Release() }
 
-// resolve compiles (once) the kernel the launch needs, windowed when a
-// slot's region is larger than one binding, and returns the buffers.
-func (w *WebGPU) resolve(l Launch) (*gpu.Kernel, []*gpu.Buffer, error) {
-	if len(l.Slots) > gpu.NumSlots {
-		return nil, nil, unsupported("kernel %s binds %d regions; a WebGPU kernel binds %d", l.Kernel, len(l.Slots), gpu.NumSlots)
+// resolve compiles (once) the module the launch needs and returns its
+// buffers, the ranges they are bound at and the params, rewritten for
+// those ranges (see bind).
+func (w *WebGPU) resolve(l Launch) (*gpu.Kernel, []*gpu.Buffer, []gpu.Range, []uint32, error) {
+	shape, slots, ranges, params, err := w.bind(l)
+	if err != nil {
+		return nil, nil, nil, nil, err
 	}
-	slots := make([]*gpu.Buffer, len(l.Slots))
-	windowed := false
-	for i, id := range l.Slots {
-		b, err := w.buffer(id)
-		if err != nil {
-			return nil, nil, err
-		}
-		slots[i] = b
-		windowed = windowed || b.Size() > w.dev.Limits().MaxStorageBufferBindingSize
-	}
-	name, prelude := l.Kernel, wgslPrelude
-	if windowed {
-		ws := w.dev.Windows()
-		name, prelude = fmt.Sprintf("%s@%dx%d", l.Kernel, ws.Count, ws.Bytes), wgslWindowedPrelude(ws)
-	}
+	name := shape.key(l.Kernel)
 	k, ok := w.kernels[name]
 	if !ok {
-		src, ok := wgslSource(prelude, l.Kernel, l.Groups)
+		src, ok := wgslSource(wgslPrelude(w.dev.Windows(), shape), l.Kernel, l.Groups)
 		if !ok {
-			return nil, nil, fmt.Errorf("engine: no WGSL kernel %q", l.Kernel)
+			return nil, nil, nil, nil, fmt.Errorf("engine: no WGSL kernel %q", l.Kernel)
 		}
-		var err error
 		if k, err = w.dev.Compile(name, src); err != nil {
-			return nil, nil, err
+			return nil, nil, nil, nil, err
 		}
 		w.kernels[name] = k
 	}
-	return k, slots, nil
+	if slices.Contains(shape.windowed, true) {
+		w.windowed++
+	}
+	return k, slots, ranges, params, nil
+}
+
+// binding is bytes [lo, hi) of a region, bound as one slot.
+type binding struct {
+	region int
+	lo, hi uint64
+}
+
+// bind decides which slot binds each operand of l, and which bytes of
+// its region that slot covers. Operands whose storages lie within one
+// binding's reach of each other share a slot bound to just that range
+// (from its start, aligned down), so the kernel indexes one array; an
+// operand larger than one binding gets a slot of windows over its range.
+// Only when that takes more than gpu.NumSlots slots does each region
+// get one slot over all its operands (windowed where that is larger
+// than one binding). The operands' word offsets become offsets in their
+// slot's range.
+func (w *WebGPU) bind(l Launch) (bindShape, []*gpu.Buffer, []gpu.Range, []uint32, error) {
+	lim := w.dev.Limits()
+	maxB, align := lim.MaxStorageBufferBindingSize, max(uint64(lim.MinStorageBufferOffsetAlignment), 4)
+	n := len(l.Spans)
+	sizes := map[int]uint64{}
+	for _, id := range l.Slots {
+		b, err := w.buffer(id)
+		if err != nil {
+			return bindShape{}, nil, nil, nil, err
+		}
+		sizes[id] = b.Size()
+	}
+	// place puts operand k in one of bs (joining one when the joint
+	// range is within reach), returning its slot.
+	place := func(bs []binding, k int, reach uint64) ([]binding, int) {
+		id := l.Slots[l.Params[2*k]]
+		lo, hi := 4*l.Spans[k].Lo/align*align, min(4*l.Spans[k].Hi, sizes[id])
+		if sizes[id] <= maxB {
+			lo, hi = 0, sizes[id] // the whole buffer is one binding
+		}
+		for i, b := range bs {
+			if b.region == id && max(b.hi, hi)-min(b.lo, lo) <= reach {
+				bs[i].lo, bs[i].hi = min(b.lo, lo), max(b.hi, hi)
+				return bs, i
+			}
+		}
+		return append(bs, binding{id, lo, hi}), len(bs)
+	}
+	var bs []binding
+	slot := make([]int, n)
+	for k := range n {
+		bs, slot[k] = place(bs, k, maxB)
+	}
+	if len(bs) > gpu.NumSlots {
+		bs = bs[:0]
+		for k := range n {
+			bs, slot[k] = place(bs, k, math.MaxUint64)
+		}
+	}
+	if len(bs) > gpu.NumSlots {
+		return bindShape{}, nil, nil, nil, unsupported("kernel %s binds %d regions; a WebGPU kernel binds %d", l.Kernel, len(bs), gpu.NumSlots)
+	}
+	shape := bindShape{slot: slot, windowed: make([]bool, len(bs))}
+	bufs := make([]*gpu.Buffer, len(bs))
+	ranges := make([]gpu.Range, len(bs))
+	for i, b := range bs {
+		bufs[i] = w.buffers[b.region]
+		ranges[i] = gpu.Range{Offset: b.lo, Size: min((b.hi-b.lo+3)&^3, sizes[b.region]-b.lo)}
+		shape.windowed[i] = ranges[i].Size > maxB
+		if ranges[i].Size > w.dev.Windows().MaxSlotBytes {
+			return bindShape{}, nil, nil, nil, unsupported("kernel %s reaches %d bytes of one region; a WebGPU slot binds %d", l.Kernel, ranges[i].Size, w.dev.Windows().MaxSlotBytes)
+		}
+	}
+	params := slices.Clone(l.Params)
+	for k := range n {
+		params[2*k] = uint32(slot[k])
+		params[2*k+1] -= uint32(bs[slot[k]].lo / 4)
+	}
+	return shape, bufs, ranges, params, nil
 }
 
 // grid is the workgroup grid of l (false: nothing to run).

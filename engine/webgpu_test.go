@@ -2,10 +2,10 @@ package engine
 
 import (
 	"errors"
-	"fmt"
 	"github.com/tmmu/tmmu/gpu"
 	"math"
 	"os"
+	"slices"
 	"testing"
 
 	"github.com/tmmu/tmmu/ir"
@@ -54,23 +54,24 @@ func TestWGSLTwins(t *testing.T) {
 }
 
 // TestEveryKernelCompiles: every WGSL kernel compiles on the device,
-// with the flat prelude and, where the device binds a slot as several
-// windows, with the windowed one.
+// with its eight operands in six flat slots and, where the device binds
+// a slot as several windows, with every slot windowed.
 func TestEveryKernelCompiles(t *testing.T) {
 	w := webgpu(t)
 	defer w.Close()
 	ws := w.dev.Windows()
-	preludes := []string{wgslPrelude}
+	slot := []int{0, 1, 2, 3, 4, 5, 0, 1}
+	shapes := []bindShape{{slot, make([]bool, gpu.NumSlots)}}
 	if ws.Count > 1 {
-		preludes = append(preludes, wgslWindowedPrelude(ws))
+		shapes = append(shapes, bindShape{slot, slices.Repeat([]bool{true}, gpu.NumSlots)})
 	}
 	n := 0
-	for _, prelude := range preludes {
+	for _, shape := range shapes {
 		for name, group := range map[bool]map[string]string{false: wgslKernels, true: wgslGroupKernels} {
 			for k := range group {
-				src, _ := wgslSource(prelude, k, name)
-				if _, err := w.dev.Compile(fmt.Sprintf("%s-%d", k, n), src); err != nil {
-					t.Errorf("%s (windowed %v): %v", k, prelude != wgslPrelude, err)
+				src, _ := wgslSource(wgslPrelude(ws, shape), k, name)
+				if _, err := w.dev.Compile(shape.key(k), src); err != nil {
+					t.Errorf("%s: %v", shape.key(k), err)
 				}
 				n++
 			}
@@ -193,6 +194,9 @@ func TestWindowedBindingsMatchWhole(t *testing.T) {
 		t.Fatalf("the plan fits %d region", regions)
 	}
 	a := paramsAfter(t, g, p, Options{Backend: small})
+	if small.windowed == 0 {
+		t.Fatal("no launch bound a slot as windows")
+	}
 	b := paramsAfter(t, g, planFor(t, g), Options{Backend: whole})
 	n := 0
 	for id, x := range a {
@@ -203,5 +207,5 @@ func TestWindowedBindingsMatchWhole(t *testing.T) {
 		}
 		n += len(x)
 	}
-	t.Logf("windows %+v: %d regions; %d state elements bit-identical after 2 steps", ws, regions, n)
+	t.Logf("windows %+v: %d regions, %d launches with windowed slots; %d state elements bit-identical after 2 steps", ws, regions, small.windowed, n)
 }

@@ -10,91 +10,108 @@ import (
 
 // WGSL twins of the reference kernels (kernels.go): the same params
 // words, the same loops and the same float32 operations in the same
-// order. Memory is six read_write storage slots of u32 words (the
-// launch's regions, bound whole, or as windows when a region is larger
-// than one binding; unused ones get a dummy buffer) and the params words
-// at binding 6. Each kernel body runs with t, the invocation
-// id, and checks its own bounds.
+// order. Memory is up to six read_write storage slots of u32 words and
+// the params words at binding 6. Each kernel body runs with t, the
+// invocation id (or g and l, the workgroup and lane), and checks its own
+// bounds.
+//
+// A kernel reaches operand o (params words o, o+1: its slot and word
+// offset) through ld, ldi and st. The module is compiled for one binding
+// shape (see bindShape): which slot holds each operand, and which slots
+// are bound as windows. The slot of an operand is a constant of the
+// module (sl), so once the compiler inlines ld into a kernel it indexes
+// that slot's array directly, with no run-time choice between slots.
 
 // wgslWorkgroup is the workgroup size of every kernel.
 const wgslWorkgroup = wgLanes
 
-// wgslPrelude is the flat prelude: each slot one binding (regions up to
-// MaxStorageBufferBindingSize).
-const wgslPrelude = `
-@group(0) @binding(0) var<storage, read_write> r0: array<u32>;
-@group(0) @binding(1) var<storage, read_write> r1: array<u32>;
-@group(0) @binding(2) var<storage, read_write> r2: array<u32>;
-@group(0) @binding(3) var<storage, read_write> r3: array<u32>;
-@group(0) @binding(4) var<storage, read_write> r4: array<u32>;
-@group(0) @binding(5) var<storage, read_write> r5: array<u32>;
-@group(0) @binding(6) var<storage, read> params: array<u32>;
-
-fn rd(s: u32, i: u32) -> u32 {
-  switch s {
-    case 0u: { return r0[i]; }
-    case 1u: { return r1[i]; }
-    case 2u: { return r2[i]; }
-    case 3u: { return r3[i]; }
-    case 4u: { return r4[i]; }
-    default: { return r5[i]; }
-  }
+// bindShape is how one launch binds its operands on a device: operand k
+// lives in slot slot[k]; slot s is one binding (bytes [0, 4·len) of its
+// array are the operand words), or, where windowed[s], ws.Count windows
+// of ws.Bytes (word i lives in window i >> log2(ws.Bytes/4)), for an
+// operand larger than one binding (package gpu, "Buffers larger than one
+// binding").
+type bindShape struct {
+	slot     []int
+	windowed []bool
 }
 
-fn wr(s: u32, i: u32, v: u32) {
-  switch s {
-    case 0u: { r0[i] = v; }
-    case 1u: { r1[i] = v; }
-    case 2u: { r2[i] = v; }
-    case 3u: { r3[i] = v; }
-    case 4u: { r4[i] = v; }
-    default: { r5[i] = v; }
-  }
+// key names the module of kernel for this shape, e.g. "matmul/0.1.0/-w".
+func (b bindShape) key(kernel string) string {
+	var k strings.Builder
+	k.WriteString(kernel)
+	for i, s := range b.slot {
+		k.WriteByte("/."[min(i, 1)])
+		fmt.Fprint(&k, s)
+	}
+	k.WriteByte('/')
+	for _, w := range b.windowed {
+		k.WriteByte("-w"[btoi(w)])
+	}
+	return k.String()
 }
-` + wgslCommon
 
-// wgslWindowedPrelude is the prelude for regions larger than one binding
-// (package gpu, "Buffers larger than one binding"): slot s is ws.Count
-// windows of ws.Bytes, and word i of it lives in window i >> shift.
-func wgslWindowedPrelude(ws gpu.Windows) string {
-	var b strings.Builder
-	shift := bits.TrailingZeros64(ws.Bytes / 4)
-	for s := range gpu.NumSlots {
-		for w := range ws.Count {
-			fmt.Fprintf(&b, "@group(0) @binding(%d) var<storage, read_write> r%d_%d: array<u32>;\n", ws.Binding(s, w), s, w)
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// wgslPrelude declares the bindings of shape b and the functions that
+// read and write a slot's word (rd, wr) and map an operand to its slot
+// (sl).
+func wgslPrelude(ws gpu.Windows, b bindShape) string {
+	var w strings.Builder
+	for s, win := range b.windowed {
+		if !win {
+			fmt.Fprintf(&w, "@group(0) @binding(%d) var<storage, read_write> r%d: array<u32>;\n", s, s)
+			continue
+		}
+		for k := range ws.Count {
+			fmt.Fprintf(&w, "@group(0) @binding(%d) var<storage, read_write> r%d_%d: array<u32>;\n", ws.Binding(s, k), s, k)
 		}
 	}
-	fmt.Fprintf(&b, "@group(0) @binding(%d) var<storage, read> params: array<u32>;\n", gpu.ParamsBinding)
-	fmt.Fprintf(&b, "const NW = %du;\nconst WSHIFT = %du;\nconst WMASK = %du;\n", ws.Count, shift, ws.Bytes/4-1)
-	b.WriteString("fn rd(s: u32, i: u32) -> u32 {\n  let j = i & WMASK;\n  switch s * NW + min(i >> WSHIFT, NW - 1u) {\n")
-	last := fmt.Sprintf("r%d_%d", gpu.NumSlots-1, ws.Count-1)
-	for s := range gpu.NumSlots {
-		for w := range ws.Count {
-			if v := fmt.Sprintf("r%d_%d", s, w); v != last {
-				fmt.Fprintf(&b, "    case %du: { return %s[j]; }\n", s*ws.Count+w, v)
+	fmt.Fprintf(&w, "@group(0) @binding(%d) var<storage, read> params: array<u32>;\n", gpu.ParamsBinding)
+	fmt.Fprintf(&w, "const NW = %du;\nconst WSHIFT = %du;\nconst WMASK = %du;\n", ws.Count, bits.TrailingZeros64(max(ws.Bytes/4, 1)), max(ws.Bytes/4, 1)-1)
+	for _, fn := range []struct{ sig, access, none string }{
+		{"fn rd(s: u32, i: u32) -> u32", "return %s;", "return 0u;"},
+		{"fn wr(s: u32, i: u32, v: u32)", "%s = v;", ""},
+	} {
+		w.WriteString(fn.sig + " {\n  switch s {\n")
+		for s, win := range b.windowed {
+			fmt.Fprintf(&w, "    case %du: {", s)
+			if !win {
+				fmt.Fprintf(&w, " "+fn.access+" }\n", fmt.Sprintf("r%d[i]", s))
+				continue
 			}
-		}
-	}
-	fmt.Fprintf(&b, "    default: { return %s[j]; }\n  }\n}\n", last)
-	b.WriteString("fn wr(s: u32, i: u32, v: u32) {\n  let j = i & WMASK;\n  switch s * NW + min(i >> WSHIFT, NW - 1u) {\n")
-	for s := range gpu.NumSlots {
-		for w := range ws.Count {
-			if v := fmt.Sprintf("r%d_%d", s, w); v != last {
-				fmt.Fprintf(&b, "    case %du: { %s[j] = v; }\n", s*ws.Count+w, v)
+			w.WriteString("\n      switch min(i >> WSHIFT, NW - 1u) {\n")
+			for k := range ws.Count {
+				label := fmt.Sprintf("case %du:", k)
+				if k == ws.Count-1 {
+					label = "default:"
+				}
+				fmt.Fprintf(&w, "        %s { "+fn.access+" }\n", label, fmt.Sprintf("r%d_%d[i & WMASK]", s, k))
 			}
+			w.WriteString("      }\n    }\n")
 		}
+		fmt.Fprintf(&w, "    default: { %s }\n  }\n}\n", fn.none)
 	}
-	fmt.Fprintf(&b, "    default: { %s[j] = v; }\n  }\n}\n", last)
-	return b.String() + wgslCommon
+	w.WriteString("fn sl(o: u32) -> u32 {\n  switch o {\n")
+	for k, s := range b.slot {
+		fmt.Fprintf(&w, "    case %du: { return %du; }\n", 2*k, s)
+	}
+	w.WriteString("    default: { return 0u; }\n  }\n}\n")
+	return w.String() + wgslCommon
 }
 
 const wgslCommon = `
 fn u(i: u32) -> u32 { return params[i]; }
 fn f(i: u32) -> f32 { return bitcast<f32>(params[i]); }
 
-fn ld(o: u32, i: u32) -> f32 { return bitcast<f32>(rd(params[o], params[o + 1u] + i)); }
-fn ldi(o: u32, i: u32) -> i32 { return bitcast<i32>(rd(params[o], params[o + 1u] + i)); }
-fn st(o: u32, i: u32, v: f32) { wr(params[o], params[o + 1u] + i, bitcast<u32>(v)); }
+fn ld(o: u32, i: u32) -> f32 { return bitcast<f32>(rd(sl(o), params[o + 1u] + i)); }
+fn ldi(o: u32, i: u32) -> i32 { return bitcast<i32>(rd(sl(o), params[o + 1u] + i)); }
+fn st(o: u32, i: u32, v: f32) { wr(sl(o), params[o + 1u] + i, bitcast<u32>(v)); }
 
 const o0 = 0u; const o1 = 2u; const o2 = 4u; const o3 = 6u;
 const o4 = 8u; const o5 = 10u; const o6 = 12u; const o7 = 14u;
@@ -279,30 +296,37 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
 // l: u32), g the group (the row), l the lane. Every workgroupBarrier is
 // in uniform control flow: the early return tests only g and params.
 var wgslGroupKernels = map[string]string{
-	"matmul": `
-var<workgroup> ta: array<f32, 64>;
-var<workgroup> tb: array<f32, 64>;
-fn body(g: u32, l: u32) {
+	// One workgroup per 32×32 tile of y; lane l computes the 4×4 block
+	// at rows 4·(l/8), columns 4·(l%8) of it, each output summed in r
+	// order from zero (the cpu's matmul4x4). Loads past the edge read
+	// the last row or column and are not stored.
+	"matmul": `fn body(g: u32, l: u32) {
   let M = u(6u); let N = u(7u); let K = u(8u);
   let as0 = u(9u); let as1 = u(10u); let bs0 = u(11u); let bs1 = u(12u);
-  let tn = (N + 7u) / 8u;
-  if (g >= ((M + 7u) / 8u) * tn) { return; }
-  let li = l / 8u; let lj = l % 8u;
-  let i = (g / tn) * 8u + li; let j = (g % tn) * 8u + lj;
-  var s = 0.0;
-  for (var r0 = 0u; r0 < K; r0 += 8u) {
-    var av = 0.0;
-    if (i < M && r0 + lj < K) { av = ld(o0, i * as0 + (r0 + lj) * as1); }
-    var bv = 0.0;
-    if (r0 + li < K && j < N) { bv = ld(o1, (r0 + li) * bs0 + j * bs1); }
-    ta[l] = av;
-    tb[l] = bv;
-    workgroupBarrier();
-    let n = min(8u, K - r0);
-    for (var r = 0u; r < n; r++) { s += ta[li * 8u + r] * tb[r * 8u + lj]; }
-    workgroupBarrier();
+  let tn = (N + 31u) / 32u;
+  if (g >= ((M + 31u) / 32u) * tn) { return; }
+  let i = (g / tn) * 32u + (l / 8u) * 4u; let j = (g % tn) * 32u + (l % 8u) * 4u;
+  if (i >= M || j >= N) { return; }
+  let a0 = i * as0; let a1 = min(i + 1u, M - 1u) * as0; let a2 = min(i + 2u, M - 1u) * as0; let a3 = min(i + 3u, M - 1u) * as0;
+  let b0 = j * bs1; let b1 = min(j + 1u, N - 1u) * bs1; let b2 = min(j + 2u, N - 1u) * bs1; let b3 = min(j + 3u, N - 1u) * bs1;
+  var s0 = vec4<f32>(0.0); var s1 = vec4<f32>(0.0); var s2 = vec4<f32>(0.0); var s3 = vec4<f32>(0.0);
+  for (var r = 0u; r < K; r++) {
+    let ra = r * as1; let rb = r * bs0;
+    let bv = vec4<f32>(ld(o1, rb + b0), ld(o1, rb + b1), ld(o1, rb + b2), ld(o1, rb + b3));
+    s0 += ld(o0, a0 + ra) * bv;
+    s1 += ld(o0, a1 + ra) * bv;
+    s2 += ld(o0, a2 + ra) * bv;
+    s3 += ld(o0, a3 + ra) * bv;
   }
-  if (i < M && j < N) { st(o2, i * N + j, s); }
+  var rows = array<vec4<f32>, 4>(s0, s1, s2, s3);
+  for (var ii = 0u; ii < 4u; ii++) {
+    if (i + ii < M) {
+      let v = rows[ii];
+      for (var jj = 0u; jj < 4u; jj++) {
+        if (j + jj < N) { st(o2, (i + ii) * N + j + jj, v[jj]); }
+      }
+    }
+  }
 }`,
 	"layernorm": `fn body(g: u32, l: u32) {
   let rows = u(12u); let h = u(13u); let eps = f(14u);
@@ -503,7 +527,7 @@ fn body(g: u32, l: u32) {
 }
 
 // wgslSource returns the whole WGSL module of kernel name after prelude
-// (wgslPrelude, or wgslWindowedPrelude) and whether the kernel exists.
+// (wgslPrelude) and whether the kernel exists.
 func wgslSource(prelude, name string, group bool) (string, bool) {
 	if group {
 		body, ok := wgslGroupKernels[name]

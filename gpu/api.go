@@ -73,6 +73,10 @@ type Windows struct {
 	MaxSlotBytes uint64
 }
 
+// Range is bytes [Offset, Offset+Size) of a buffer, bound as one slot
+// (Device.BindRanges).
+type Range struct{ Offset, Size uint64 }
+
 // Binding returns the binding number of window w of slot s: s itself
 // for window 0, after the params binding for the others.
 func (ws Windows) Binding(s, w int) int {

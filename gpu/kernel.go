@@ -122,14 +122,14 @@ func (b *batch) releaseParams() {
 func (d *Device) Dispatch(k *Kernel, slots []*Buffer, params []uint32, x, y, z uint32) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if err := d.checkDispatch(k, slots, params, x, y, z); err != nil {
+	if err := d.checkDispatch(k, slots, nil, params, x, y, z); err != nil {
 		return err
 	}
 	pbuf, poff, psize, err := d.putParams(params)
 	if err != nil {
 		return fmt.Errorf("gpu: dispatch %q: params: %v", k.name, err)
 	}
-	bg, err := d.bindGroup(k, slots, pbuf, poff, psize)
+	bg, err := d.bindGroup(k, slots, nil, pbuf, poff, psize)
 	if err != nil {
 		return err
 	}
@@ -141,7 +141,7 @@ func (d *Device) Dispatch(k *Kernel, slots []*Buffer, params []uint32, x, y, z u
 	return d.collect("dispatch " + k.name)
 }
 
-func (d *Device) checkDispatch(k *Kernel, slots []*Buffer, params []uint32, x, y, z uint32) error {
+func (d *Device) checkDispatch(k *Kernel, slots []*Buffer, ranges []Range, params []uint32, x, y, z uint32) error {
 	if d.closed {
 		return ErrClosed
 	}
@@ -153,6 +153,9 @@ func (d *Device) checkDispatch(k *Kernel, slots []*Buffer, params []uint32, x, y
 	}
 	if len(slots) > NumSlots {
 		return fail("%d slots given, at most %d", len(slots), NumSlots)
+	}
+	if ranges != nil && len(ranges) != len(slots) {
+		return fail("%d ranges for %d slots", len(ranges), len(slots))
 	}
 	if len(params) > MaxParams {
 		return fail("%d params words, at most %d", len(params), MaxParams)
@@ -167,6 +170,15 @@ func (d *Device) checkDispatch(k *Kernel, slots []*Buffer, params []uint32, x, y
 		if err := d.checkBuffer(s); err != nil {
 			return fail("slot %d: %v", i, err)
 		}
+		if ranges != nil && ranges[i].Size > 0 {
+			r := ranges[i]
+			if a := uint64(d.limits.MinStorageBufferOffsetAlignment); r.Offset%a != 0 || r.Size%4 != 0 ||
+				r.Size > d.windows.MaxSlotBytes || r.Offset > s.size || r.Size > s.size-r.Offset {
+				return fail("slot %d: range [%d, +%d) of buffer %q (%d bytes) is not an aligned range of it of at most %d bytes",
+					i, r.Offset, r.Size, s.label, s.size, d.windows.MaxSlotBytes)
+			}
+			continue
+		}
 		if s.size > d.windows.MaxSlotBytes {
 			return fail("slot %d: buffer %q has %d bytes, above the %d one slot can bind (%d windows of %d bytes; MaxStorageBufferBindingSize %d)",
 				i, s.label, s.size, d.windows.MaxSlotBytes, d.windows.Count, d.windows.Bytes, d.limits.MaxStorageBufferBindingSize)
@@ -175,22 +187,35 @@ func (d *Device) checkDispatch(k *Kernel, slots []*Buffer, params []uint32, x, y
 	return nil
 }
 
-// bindGroup creates the bind group of slots and a params range. Window 0
-// of a slot is the whole buffer when it fits one binding, else its first
-// window; window w > 0 is bytes [w·Bytes, (w+1)·Bytes) of the buffer
-// (shorter at its end), or the dummy buffer past it.
-func (d *Device) bindGroup(k *Kernel, slots []*Buffer, pbuf *wgpu.Buffer, poff, psize uint64) (*wgpu.BindGroup, error) {
+// bindGroup creates the bind group of slots and a params range. A slot
+// with a range binds it: as window 0 when it fits one binding, else as
+// windows of Bytes from its start. A slot without one binds the whole
+// buffer as window 0 when it fits one binding, else as windows of Bytes
+// from byte 0. Windows past the end are the dummy buffer.
+func (d *Device) bindGroup(k *Kernel, slots []*Buffer, ranges []Range, pbuf *wgpu.Buffer, poff, psize uint64) (*wgpu.BindGroup, error) {
 	ws := d.windows
 	entries := make([]wgpu.BindGroupEntry, 0, NumSlots*ws.Count+1)
 	for i := range NumSlots {
 		var s *Buffer
+		var r Range
 		if i < len(slots) {
 			s = slots[i]
+		}
+		if i < len(ranges) {
+			r = ranges[i]
 		}
 		for w := range ws.Count {
 			e := wgpu.BindGroupEntry{Binding: uint32(ws.Binding(i, w)), Buffer: d.dummy, Size: wgpu.WholeSize}
 			switch {
 			case s == nil:
+			case r.Size > 0 && r.Size <= d.limits.MaxStorageBufferBindingSize:
+				if w == 0 {
+					e.Buffer, e.Offset, e.Size = s.buf, r.Offset, r.Size
+				}
+			case r.Size > 0:
+				if at := uint64(w) * ws.Bytes; at < r.Size {
+					e.Buffer, e.Offset, e.Size = s.buf, r.Offset+at, min(r.Size-at, ws.Bytes)
+				}
 			case w == 0 && s.size <= d.limits.MaxStorageBufferBindingSize:
 				e.Buffer = s.buf
 			case uint64(w)*ws.Bytes < s.size:
@@ -244,6 +269,7 @@ type Binding struct {
 	params *wgpu.Buffer
 	words  int
 	slots  []*Buffer
+	ranges []Range
 	gen    uint64 // batch generation of its last dispatch
 }
 
@@ -251,9 +277,21 @@ type Binding struct {
 // rules as Dispatch). Release it when done; it keeps the buffers' memory
 // alive (a released Buffer cannot be dispatched through it).
 func (d *Device) Bind(k *Kernel, slots []*Buffer, params []uint32) (*Binding, error) {
+	return d.BindRanges(k, slots, nil, params)
+}
+
+// BindRanges is Bind with slot i bound to bytes [Offset, Offset+Size) of
+// slots[i] where ranges[i].Size > 0 (Offset a multiple of
+// MinStorageBufferOffsetAlignment, Size at most Windows().MaxSlotBytes):
+// the kernel's word 0 of that slot is the range's first word. A range
+// that fits one binding is window 0 (the slot's other windows are the
+// dummy buffer); a larger one is windows of Windows().Bytes from
+// Offset. A slot whose range is zero is bound as by Bind. ranges is nil
+// or has one entry per slot.
+func (d *Device) BindRanges(k *Kernel, slots []*Buffer, ranges []Range, params []uint32) (*Binding, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if err := d.checkDispatch(k, slots, params, 0, 0, 0); err != nil {
+	if err := d.checkDispatch(k, slots, ranges, params, 0, 0, 0); err != nil {
 		return nil, err
 	}
 	if len(params) == 0 {
@@ -273,12 +311,12 @@ func (d *Device) Bind(k *Kernel, slots []*Buffer, params []uint32) (*Binding, er
 		pbuf.Release()
 		return nil, fmt.Errorf("gpu: bind %q: params: %v", k.name, err)
 	}
-	bg, err := d.bindGroup(k, slots, pbuf, 0, size)
+	bg, err := d.bindGroup(k, slots, ranges, pbuf, 0, size)
 	if err != nil {
 		pbuf.Release()
 		return nil, err
 	}
-	return &Binding{d: d, k: k, bg: bg, params: pbuf, words: len(params), slots: slices.Clone(slots)}, nil
+	return &Binding{d: d, k: k, bg: bg, params: pbuf, words: len(params), slots: slices.Clone(slots), ranges: slices.Clone(ranges)}, nil
 }
 
 // SetParams overwrites params words [at, at+len(words)). A dispatch
@@ -314,7 +352,7 @@ func (b *Binding) Dispatch(x, y, z uint32) error {
 	if err := b.check(); err != nil {
 		return err
 	}
-	if err := d.checkDispatch(b.k, b.slots, nil, x, y, z); err != nil {
+	if err := d.checkDispatch(b.k, b.slots, b.ranges, nil, x, y, z); err != nil {
 		return err
 	}
 	if err := d.record(b.k, b.bg, x, y, z); err != nil {

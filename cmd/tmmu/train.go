@@ -17,7 +17,7 @@ var trainCmd = &command{
 	name: "train",
 	summary: "Plan a training graph for one device and run its steps there: forward, backward and AdamW on WebGPU or the cpu kernels, " +
 		"every tensor at its planned offset, on a synthetic counting task. Prints each step's loss, and the state hash sealed after the last step (--state-every for more).",
-	usage: "train IR [--executor auto|webgpu|cpu] [--steps N] [--seed S] [--strategy S] [--lr X] [--unshared] [--mode standard|confidential|regulated] [--debug-fill TENSOR] [--device-memory BYTES]\n" +
+	usage: "train IR [--executor auto|webgpu|cpu] [--steps N] [--state-every N] [--seed S] [--strategy S] [--lr X] [--unshared] [--mode standard|confidential|regulated] [--debug-fill TENSOR] [--device-memory BYTES]\n" +
 		"       [--checkpoint-dir DIR [--checkpoint-every N] [--checkpoint-max-bytes SIZE] [--resume]] [-o text|json]",
 	run: runTrain,
 }
@@ -59,7 +59,7 @@ func runTrain(c *command, e *env, args []string) error {
 	steps := fs.Uint64("steps", 20, "steps to run")
 	strategy := fs.String("strategy", string(planner.Packed), "planning strategy: "+strategyList())
 	lr := fs.Float64("lr", float64(engine.DefaultAdamW.LR), "AdamW learning rate")
-	unshared := fs.Bool("unshared", false, "give every tensor its own bytes (the reference the plan must reproduce)")
+	unshared := fs.Bool("unshared", false, "give every tensor a device buffer of its own, as an engine without a planner would (the reference the plan must reproduce, in results and beside it in bytes and speed)")
 	mode := fs.String("mode", string(engine.Standard), "data-handling mode: standard, confidential or regulated (the last two forbid --debug-fill)")
 	debugFill := fs.String("debug-fill", "", "fill this tensor with a debug pattern before the first step (DebugFillTensor_v1)")
 	capacity := fs.String("device-memory", "", "bound the cpu device's memory (e.g. 64KiB), to see how running out is reported")
