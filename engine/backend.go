@@ -26,9 +26,9 @@ type Launch struct {
 	Params []uint32
 	// Spans are, operand by operand, the words of its region the kernel
 	// may touch through it (its storage): a device may bind just those.
-	Spans []WordRange
-	Threads  uint32
-	Groups   bool
+	Spans   []WordRange
+	Threads uint32
+	Groups  bool
 	// Iters bounds the loop iterations one invocation runs (all loops
 	// together). A device that ends long invocations (llvmpipe) refuses
 	// a launch above its bound instead of computing garbage.
