@@ -23,7 +23,7 @@ import (
 //
 // Params layout (as in kernels.go):
 //
-//	matmul      o a, o b, o y, u M, u N, u K, u as0, u as1, u bs0, u bs1
+//	matmul      o a, o b, o y, u M, u N, u K, u as0, u as1, u bs0, u bs1, u r0, u r1
 //	            one 32×32 tile of y per group; y[i,j] = Σ_r a·b in r order
 //	layernorm   o x, o w, o b, o y, o mean, o rstd, u rows, u h, f eps
 //	ln_bwd_x    o x, o w, o mean, o rstd, o dy, o dx, u rows, u h
@@ -295,8 +295,8 @@ var groupKernels = map[string]groupKernel{
 // time (sixteen running sums) so that each value it loads serves four
 // products. The order of every sum is the same, so are the bits.
 func matmulGroup(k *invocation, g uint32) {
-	M, N, K := k.u(6), k.u(7), k.u(8)
-	as0, as1, bs0, bs1 := k.u(9), k.u(10), k.u(11), k.u(12)
+	M, N := k.u(6), k.u(7)
+	as0, as1, bs0, bs1, r0, r1 := k.u(9), k.u(10), k.u(11), k.u(12), k.u(13), k.u(14)
 	tn := (N + matmulTile - 1) / matmulTile
 	i0, j0 := g/tn*matmulTile, g%tn*matmulTile
 	a := k.mem[k.p[o0]][k.p[o0+1]:]
@@ -306,13 +306,16 @@ func matmulGroup(k *invocation, g uint32) {
 	for i := i0; i < iEnd; i += 4 {
 		for j := j0; j < jEnd; j += 4 {
 			if i+4 <= iEnd && j+4 <= jEnd {
-				matmul4x4(a, b, y, i, j, N, K, as0, as1, bs0, bs1)
+				matmul4x4(a, b, y, i, j, N, r0, r1, as0, as1, bs0, bs1)
 				continue
 			}
 			for ii := i; ii < min(i+4, iEnd); ii++ {
 				for jj := j; jj < min(j+4, jEnd); jj++ {
 					var s float32
-					for r := range K {
+					if r0 > 0 {
+						s = math.Float32frombits(y[ii*N+jj])
+					}
+					for r := r0; r < r1; r++ {
 						s += math.Float32frombits(a[ii*as0+r*as1]) * math.Float32frombits(b[r*bs0+jj*bs1])
 					}
 					y[ii*N+jj] = math.Float32bits(s)
@@ -322,11 +325,22 @@ func matmulGroup(k *invocation, g uint32) {
 	}
 }
 
-// matmul4x4 is y[i..i+4, j..j+4] of matmulGroup.
-func matmul4x4(a, b, y []uint32, i, j, N, K, as0, as1, bs0, bs1 uint32) {
+// matmul4x4 is y[i..i+4, j..j+4] of matmulGroup over rows [r0, r1).
+func matmul4x4(a, b, y []uint32, i, j, N, r0, r1, as0, as1, bs0, bs1 uint32) {
 	var s00, s01, s02, s03, s10, s11, s12, s13, s20, s21, s22, s23, s30, s31, s32, s33 float32
-	ra, rb := i*as0, j*bs1
-	for range K {
+	if r0 > 0 {
+		f := func(o uint32) float32 { return math.Float32frombits(y[o]) }
+		o := i*N + j
+		s00, s01, s02, s03 = f(o), f(o+1), f(o+2), f(o+3)
+		o += N
+		s10, s11, s12, s13 = f(o), f(o+1), f(o+2), f(o+3)
+		o += N
+		s20, s21, s22, s23 = f(o), f(o+1), f(o+2), f(o+3)
+		o += N
+		s30, s31, s32, s33 = f(o), f(o+1), f(o+2), f(o+3)
+	}
+	ra, rb := i*as0+r0*as1, j*bs1+r0*bs0
+	for range r1 - r0 {
 		a0 := math.Float32frombits(a[ra])
 		a1 := math.Float32frombits(a[ra+as0])
 		a2 := math.Float32frombits(a[ra+2*as0])

@@ -30,10 +30,10 @@ import (
 //	silu_bwd    o x, o dy, o dx, u n
 //	layernorm   o x, o w, o b, o y, o mean, o rstd, u rows, u h, f eps
 //	ln_bwd_x    o x, o w, o mean, o rstd, o dy, o dx, u rows, u h
-//	ln_bwd_wb   o x, o mean, o rstd, o dy, o dw, o db, u rows, u h, u hasb
+//	ln_bwd_wb   o x, o mean, o rstd, o dy, o dw, o db, u rows, u h, u hasb, u r0, u r1
 //	rmsnorm     o x, o w, o y, o rstd, u rows, u h, f eps
 //	rms_bwd_x   o x, o w, o rstd, o dy, o dx, u rows, u h
-//	rms_bwd_w   o x, o rstd, o dy, o dw, u rows, u h
+//	rms_bwd_w   o x, o rstd, o dy, o dw, u rows, u h, u r0, u r1
 //	rope        o x, o y, u rows(B·S), u seq, u width, u headdim, u inverse
 //	attn        o q, o k, o v, o y, o lse, u B, u S, u heads, u kvheads, u D,
 //	            u qs0, u qs1, u ks0, u ks1, u vs0, u vs1, f scale
@@ -42,10 +42,17 @@ import (
 //	attn_bwd_kv as attn_bwd_q with o dk, o dv and their strides
 //	xent        o logits, o labels, o loss, u rows, u vocab
 //	xent_bwd    o logits, o labels, o dloss, o dx, u rows, u vocab
-//	reduce_sum  o dy, o y, u rows, u n                     y[j] = Σ_r dy[r·n+j]
-//	emb_bwd     o ids, o dy, o dt, u rows, u h, u vocab    dt[v,j] = Σ_{ids[r]=v} dy[r,j]
+//	reduce_sum  o dy, o y, u rows, u n, u r0, u r1         y[j] = Σ_r dy[r·n+j]
+//	emb_bwd     o ids, o dy, o dt, u rows, u h, u vocab, u r0, u r1
+//	                                                       dt[v,j] = Σ_{ids[r]=v} dy[r,j]
 //	adamw       o p, o g, o m, o v, u n, u poff, u goff,
 //	            f lr, f b1, f b2, f eps, f wd, f c1, f c2
+//
+// The kernels that sum over rows (ln_bwd_wb, rms_bwd_w, reduce_sum,
+// emb_bwd, and matmul over its inner dimension) take the rows [r0, r1)
+// of one chunk: a chunk after the first continues the sums its output
+// holds, so chunked launches add in the same order, to the same bits,
+// as one launch over all rows (see rowChunk).
 //
 // Attention strides are word strides of the batch and sequence dimensions
 // (the last dimension is contiguous); y, lse and the other operands are
@@ -155,12 +162,18 @@ var kernels = map[string]kernel{
 		}
 	},
 	"ln_bwd_wb": func(k *invocation, t uint32) {
-		rows, h, hasb := k.u(12), k.u(13), k.u(14)
+		h, hasb, r0, r1 := k.u(13), k.u(14), k.u(15), k.u(16)
 		if t >= h {
 			return
 		}
 		var dw, db float32
-		for r := uint32(0); r < rows; r++ {
+		if r0 > 0 { // a later chunk of rows continues the sums
+			dw = k.ld(o4, t)
+			if hasb != 0 {
+				db = k.ld(o5, t)
+			}
+		}
+		for r := r0; r < r1; r++ {
 			xh := (k.ld(o0, r*h+t) - k.ld(o1, r)) * k.ld(o2, r)
 			dy := k.ld(o3, r*h+t)
 			dw += dy * xh
@@ -172,12 +185,15 @@ var kernels = map[string]kernel{
 		}
 	},
 	"rms_bwd_w": func(k *invocation, t uint32) {
-		rows, h := k.u(8), k.u(9)
+		h, r0, r1 := k.u(9), k.u(10), k.u(11)
 		if t >= h {
 			return
 		}
 		var dw float32
-		for r := uint32(0); r < rows; r++ {
+		if r0 > 0 {
+			dw = k.ld(o3, t)
+		}
+		for r := r0; r < r1; r++ {
 			dw += k.ld(o2, r*h+t) * k.ld(o0, r*h+t) * k.ld(o1, r)
 		}
 		k.st(o3, t, dw)
@@ -202,23 +218,26 @@ var kernels = map[string]kernel{
 	},
 	"emb_bwd": func(k *invocation, t uint32) {
 		// dt is zeroed by a fill first; column t adds rows in order.
-		rows, h, vocab := k.u(6), k.u(7), k.u(8)
+		h, vocab, r0, r1 := k.u(7), k.u(8), k.u(9), k.u(10)
 		if t >= h {
 			return
 		}
-		for r := uint32(0); r < rows; r++ {
+		for r := r0; r < r1; r++ {
 			if id := k.ldi(o0, r); id >= 0 && uint32(id) < vocab {
 				k.st(o2, uint32(id)*h+t, k.ld(o2, uint32(id)*h+t)+k.ld(o1, r*h+t))
 			}
 		}
 	},
 	"reduce_sum": func(k *invocation, t uint32) {
-		rows, n := k.u(4), k.u(5)
+		n, r0, r1 := k.u(5), k.u(6), k.u(7)
 		if t >= n {
 			return
 		}
 		var s float32
-		for r := uint32(0); r < rows; r++ {
+		if r0 > 0 {
+			s = k.ld(o1, t)
+		}
+		for r := r0; r < r1; r++ {
 			s += k.ld(o0, r*n+t)
 		}
 		k.st(o1, t, s)

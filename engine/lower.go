@@ -302,8 +302,9 @@ func (l *lowerer) lower(n *ir.Node) ([]Launch, error) {
 		if err != nil {
 			return nil, err
 		}
-		lw, err := withIters(launch("ln_bwd_wb", h, o, u32(rows), u32(h), 1))(rows)
-		return append(ls, lw), err
+		return chunked(ls, rows, func(r0, r1 uint64) (Launch, error) {
+			return withIters(launch("ln_bwd_wb", h, o, u32(rows), u32(h), 1, u32(r0), u32(r1)))(r1 - r0)
+		})
 	case models.OpRMSNorm:
 		if err := need(2, 2); err != nil {
 			return nil, err
@@ -341,8 +342,9 @@ func (l *lowerer) lower(n *ir.Node) ([]Launch, error) {
 		if err != nil {
 			return nil, err
 		}
-		lw, err := withIters(launch("rms_bwd_w", h, o, u32(rows), u32(h)))(rows)
-		return append(ls, lw), err
+		return chunked(ls, rows, func(r0, r1 uint64) (Launch, error) {
+			return withIters(launch("rms_bwd_w", h, o, u32(rows), u32(h), u32(r0), u32(r1)))(r1 - r0)
+		})
 	case models.OpRope, models.OpRopeBackward:
 		if err := need(1, 1); err != nil {
 			return nil, err
@@ -418,8 +420,9 @@ func (l *lowerer) lower(n *ir.Node) ([]Launch, error) {
 			return nil, unsupported("reduce_sum %q: %v to %v", n.ID, o[0].shape, o[1].shape)
 		}
 		rows := o[0].numel / o[1].numel
-		x, err := withIters(launch("reduce_sum", o[1].numel, o, u32(rows), u32(o[1].numel)))(rows)
-		return []Launch{x}, err
+		return chunked(nil, rows, func(r0, r1 uint64) (Launch, error) {
+			return withIters(launch("reduce_sum", o[1].numel, o, u32(rows), u32(o[1].numel), u32(r0), u32(r1)))(r1 - r0)
+		})
 	case models.OpEmbeddingBackward:
 		if err := need(2, 1); err != nil {
 			return nil, err
@@ -438,8 +441,9 @@ func (l *lowerer) lower(n *ir.Node) ([]Launch, error) {
 		if err != nil {
 			return nil, err
 		}
-		x, err := withIters(launch("emb_bwd", h, o, u32(o[0].numel), u32(h), u32(o[2].shape[0])))(o[0].numel)
-		return []Launch{z, x}, err
+		return chunked([]Launch{z}, o[0].numel, func(r0, r1 uint64) (Launch, error) {
+			return withIters(launch("emb_bwd", h, o, u32(o[0].numel), u32(h), u32(o[2].shape[0]), u32(r0), u32(r1)))(r1 - r0)
+		})
 	case models.OpAdamW:
 		return l.adamw(n)
 	}
@@ -509,8 +513,31 @@ func (l *lowerer) matmul(n *ir.Node) ([]Launch, error) {
 		return nil, unsupported("matmul %q: output %v is not [%d,%d]", n.ID, y.shape, M, N)
 	}
 	tiles := ((M + matmulTile - 1) / matmulTile) * ((N + matmulTile - 1) / matmulTile)
-	x, err := grouped(launch("matmul", 0, o, u32(M), u32(N), u32(K), u32(as0), u32(as1), u32(bs0), u32(bs1)))(tiles, K+1)
-	return []Launch{x}, err
+	return chunked(nil, K, func(r0, r1 uint64) (Launch, error) {
+		return grouped(launch("matmul", 0, o, u32(M), u32(N), u32(K), u32(as0), u32(as1), u32(bs0), u32(bs1), u32(r0), u32(r1)))(tiles, r1-r0+1)
+	})
+}
+
+// rowChunk is the most rows one launch of a kernel that sums over rows
+// takes (and so the loop iterations of its invocations): a sum over
+// more rows is several launches, each continuing the sums the one
+// before left in the output, in the same order (the same bits), so no
+// invocation loops over a dimension of unbounded size.
+//
+// (A variable only so that tests can cut small graphs into chunks.)
+var rowChunk uint64 = 16384
+
+// chunked appends to ls the launches of rows [0, rows) in chunks of at
+// most rowChunk (one launch for no rows).
+func chunked(ls []Launch, rows uint64, f func(r0, r1 uint64) (Launch, error)) ([]Launch, error) {
+	for r0 := uint64(0); r0 < max(rows, 1); r0 += rowChunk {
+		x, err := f(r0, min(r0+rowChunk, rows))
+		if err != nil {
+			return nil, err
+		}
+		ls = append(ls, x)
+	}
+	return ls, nil
 }
 
 // qkv returns q, k, v (strided views allowed, last dimension contiguous)

@@ -94,7 +94,7 @@ func TestRefusesLoopsTheDeviceEnds(t *testing.T) {
 	g, _ := tinyGPT2(t, 2)
 	p := planFor(t, g)
 	// The tiny model's longest loop: a matmul over K = batch·seq = 64
-	// rows of a weight gradient (73 iterations with the tile loads).
+	// rows of a weight gradient (65 iterations).
 	if _, err := New(g, p, Options{Backend: shortLoops{NewCPU(), 1 << 20}}); err != nil {
 		t.Fatalf("a generous limit: %v", err)
 	}
@@ -103,4 +103,46 @@ func TestRefusesLoopsTheDeviceEnds(t *testing.T) {
 		t.Fatalf("a device ending invocations after 40 iterations: %v, want UNSUPPORTED_EXECUTION naming the limit", err)
 	}
 	t.Log(err)
+}
+
+// TestRowChunksAddTheSameBits: sums over rows cut into chunks (here 5
+// rows, so the tiny GPT-2's 64 rows, 32-row inner dimensions and 64-row
+// weight gradients take up to 13 launches each) train to the same bits
+// as one launch per sum, on the cpu and on WebGPU: a chunk continues the
+// sums in the order one launch would add them. Devices that end long
+// loops (llvmpipe) thus run any number of rows.
+func TestRowChunksAddTheSameBits(t *testing.T) {
+	t.Run("cpu", func(t *testing.T) { rowChunksAddTheSameBits(t, func() Backend { return NewCPU() }) })
+	t.Run("webgpu", func(t *testing.T) {
+		webgpu(t).Close() // skips without an adapter
+		rowChunksAddTheSameBits(t, func() Backend { return webgpu(t) })
+	})
+}
+
+func rowChunksAddTheSameBits(t *testing.T, open func() Backend) {
+	g, _ := tinyGPT2(t, 2)
+	p := planFor(t, g)
+	whole := paramsAfter(t, g, p, Options{Backend: open()})
+	defer func(old uint64) { rowChunk = old }(rowChunk)
+	rowChunk = 5
+	e, err := New(g, p, Options{Backend: open()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	launches := 0
+	for _, a := range e.actions {
+		launches += len(a.launches)
+	}
+	e.Close()
+	chunked := paramsAfter(t, g, p, Options{Backend: open()})
+	n := 0
+	for id, x := range whole {
+		for i := range x {
+			if math.Float32bits(x[i]) != math.Float32bits(chunked[id][i]) {
+				t.Fatalf("%s[%d]: %v in chunks of 5 rows, %v in one launch", id, i, chunked[id][i], x[i])
+			}
+		}
+		n += len(x)
+	}
+	t.Logf("%d launches with 5-row chunks; %d state elements bit-identical after 2 steps", launches, n)
 }

@@ -172,10 +172,14 @@ var wgslKernels = map[string]string{
   }
 }`,
 	"ln_bwd_wb": `fn body(t: u32) {
-  let rows = u(12u); let h = u(13u); let hasb = u(14u);
+  let h = u(13u); let hasb = u(14u); let r0 = u(15u); let r1 = u(16u);
   if (t >= h) { return; }
   var dw = 0.0; var db = 0.0;
-  for (var r = 0u; r < rows; r++) {
+  if (r0 > 0u) {
+    dw = ld(o4, t);
+    if (hasb != 0u) { db = ld(o5, t); }
+  }
+  for (var r = r0; r < r1; r++) {
     let xh = (ld(o0, r * h + t) - ld(o1, r)) * ld(o2, r);
     let dy = ld(o3, r * h + t);
     dw += dy * xh; db += dy;
@@ -184,10 +188,11 @@ var wgslKernels = map[string]string{
   if (hasb != 0u) { st(o5, t, db); }
 }`,
 	"rms_bwd_w": `fn body(t: u32) {
-  let rows = u(8u); let h = u(9u);
+  let h = u(9u); let r0 = u(10u); let r1 = u(11u);
   if (t >= h) { return; }
   var dw = 0.0;
-  for (var r = 0u; r < rows; r++) { dw += ld(o2, r * h + t) * ld(o0, r * h + t) * ld(o1, r); }
+  if (r0 > 0u) { dw = ld(o3, t); }
+  for (var r = r0; r < r1; r++) { dw += ld(o2, r * h + t) * ld(o0, r * h + t) * ld(o1, r); }
   st(o3, t, dw);
 }`,
 	"rope": `fn body(t: u32) {
@@ -206,9 +211,9 @@ var wgslKernels = map[string]string{
   st(o1, r * width + 2u * p + 1u, a * s + b * c);
 }`,
 	"emb_bwd": `fn body(t: u32) {
-  let rows = u(6u); let h = u(7u); let vocab = u(8u);
+  let h = u(7u); let vocab = u(8u); let r0 = u(9u); let r1 = u(10u);
   if (t >= h) { return; }
-  for (var r = 0u; r < rows; r++) {
+  for (var r = r0; r < r1; r++) {
     let id = ldi(o0, r);
     if (id >= 0 && u32(id) < vocab) {
       let at = u32(id) * h + t;
@@ -217,10 +222,11 @@ var wgslKernels = map[string]string{
   }
 }`,
 	"reduce_sum": `fn body(t: u32) {
-  let rows = u(4u); let n = u(5u);
+  let n = u(5u); let r0 = u(6u); let r1 = u(7u);
   if (t >= n) { return; }
   var s = 0.0;
-  for (var r = 0u; r < rows; r++) { s += ld(o0, r * n + t); }
+  if (r0 > 0u) { s = ld(o1, t); }
+  for (var r = r0; r < r1; r++) { s += ld(o0, r * n + t); }
   st(o1, t, s);
 }`,
 	"adamw": `fn body(t: u32) {
@@ -301,8 +307,8 @@ var wgslGroupKernels = map[string]string{
 	// order from zero (the cpu's matmul4x4). Loads past the edge read
 	// the last row or column and are not stored.
 	"matmul": `fn body(g: u32, l: u32) {
-  let M = u(6u); let N = u(7u); let K = u(8u);
-  let as0 = u(9u); let as1 = u(10u); let bs0 = u(11u); let bs1 = u(12u);
+  let M = u(6u); let N = u(7u);
+  let as0 = u(9u); let as1 = u(10u); let bs0 = u(11u); let bs1 = u(12u); let r0 = u(13u); let r1 = u(14u);
   let tn = (N + 31u) / 32u;
   if (g >= ((M + 31u) / 32u) * tn) { return; }
   let i = (g / tn) * 32u + (l / 8u) * 4u; let j = (g % tn) * 32u + (l % 8u) * 4u;
@@ -310,7 +316,15 @@ var wgslGroupKernels = map[string]string{
   let a0 = i * as0; let a1 = min(i + 1u, M - 1u) * as0; let a2 = min(i + 2u, M - 1u) * as0; let a3 = min(i + 3u, M - 1u) * as0;
   let b0 = j * bs1; let b1 = min(j + 1u, N - 1u) * bs1; let b2 = min(j + 2u, N - 1u) * bs1; let b3 = min(j + 3u, N - 1u) * bs1;
   var s0 = vec4<f32>(0.0); var s1 = vec4<f32>(0.0); var s2 = vec4<f32>(0.0); var s3 = vec4<f32>(0.0);
-  for (var r = 0u; r < K; r++) {
+  if (r0 > 0u) {
+    let c0 = j; let c1 = min(j + 1u, N - 1u); let c2 = min(j + 2u, N - 1u); let c3 = min(j + 3u, N - 1u);
+    let y0 = i * N; let y1 = min(i + 1u, M - 1u) * N; let y2 = min(i + 2u, M - 1u) * N; let y3 = min(i + 3u, M - 1u) * N;
+    s0 = vec4<f32>(ld(o2, y0 + c0), ld(o2, y0 + c1), ld(o2, y0 + c2), ld(o2, y0 + c3));
+    s1 = vec4<f32>(ld(o2, y1 + c0), ld(o2, y1 + c1), ld(o2, y1 + c2), ld(o2, y1 + c3));
+    s2 = vec4<f32>(ld(o2, y2 + c0), ld(o2, y2 + c1), ld(o2, y2 + c2), ld(o2, y2 + c3));
+    s3 = vec4<f32>(ld(o2, y3 + c0), ld(o2, y3 + c1), ld(o2, y3 + c2), ld(o2, y3 + c3));
+  }
+  for (var r = r0; r < r1; r++) {
     let ra = r * as1; let rb = r * bs0;
     let bv = vec4<f32>(ld(o1, rb + b0), ld(o1, rb + b1), ld(o1, rb + b2), ld(o1, rb + b3));
     s0 += ld(o0, a0 + ra) * bv;
