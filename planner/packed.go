@@ -83,8 +83,10 @@ func packArenas(g *ir.Graph, l *Liveness, o Options) (*SlotAssignment, []ArenaLa
 		}
 		if r := uint64(cfg.RegionBytes); err == nil && r != 0 && res.Peak > r {
 			// The packers know nothing of regions: an arena whose
-			// packing crosses a region boundary with some storage takes
-			// the slot layout, which moves such slots to the next region.
+			// packing crosses a region boundary with some storage is
+			// refitted to the regions (fitRegions), or takes the slot
+			// layout, which moves such slots to the next region,
+			// whichever is smaller.
 			cross := false
 			for k := range res.Offsets {
 				cross = cross || straddles(res.Offsets[k], p.Buffers[k].Size, r)
@@ -97,10 +99,15 @@ func packArenas(g *ir.Graph, l *Liveness, o Options) (*SlotAssignment, []ArenaLa
 				if lerr != nil {
 					return nil, nil, lerr
 				}
-				for k, r := range as.Storages {
-					res.Offsets[k] = lay.SlotOffset[spec.Slot[r]]
+				fit, peak, ok := fitRegions(p, res.Offsets, r)
+				if ok && peak <= lay.PeakBytes {
+					res.Offsets, res.Peak = fit, peak
+				} else {
+					for k, r := range as.Storages {
+						res.Offsets[k] = lay.SlotOffset[spec.Slot[r]]
+					}
+					res.Peak = lay.PeakBytes
 				}
-				res.Peak = lay.PeakBytes
 			}
 		}
 		switch {

@@ -25,6 +25,7 @@ var trainCmd = &command{
 type trainStep struct {
 	Step       uint64  `json:"step"`
 	Loss       float32 `json:"loss"`
+	Seconds    float64 `json:"seconds"` // the step itself (feed, kernels, loss readback)
 	State      string  `json:"state_hash,omitempty"`
 	Checkpoint string  `json:"checkpoint,omitempty"` // the object stored after the step
 }
@@ -178,8 +179,9 @@ func runTrain(c *command, e *env, args []string) error {
 		if err != nil {
 			return err
 		}
-		took += time.Since(t0)
-		ts := trainStep{Step: s, Loss: float32(stats.Loss)}
+		dt := time.Since(t0)
+		took += dt
+		ts := trainStep{Step: s, Loss: float32(stats.Loss), Seconds: dt.Seconds()}
 		if s == *steps || (*stateEvery > 0 && s%*stateEvery == 0) {
 			if ts.State, err = x.StateHash(); err != nil {
 				return err
@@ -192,7 +194,7 @@ func runTrain(c *command, e *env, args []string) error {
 		}
 		res.Steps = append(res.Steps, ts)
 		if *out == "text" {
-			fmt.Fprintf(e.stdout, "step %3d  loss %.4f", s, stats.Loss)
+			fmt.Fprintf(e.stdout, "step %3d  loss %.4f  %s", s, stats.Loss, dt.Round(time.Millisecond))
 			if ts.State != "" {
 				fmt.Fprintf(e.stdout, "  state %s", ts.State[:12])
 			}
@@ -208,7 +210,7 @@ func runTrain(c *command, e *env, args []string) error {
 	if *out == "json" {
 		return writeJSON(e.stdout, res)
 	}
-	fmt.Fprintf(e.stdout, "%.1f steps/s\n", res.StepsPerSec)
+	fmt.Fprintf(e.stdout, "%d steps in %s: %.3g steps/s\n", len(res.Steps), took.Round(time.Millisecond), res.StepsPerSec)
 	return nil
 }
 
