@@ -8,12 +8,14 @@
 //   - A Backend is a device that holds regions and runs kernels: CPU (host
 //     memory, the reference kernels of kernels.go and groups.go, run on a
 //     pool of GOMAXPROCS workers) or WebGPU (package gpu: one storage
-//     buffer per region, the WGSL twins in wgsl.go). A region larger than
-//     one binding (128 MiB on llvmpipe) is bound as the device's windows
-//     and its launches use windowed kernels, so a slot reaches up to
-//     Windows().MaxSlotBytes (640 MiB on llvmpipe). Open picks one;
-//     "auto" is WebGPU when the machine has an adapter, else CPU, and
-//     says why it fell back.
+//     buffer per region, the WGSL twins in wgsl.go). A launch binds each
+//     slot to just the bytes its operands' storages span, however large
+//     the region; only an operand larger than one binding (128 MiB on
+//     llvmpipe) is bound as windows, so a tensor reaches up to
+//     Windows().MaxSlotBytes (640 MiB on llvmpipe). Each WGSL module is
+//     compiled for its binding shape, with every operand's slot a
+//     constant. Open picks one; "auto" is WebGPU when the machine has an
+//     adapter, else CPU, and says why it fell back.
 //   - ApplyPlan (ApplyPlan_v1) cuts each arena at the device's region size
 //     and packs the pieces first-fit decreasing into regions created
 //     exactly as large as what they hold: the device bytes are the plan's
@@ -53,12 +55,17 @@
 // backward ops, reduce_sum, embedding_backward and the AdamW update (over
 // a ZeRO partition of a whole parameter too). Element-wise kernels are
 // SIMT, one invocation per output element. Reductions (layer and RMS
-// norm, softmax and cross-entropy, attention) and matmul run one
-// workgroup of 64 lanes per row or 8×8 output tile: each lane handles a
-// bounded share and the lanes combine in a fixed tree, so no invocation
-// loops over a whole dimension and the cpu twins (groups.go) reproduce
-// the same order. Cross-entropy keeps per-row results in a small engine
-// workspace beside the plan (WorkspaceBytes). No atomics: results are
+// norm, softmax and cross-entropy, attention) run one workgroup of 64
+// lanes per row: each lane handles a bounded share and the lanes combine
+// in a fixed tree that the cpu twins (groups.go) repeat. Matmul runs a
+// workgroup per 32×32 output tile, each lane a 4×4 block, every output
+// summed in the order of the inner dimension on both devices. Sums over
+// rows (weight and bias gradients, reduce_sum, embedding_backward and
+// matmul's inner dimension) run in launches of at most rowChunk rows,
+// each continuing the sums the one before left in the output: the same
+// bits as one launch, and no invocation loops over a whole dimension.
+// Cross-entropy keeps per-row results in a small engine workspace
+// beside the plan (WorkspaceBytes). No atomics: results are
 // deterministic and independent of the layout.
 // TestGradientsMatchFiniteDifferences checks every backward kernel
 // against central differences of the loss.
@@ -72,6 +79,8 @@
 // many loop iterations one invocation runs; on a device that silently
 // ends long invocations (llvmpipe: 65,535) New refuses a launch above
 // that with UNSUPPORTED_EXECUTION naming the node, instead of computing
-// garbage. Attention runs sequences up to 2,048 and head dimensions up
-// to 256. The kernels favour clarity over speed.
+// garbage (with row chunks, only widths beyond a million reach it).
+// Attention runs sequences up to 2,048 and head dimensions up to 256.
+// Beyond the register-blocked matmul the kernels favour clarity over
+// speed.
 package engine

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"testing"
 
 	"github.com/tmmu/tmmu/gpu"
@@ -107,5 +108,47 @@ func benchStep(b *testing.B, be Backend, dev *gpu.Device) {
 		b.ReportMetric(float64(d.ReadBytes)/n, "readB/op")
 		b.ReportMetric(float64(d.BindGroups)/n, "bindgroups/op")
 		b.ReportMetric(float64(d.StagingBuffers)/n, "staging/op")
+	}
+}
+
+// cancelAfter is a context whose Err turns to Canceled after n calls:
+// a step abandoned between two launches.
+type cancelAfter struct {
+	context.Context
+	n int
+}
+
+func (c *cancelAfter) Err() error {
+	if c.n--; c.n < 0 {
+		return context.Canceled
+	}
+	return nil
+}
+
+// TestCloseAfterAnAbandonedStep: a step cancelled half way leaves
+// dispatches recorded but not submitted; closing the engine then (its
+// bind groups released while the open batch still names them, which
+// wgpu-native answers by aborting the process) is safe, and a new engine
+// on the same device trains on.
+func TestCloseAfterAnAbandonedStep(t *testing.T) {
+	w := webgpu(t)
+	defer w.Close()
+	g, _ := tinyGPT2(t, 2)
+	p := planFor(t, g)
+	x, err := NewExecutor(g, p, Options{Backend: w}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := x.Step(&cancelAfter{context.Background(), 40}, 1); !errors.Is(err, context.Canceled) {
+		t.Fatalf("step cancelled after 40 nodes: %v", err)
+	}
+	x.Close()
+	y, err := NewExecutor(g, p, Options{Backend: w}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer y.Close()
+	if _, err := y.Step(context.Background(), 1); err != nil {
+		t.Fatal(err)
 	}
 }

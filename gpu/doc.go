@@ -71,12 +71,18 @@
 // On llvmpipe (32 storage bindings per stage) a slot has 5 windows: 640
 // MiB.
 //
+// A slot may also bind a Range of its buffer (BindRanges): word 0 of the
+// slot is then the range's first word. A range that fits one binding is
+// window 0 alone, so a large buffer's slot needs no windows when the
+// kernel only touches a part of it within one binding's reach; a larger
+// range is windows of Bytes from its start.
+//
 // # Bindings
 //
-// Dispatch creates a bind group per call. Bind creates one Binding (bind
-// group and its own params buffer) to dispatch again and again; its
-// SetParams rewrites params words, submitting first any recorded dispatch
-// that must still see the old ones.
+// Dispatch creates a bind group per call. Bind (and BindRanges) creates
+// one Binding (bind group and its own params buffer) to dispatch again
+// and again; its SetParams rewrites params words, submitting first any
+// recorded dispatch that must still see the old ones.
 //
 // # Execution
 //

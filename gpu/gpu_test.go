@@ -19,9 +19,11 @@ import (
 // open opens a device or skips the test when there is no WebGPU adapter,
 // unless TMMU_REQUIRE_WEBGPU=1 (set by CI, which installs the Vulkan CPU
 // driver), where that is a failure.
-func open(t testing.TB) *Device {
+func open(t testing.TB) *Device { t.Helper(); return openWith(t, Options{}) }
+
+func openWith(t testing.TB, o Options) *Device {
 	t.Helper()
-	d, err := Open(Options{})
+	d, err := Open(o)
 	if errors.Is(err, ErrNoAdapter) {
 		if os.Getenv("TMMU_REQUIRE_WEBGPU") == "1" {
 			t.Fatalf("TMMU_REQUIRE_WEBGPU=1 but: %v", err)

@@ -80,7 +80,8 @@ type batch struct {
 	enc        *wgpu.CommandEncoder
 	pass       *wgpu.ComputePassEncoder
 	bindGroups []*wgpu.BindGroup
-	names      []string // kernels dispatched, for error messages
+	buffers    []*wgpu.Buffer // released Bindings' params, released with the batch
+	names      []string       // kernels dispatched, for error messages
 
 	params    []*wgpu.Buffer // paramsChunk bytes each, reused across batches
 	paramsIdx int            // chunk being filled
@@ -100,6 +101,9 @@ func (b *batch) discard() {
 	}
 	for _, bg := range b.bindGroups {
 		bg.Release()
+	}
+	for _, buf := range b.buffers {
+		buf.Release()
 	}
 	*b = batch{params: b.params}
 }
@@ -382,9 +386,18 @@ func (b *Binding) Release() {
 		b.bg = nil
 		return
 	}
-	b.bg.Release()
-	b.params.Release()
-	b.bg, b.params, b.slots = nil, nil, nil
+	if b.gen == d.gen && !d.batch.empty() {
+		// A dispatch in the open batch uses them: wgpu-native resolves
+		// a pass's bind groups when the pass ends, and aborts the
+		// process if one was released before. The batch releases them
+		// once it is submitted.
+		d.batch.bindGroups = append(d.batch.bindGroups, b.bg)
+		d.batch.buffers = append(d.batch.buffers, b.params)
+	} else {
+		b.bg.Release()
+		b.params.Release()
+	}
+	b.bg, b.params, b.slots, b.ranges = nil, nil, nil, nil
 }
 
 // putParams writes params into the batch's params buffers and returns

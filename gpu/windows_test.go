@@ -158,3 +158,89 @@ fn main() { r0[0] = r0[0] * 2u + params[0]; }
 		t.Error("dispatch of a released binding accepted")
 	}
 }
+
+// TestBindRanges binds parts of one buffer (bindings lowered to 4 KiB,
+// the buffer five of them): a range within one binding is the slot's
+// whole array from the range's first word, a longer range is windows
+// from its start, and the words outside a range are never touched.
+// Ranges the device cannot bind are refused.
+func TestBindRanges(t *testing.T) {
+	d := openWith(t, Options{MaxBindingBytes: 4096})
+	ws := d.Windows()
+	if ws.Count < 4 || ws.Bytes != 4096 {
+		t.Skipf("windows %+v", ws)
+	}
+	const words = 5 * 1024
+	buf, err := d.NewBuffer(4*words, "ranged")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer buf.Release()
+	init := make([]byte, 4*words)
+	for i := range words {
+		binary.LittleEndian.PutUint32(init[4*i:], uint32(i))
+	}
+	if err := d.Write(buf, 0, init); err != nil {
+		t.Fatal(err)
+	}
+	want := make([]uint32, words)
+	for i := range want {
+		want[i] = uint32(i)
+	}
+	// A range inside one binding, read and written as r0[i].
+	flat, err := d.Compile("ranged-flat", bindings+`
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) id: vec3<u32>) {
+  if (id.x < params[0]) { r0[id.x] = r0[id.x] * 3u + 1u; }
+}
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := Range{Offset: 4096 + 256, Size: 2048}
+	b, err := d.BindRanges(flat, []*Buffer{buf}, []Range{r}, []uint32{uint32(r.Size / 4)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Dispatch(uint32(r.Size/4+63)/64, 1, 1); err != nil {
+		t.Fatal(err)
+	}
+	b.Release()
+	for i := r.Offset / 4; i < (r.Offset+r.Size)/4; i++ {
+		want[i] = want[i]*3 + 1
+	}
+	// A range of three windows from byte 512: word p of the slot is word
+	// 128+p of the buffer, across the windows' boundaries.
+	win, err := d.Compile("ranged-windows", windowedWGSL(ws))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r = Range{Offset: 512, Size: 3 * 4096}
+	W := uint32(ws.Bytes / 4)
+	for _, p := range []uint32{0, W - 1, W + 5, 2*W - 1, 3*W - 2} {
+		b, err := d.BindRanges(win, []*Buffer{buf}, []Range{r}, []uint32{1, p})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Dispatch(1, 1, 1); err != nil {
+			t.Fatal(err)
+		}
+		b.Release()
+		at := uint32(r.Offset/4) + p
+		want[at+1] = want[at]*3 + 1
+	}
+	raw, err := d.Read(buf, 0, 4*words)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range words {
+		if got := binary.LittleEndian.Uint32(raw[4*i:]); got != want[i] {
+			t.Fatalf("word %d = %d, want %d", i, got, want[i])
+		}
+	}
+	for _, bad := range []Range{{Offset: 100, Size: 256}, {Offset: 4 * words, Size: 256}, {Offset: 0, Size: 4*words + 4}, {Offset: 256, Size: 6 * 4096}} {
+		if _, err := d.BindRanges(flat, []*Buffer{buf}, []Range{bad}, []uint32{0}); err == nil {
+			t.Errorf("range %+v of a %d-byte buffer accepted", bad, 4*words)
+		}
+	}
+}
