@@ -57,6 +57,10 @@ const maxHeadDim = 4 * wgLanes
 // of its 64 lanes computes a 4×4 block).
 const matmulTile = 32
 
+// kBlock is how many rows of the inner dimension the cpu matmul takes at
+// a time over a whole tile.
+const kBlock = 256
+
 type groupKernel func(k *invocation, g uint32)
 
 // lanes is a workgroup's memory: the reduction tree and the attention
@@ -303,10 +307,24 @@ func matmulGroup(k *invocation, g uint32) {
 	b := k.mem[k.p[o1]][k.p[o1+1]:]
 	y := k.mem[k.p[o2]][k.p[o2+1]:]
 	iEnd, jEnd := min(i0+matmulTile, M), min(j0+matmulTile, N)
+	// The full 4×4 blocks, kBlock rows of the inner dimension at a time
+	// so that the tile's rows of a and b stay in cache across its
+	// blocks; a block continues its sums from y after the first chunk.
+	for c0 := r0; ; c0 += kBlock {
+		c1 := min(c0+kBlock, r1)
+		for i := i0; i+4 <= iEnd; i += 4 {
+			for j := j0; j+4 <= jEnd; j += 4 {
+				matmul4x4(a, b, y, i, j, N, c0, c1, as0, as1, bs0, bs1)
+			}
+		}
+		if c1 >= r1 {
+			break
+		}
+	}
+	// The edges, an output at a time.
 	for i := i0; i < iEnd; i += 4 {
 		for j := j0; j < jEnd; j += 4 {
 			if i+4 <= iEnd && j+4 <= jEnd {
-				matmul4x4(a, b, y, i, j, N, r0, r1, as0, as1, bs0, bs1)
 				continue
 			}
 			for ii := i; ii < min(i+4, iEnd); ii++ {
