@@ -6,6 +6,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"unsafe"
 
 	"github.com/tmmu/tmmu/gpu"
 )
@@ -111,6 +112,19 @@ func (w *WebGPU) Write(region int, offset uint64, data []byte) error {
 		return err
 	}
 	return w.dev.Write(b, offset, data)
+}
+
+// WriteWords writes words without converting them to bytes (WebGPU
+// words are little-endian, as the params words already assume).
+func (w *WebGPU) WriteWords(region int, offset uint64, src []uint32) error {
+	b, err := w.buffer(region)
+	if err != nil {
+		return err
+	}
+	if len(src) == 0 {
+		return nil
+	}
+	return w.dev.Write(b, offset, unsafe.Slice((*byte)(unsafe.Pointer(&src[0])), 4*len(src)))
 }
 
 func (w *WebGPU) Read(region int, offset, n uint64) ([]byte, error) {

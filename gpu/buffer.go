@@ -107,10 +107,8 @@ func (d *Device) Write(b *Buffer, offset uint64, data []byte) error {
 	if err := d.flushLocked(); err != nil {
 		return err
 	}
-	if err := d.queue.WriteBuffer(b.buf, offset, data); err != nil {
-		return fmt.Errorf("gpu: write to %q: %w", b.label, err)
-	}
-	return d.collect("write")
+	queueWrite(d.queue, b.buf, offset, data)
+	return d.collectFor("write to", b.label)
 }
 
 // Read returns n bytes of b from byte offset (any alignment). It submits

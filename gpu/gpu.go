@@ -36,8 +36,9 @@ type Device struct {
 	kernels map[string]*Kernel
 	buffers map[*Buffer]struct{}
 
-	batch batch
-	gen   uint64 // batches submitted
+	batch    batch
+	gen      uint64 // batches submitted
+	backstop backstop
 
 	staging     *wgpu.Buffer // Read's MapRead buffer, grown on demand
 	stagingSize uint64
@@ -156,6 +157,7 @@ func openDevice(inst *wgpu.Instance, adapter *wgpu.Adapter, opts Options) (*Devi
 		adapter:  adapter,
 		dev:      dev,
 		queue:    dev.GetQueue(),
+		backstop: newBackstop(),
 		kernels:  map[string]*Kernel{},
 		buffers:  map[*Buffer]struct{}{},
 	}
@@ -265,12 +267,22 @@ func windowsFor(maxBuffer, maxBinding uint64, perStage uint32) Windows {
 // collect returns what the backstop error scopes caught since the last
 // call, prefixed with op.
 func (d *Device) collect(op string) error {
-	err := popBackstop(d.dev)
+	return d.collectFor(op, "")
+}
+
+// collectFor is collect for op on name ("dispatch", the kernel): the
+// two are joined only for an error, so the common path allocates
+// nothing.
+func (d *Device) collectFor(op, name string) error {
+	err := d.backstop.pop(d.dev)
 	pushBackstop(d.dev)
-	if err != nil {
-		return fmt.Errorf("gpu: %s: %w", op, err)
+	if err == nil {
+		return nil
 	}
-	return nil
+	if name != "" {
+		op += " " + name
+	}
+	return fmt.Errorf("gpu: %s: %w", op, err)
 }
 
 // Close waits for submitted work, then releases kernels, buffers (every
@@ -313,7 +325,8 @@ func (d *Device) release() {
 	if d.bgl != nil {
 		d.bgl.Release()
 	}
-	popBackstop(d.dev)
+	d.backstop.pop(d.dev)
+	d.backstop.free()
 	d.queue.Release()
 	d.dev.Release()
 	if d.adapter != nil {

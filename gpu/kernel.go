@@ -105,7 +105,10 @@ func (b *batch) discard() {
 	for _, buf := range b.buffers {
 		buf.Release()
 	}
-	*b = batch{params: b.params}
+	// Keep the slices' memory for the next batch.
+	clear(b.bindGroups)
+	clear(b.buffers)
+	*b = batch{params: b.params, bindGroups: b.bindGroups[:0], buffers: b.buffers[:0], names: b.names[:0]}
 }
 
 func (b *batch) releaseParams() {
@@ -142,7 +145,7 @@ func (d *Device) Dispatch(k *Kernel, slots []*Buffer, params []uint32, x, y, z u
 		return err
 	}
 	d.batch.bindGroups = append(d.batch.bindGroups, bg)
-	return d.collect("dispatch " + k.name)
+	return d.collectFor("dispatch", k.name)
 }
 
 func (d *Device) checkDispatch(k *Kernel, slots []*Buffer, ranges []Range, params []uint32, x, y, z uint32) error {
@@ -311,10 +314,7 @@ func (d *Device) BindRanges(k *Kernel, slots []*Buffer, ranges []Range, params [
 	if err != nil {
 		return nil, fmt.Errorf("gpu: bind %q: params: %v", k.name, err)
 	}
-	if err := d.queue.WriteBuffer(pbuf, 0, wgpu.ToBytes(params)); err != nil {
-		pbuf.Release()
-		return nil, fmt.Errorf("gpu: bind %q: params: %v", k.name, err)
-	}
+	queueWrite(d.queue, pbuf, 0, wgpu.ToBytes(params))
 	bg, err := d.bindGroup(k, slots, ranges, pbuf, 0, size)
 	if err != nil {
 		pbuf.Release()
@@ -341,10 +341,8 @@ func (b *Binding) SetParams(at int, words []uint32) error {
 			return err
 		}
 	}
-	if err := d.queue.WriteBuffer(b.params, uint64(4*at), wgpu.ToBytes(words)); err != nil {
-		return fmt.Errorf("gpu: binding %q: params: %w", b.k.name, err)
-	}
-	return d.collect("params")
+	queueWrite(d.queue, b.params, uint64(4*at), wgpu.ToBytes(words))
+	return d.collectFor("params of", b.k.name)
 }
 
 // Dispatch records the bound kernel over x*y*z workgroups, like
@@ -363,7 +361,7 @@ func (b *Binding) Dispatch(x, y, z uint32) error {
 		return err
 	}
 	b.gen = d.gen
-	return d.collect("dispatch " + b.k.name)
+	return d.collectFor("dispatch", b.k.name)
 }
 
 func (b *Binding) check() error {
@@ -425,9 +423,7 @@ func (d *Device) putParams(params []uint32) (*wgpu.Buffer, uint64, uint64, error
 	buf, off := b.params[b.paramsIdx], b.paramsOff
 	// The write is staged and lands at the batch's submit, before its
 	// commands; regions are never reused within a batch.
-	if err := d.queue.WriteBuffer(buf, off, wgpu.ToBytes(params)); err != nil {
-		return nil, 0, 0, err
-	}
+	queueWrite(d.queue, buf, off, wgpu.ToBytes(params))
 	align := uint64(max(d.limits.MinStorageBufferOffsetAlignment, 4))
 	b.paramsOff = (off + size + align - 1) / align * align
 	return buf, off, size, nil

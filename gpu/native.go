@@ -78,6 +78,13 @@ static int gpu_copy_mapped(gpuBufferRef b, size_t offset, size_t size, void *dst
 	return 1;
 }
 
+void wgpuQueueWriteBuffer(gpuQueueRef queue, gpuBufferRef buffer, uint64_t offset, void const *data, size_t size);
+
+// Writes size bytes at data into buffer at offset (wgpu copies them).
+static void gpu_queue_write(gpuQueueRef q, gpuBufferRef b, uint64_t offset, void const *data, size_t size) {
+	wgpuQueueWriteBuffer(q, b, offset, data, size);
+}
+
 // f is set once the work submitted to q so far has finished.
 static void gpu_on_done(gpuQueueRef q, gpuFlag *f) {
 	wgpuQueueOnSubmittedWorkDone(q, gpu_flag_cb, f);
@@ -220,6 +227,16 @@ func mapRead(b *wgpu.Buffer, offset, size uint64, f flag) {
 	C.gpu_map_read(rawBuffer(b), C.size_t(offset), C.size_t(size), f.c)
 }
 
+// queueWrite writes data into b at offset through the queue, with no
+// allocation (the wrapper's WriteBuffer allocates a callback handle per
+// call). Errors land in the device's error scopes (collect).
+func queueWrite(q *wgpu.Queue, b *wgpu.Buffer, offset uint64, data []byte) {
+	if len(data) == 0 {
+		return
+	}
+	C.gpu_queue_write(rawQueue(q), rawBuffer(b), C.uint64_t(offset), unsafe.Pointer(&data[0]), C.size_t(len(data)))
+}
+
 // copyMapped copies the mapped range [offset, offset+len(dst)) of b.
 func copyMapped(b *wgpu.Buffer, offset uint64, dst []byte) bool {
 	if len(dst) == 0 {
@@ -249,12 +266,22 @@ func createInstance(backends uint32) *wgpu.Instance {
 
 func pushBackstop(d *wgpu.Device) { C.gpu_push_backstop(rawDevice(d)) }
 
-// popBackstop pops the backstop scopes and returns what they caught.
-func popBackstop(d *wgpu.Device) error {
-	var out [2]C.gpuCaught
-	C.gpu_pop_backstop(rawDevice(d), &out[0])
+// backstop is where popBackstop receives what the two scopes caught:
+// C memory, allocated once per device (a Go array handed to C would be
+// allocated on every call, and collect runs after every dispatch).
+type backstop struct{ out *C.gpuCaught }
+
+func newBackstop() backstop {
+	return backstop{(*C.gpuCaught)(C.calloc(2, C.size_t(unsafe.Sizeof(C.gpuCaught{}))))}
+}
+
+func (b backstop) free() { C.free(unsafe.Pointer(b.out)) }
+
+// pop pops the backstop scopes of d and returns what they caught.
+func (b backstop) pop(d *wgpu.Device) error {
+	C.gpu_pop_backstop(rawDevice(d), b.out)
 	var msgs []string
-	for _, c := range out {
+	for _, c := range unsafe.Slice(b.out, 2) {
 		if c._type == 0 {
 			continue
 		}

@@ -45,6 +45,9 @@ type Binding struct{}
 
 func (d *Device) Windows() Windows                                    { return Windows{} }
 func (d *Device) Bind(*Kernel, []*Buffer, []uint32) (*Binding, error) { return nil, errNoCgo }
-func (b *Binding) SetParams(int, []uint32) error                      { return errNoCgo }
-func (b *Binding) Dispatch(uint32, uint32, uint32) error              { return errNoCgo }
-func (b *Binding) Release()                                           {}
+func (d *Device) BindRanges(*Kernel, []*Buffer, []Range, []uint32) (*Binding, error) {
+	return nil, errNoCgo
+}
+func (b *Binding) SetParams(int, []uint32) error         { return errNoCgo }
+func (b *Binding) Dispatch(uint32, uint32, uint32) error { return errNoCgo }
+func (b *Binding) Release()                              {}
