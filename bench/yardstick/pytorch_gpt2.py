@@ -202,7 +202,7 @@ def main():
     ap.add_argument("--vocab", type=int, default=64)
     ap.add_argument("--steps", type=int, default=20, help="timed steps, after the warm-up")
     ap.add_argument("--warmup", type=int, default=1, help="untimed steps run first")
-    ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads (tmmu's cpu executor uses one)")
+    ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads (run.sh passes the number of cores, as tmmu's cpu executor uses every core)")
     ap.add_argument("--seed", type=int, default=0, help="the batch seed (tmmu train --seed)")
     ap.add_argument("--seal", action="store_true", help="SHA-256 the parameters and Adam state after each step, as tmmu train --state-every 1 does")
     a = ap.parse_args()
