@@ -554,34 +554,27 @@ func TestReadsUnderGC(t *testing.T) {
 	}
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-				runtime.GC()
-			}
-		}
-	}()
-	wg.Add(1)
-	go func() { // reuses freed small objects
-		defer wg.Done()
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-				for i := range 1000 {
-					x := new(uint64)
-					*x = uint64(i) << 40
-					gcSink = x
+	// repeat runs f until the reads are done.
+	repeat := func(f func()) {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+					f()
 				}
 			}
+		})
+	}
+	repeat(runtime.GC)
+	repeat(func() { // reuses freed small objects
+		for i := range 1000 {
+			x := new(uint64)
+			*x = uint64(i) << 40
+			gcSink = x
 		}
-	}()
+	})
 	defer func() { close(stop); wg.Wait() }()
 	for i := range 2000 {
 		got, err := d.Read(b, 0, uint64(len(want)))
