@@ -12,8 +12,8 @@ import (
 )
 
 // WebGPU runs the kernels as WGSL compute shaders on a WebGPU device
-// (package gpu): each region is one storage buffer, bound whole or, when
-// larger than one binding, as the device's windows.
+// (package gpu): each region is one storage buffer, and each launch
+// binds just the ranges of them its operands reach (see bind).
 type WebGPU struct {
 	dev     *gpu.Device
 	buffers map[int]*gpu.Buffer
@@ -22,10 +22,6 @@ type WebGPU struct {
 	// windowed counts the launches prepared with a slot of windows.
 	windowed int
 }
-
-// Limits are the device's, with MaxStorageBufferBindingSize the largest
-// region one slot binds (package gpu's Windows.MaxSlotBytes: 640 MiB on
-// llvmpipe, whose bindings stop at 128 MiB).
 
 // ErrNoAdapter is returned by NewWebGPU when the machine has no WebGPU
 // adapter (not even a CPU Vulkan driver).
@@ -68,6 +64,9 @@ func Open(name string) (be Backend, reason string, err error) {
 func (w *WebGPU) Name() string     { return "webgpu" }
 func (w *WebGPU) Describe() string { return w.dev.Info().String() }
 
+// Limits are the device's, with MaxStorageBufferBindingSize the largest
+// region one slot binds (package gpu's Windows.MaxSlotBytes: 640 MiB on
+// llvmpipe, whose bindings stop at 128 MiB).
 func (w *WebGPU) Limits() Limits {
 	l := w.dev.Limits()
 	return Limits{MaxBufferSize: l.MaxBufferSize, MaxStorageBufferBindingSize: w.dev.Windows().MaxSlotBytes,
