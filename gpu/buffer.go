@@ -141,27 +141,45 @@ func (d *Device) Read(b *Buffer, offset, n uint64) ([]byte, error) {
 	return out[offset-lo : offset-lo+n], nil
 }
 
+// readAligned copies [lo, lo+size) of b to the host through the staging
+// buffer, at most maxStaging bytes at a time (each chunk submitted,
+// mapped, copied and unmapped before the next).
 func (d *Device) readAligned(b *Buffer, lo, size uint64) (out []byte, err error) {
 	defer func() {
 		if cerr := d.collect("read"); err == nil && cerr != nil {
 			out, err = nil, cerr
 		}
 	}()
+	out = make([]byte, size)
+	for done := uint64(0); done < size; {
+		n := min(size-done, maxStaging)
+		if err := d.readChunk(b, lo+done, out[done:done+n]); err != nil {
+			return nil, err
+		}
+		done += n
+	}
+	return out, nil
+}
+
+// readChunk copies len(out) bytes of b from byte offset off (both
+// multiples of 4, at most maxStaging) into out.
+func (d *Device) readChunk(b *Buffer, off uint64, out []byte) error {
+	size := uint64(len(out))
 	staging, err := d.stagingFor(size)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	enc, err := d.dev.CreateCommandEncoder(&wgpu.CommandEncoderDescriptor{Label: "tmmu-read"})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer enc.Release()
-	if err := enc.CopyBufferToBuffer(b.buf, lo, staging, 0, size); err != nil {
-		return nil, err
+	if err := enc.CopyBufferToBuffer(b.buf, off, staging, 0, size); err != nil {
+		return err
 	}
 	cmd, err := enc.Finish(nil)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	d.queue.Submit(cmd)
 	d.stats.Submits++
@@ -169,7 +187,7 @@ func (d *Device) readAligned(b *Buffer, lo, size uint64) (out []byte, err error)
 	d.stats.ReadBytes += size
 	cmd.Release()
 	if err := d.collect("submit"); err != nil {
-		return nil, err
+		return err
 	}
 	f := newFlag()
 	mapRead(staging, 0, size, f)
@@ -178,28 +196,33 @@ func (d *Device) readAligned(b *Buffer, lo, size uint64) (out []byte, err error)
 		// for it before freeing the flag it writes.
 		d.await(f)
 		f.free()
-		return nil, err
+		return err
 	}
 	d.await(f)
 	status := f.status()
 	f.free()
 	if status != uint32(wgpu.BufferMapAsyncStatusSuccess) {
-		return nil, fmt.Errorf("map staging buffer: %v", wgpu.BufferMapAsyncStatus(status))
+		return fmt.Errorf("map staging buffer: %v", wgpu.BufferMapAsyncStatus(status))
 	}
-	out = make([]byte, size)
 	ok := copyMapped(staging, 0, out)
 	if err := staging.Unmap(); err != nil {
-		return nil, err
+		return err
 	}
 	if !ok {
-		return nil, errors.New("staging buffer mapped but its range is not readable")
+		return errors.New("staging buffer mapped but its range is not readable")
 	}
-	return out, nil
+	return nil
 }
 
+// maxStaging bounds the device's staging buffer: a larger read goes
+// through it in chunks, so reading a whole state costs at most this
+// much host-visible memory beside the plan's buffers.
+const maxStaging = 8 << 20
+
 // stagingFor returns the device's MapRead staging buffer, grown (to the
-// next power of two) to hold size bytes. One buffer serves every read:
-// reads are serialised by the device's mutex and each unmaps it again.
+// next power of two, at most maxStaging) to hold size bytes. One buffer
+// serves every read: reads are serialised by the device's mutex and each
+// unmaps it again.
 func (d *Device) stagingFor(size uint64) (*wgpu.Buffer, error) {
 	if d.staging != nil && d.stagingSize >= size {
 		return d.staging, nil
@@ -208,7 +231,6 @@ func (d *Device) stagingFor(size uint64) (*wgpu.Buffer, error) {
 	for n < size {
 		n *= 2
 	}
-	n = min(n, max(size, d.limits.MaxBufferSize))
 	buf, err := d.dev.CreateBuffer(&wgpu.BufferDescriptor{
 		Label: "tmmu-staging",
 		Size:  n,

@@ -92,8 +92,9 @@
 // finished it. Read and Write submit the pending batch first, so they
 // observe program order; Read waits for its copy, which goes through one
 // staging buffer per Device (kept between reads, grown to the next power
-// of two when a read needs more). Buffers are never mapped except that
-// staging buffer. Stats counts dispatches, submits, reads and bind groups.
+// of two when a read needs more, at most 8 MiB: a larger read goes
+// through it in chunks). Buffers are never mapped except that staging
+// buffer. Stats counts dispatches, submits, reads and bind groups.
 //
 // # Completion
 //

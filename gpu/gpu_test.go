@@ -3,6 +3,7 @@
 package gpu
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -314,6 +315,39 @@ func TestReadWriteRanges(t *testing.T) {
 	}
 	if _, err := d.NewBuffer(d.Limits().MaxBufferSize+4, "huge"); err == nil {
 		t.Error("buffer above MaxBufferSize accepted")
+	}
+}
+
+// A read larger than the staging buffer goes through it in chunks: the
+// bytes come back whole, from an unaligned offset across chunk
+// boundaries, and the staging buffer stays at maxStaging.
+func TestLargeReadInChunks(t *testing.T) {
+	d := open(t)
+	const size = 2*maxStaging + 1<<20
+	b, err := d.NewBuffer(size, "large")
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := make([]byte, size)
+	for i := range data {
+		data[i] = byte(i*31 + i>>12)
+	}
+	if err := d.Write(b, 0, data); err != nil {
+		t.Fatal(err)
+	}
+	before := d.Stats().Reads
+	got, err := d.Read(b, 3, size-5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, data[3:size-2]) {
+		t.Fatal("a chunked read returned other bytes than were written")
+	}
+	if reads := d.Stats().Reads - before; reads != 3 {
+		t.Errorf("%d reads for %d bytes, want 3 chunks of at most %d", reads, size-5, maxStaging)
+	}
+	if d.stagingSize > maxStaging {
+		t.Errorf("staging buffer %d bytes, above %d", d.stagingSize, maxStaging)
 	}
 }
 
