@@ -3,10 +3,14 @@ package coord
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
+
+	"github.com/hashicorp/raft"
 )
 
 // TestClientRetriesStaleNotFound: a node that does not know the leader
@@ -48,5 +52,34 @@ func TestClientRetriesStaleNotFound(t *testing.T) {
 	only := NewClient(stale.URL)
 	if _, err := only.Job(context.Background(), "j"); !errors.Is(err, ErrNotFound) {
 		t.Errorf("only a stale node: %v", err)
+	}
+}
+
+// TestClientRetriesLostLeadership: a replan whose commit lost the
+// leadership half way is answered 503, which the client retries on the
+// node that leads now (the request's id makes the retry idempotent); a
+// refusal on its merits is 409 and not retried.
+func TestClientRetriesLostLeadership(t *testing.T) {
+	var lostHits atomic.Int32
+	lost := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		lostHits.Add(1)
+		writeCommitError(w, fmt.Errorf("%w: %v", ErrNotLeader, raft.ErrLeadershipLost))
+	}))
+	defer lost.Close()
+	leader := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/jobs/bad/replan" {
+			writeCommitError(w, errors.New(`job "bad" is done`))
+			return
+		}
+		writeJSON(w, http.StatusOK, ReplanReply{Ack: "accepted", Decision: "replan", Epoch: 2})
+	}))
+	defer leader.Close()
+	c := NewClient(lost.URL, leader.URL)
+	out, err := c.Replan(context.Background(), "j", "", &ReplanRequest{ID: "op-1", Reason: "try"})
+	if err != nil || out.Epoch != 2 || lostHits.Load() != 1 {
+		t.Fatalf("reply %+v, err %v, the node that lost the leadership asked %d times", out, err, lostHits.Load())
+	}
+	if _, err := c.Replan(context.Background(), "bad", "", &ReplanRequest{ID: "op-2", Reason: "try"}); err == nil || !strings.Contains(err.Error(), "409") {
+		t.Errorf("a refused replan: %v", err)
 	}
 }

@@ -146,6 +146,23 @@ func (c *Cluster) Leader(timeout time.Duration) (int, error) {
 	return -1, errors.New("coord: no leader elected")
 }
 
+// ApplyOnLeader applies c on whichever node leads, again on the next
+// leader when leadership moves before it commits (commands are
+// idempotent), until timeout. It returns the node that committed it.
+func (c *Cluster) ApplyOnLeader(cmd *Command, timeout time.Duration) (int, Result, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		li, err := c.Leader(time.Until(deadline))
+		if err != nil {
+			return -1, Result{}, err
+		}
+		r, err := c.Nodes[li].Apply(cmd, time.Until(deadline))
+		if !errors.Is(err, ErrNotLeader) || time.Now().After(deadline) {
+			return li, r, err
+		}
+	}
+}
+
 // URLs returns the HTTP base URLs of all nodes.
 func (c *Cluster) URLs() []string {
 	var out []string

@@ -80,8 +80,10 @@ func TestRaftClusterSurvivesLeaderLossAndRestarts(t *testing.T) {
 		waitFor(t, "replication", 5*time.Second, func() bool { s, _ := n.State(); return s.Jobs["gpt2-tiny"] != nil })
 		_ = i
 	}
-	// Commit an outcome, then lose the leader.
-	if _, err := c.Nodes[li].Apply(&Command{Kind: CmdOutcome, Job: "gpt2-tiny", Epoch: 0, Outcome: &Outcome{Agreed: true}}, 5*time.Second); err != nil {
+	// Commit an outcome, then lose the leader (the node that committed
+	// it: on a loaded machine leadership may have moved since the start).
+	li, _, err = c.ApplyOnLeader(&Command{Kind: CmdOutcome, Job: "gpt2-tiny", Epoch: 0, Outcome: &Outcome{Agreed: true}}, 10*time.Second)
+	if err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now()
@@ -101,7 +103,7 @@ func TestRaftClusterSurvivesLeaderLossAndRestarts(t *testing.T) {
 		t.Fatalf("status after failover: %+v", st)
 	}
 	// The new leader takes writes.
-	if _, err := c.Nodes[nl].Apply(&Command{Kind: CmdProgress, Job: "gpt2-tiny", Step: 1}, 5*time.Second); err != nil {
+	if _, _, err := c.ApplyOnLeader(&Command{Kind: CmdProgress, Job: "gpt2-tiny", Step: 1}, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	// The old leader comes back from its bolt files and catches up.
@@ -174,7 +176,7 @@ func TestTransferOnShutdown(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("leadership moved from node %d to node %d in %s", li, nl, time.Since(start))
-	if _, err := c.Nodes[nl].Apply(&Command{Kind: CmdSubmit, Job: "after", Spec: &JobSpec{Name: "after"}, New: &Epoch{}}, 5*time.Second); err != nil {
+	if _, _, err := c.ApplyOnLeader(&Command{Kind: CmdSubmit, Job: "after", Spec: &JobSpec{Name: "after"}, New: &Epoch{}}, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -236,7 +236,7 @@ func (n *Node) Handler() http.Handler {
 		}
 		out, err := n.OperatorReplan(r.PathValue("name"), &req, 30*time.Second)
 		if err != nil {
-			writeError(w, http.StatusConflict, err)
+			writeCommitError(w, err)
 			return
 		}
 		writeJSON(w, http.StatusOK, out)
@@ -271,7 +271,7 @@ func (n *Node) Handler() http.Handler {
 			return
 		}
 		if err := n.AddVoter(p, 10*time.Second); err != nil {
-			writeError(w, http.StatusConflict, err)
+			writeCommitError(w, err)
 			return
 		}
 		writeJSON(w, http.StatusOK, n.Status())
@@ -281,7 +281,7 @@ func (n *Node) Handler() http.Handler {
 			return
 		}
 		if err := n.RemoveVoter(r.PathValue("id"), 10*time.Second); err != nil {
-			writeError(w, http.StatusConflict, err)
+			writeCommitError(w, err)
 			return
 		}
 		writeJSON(w, http.StatusOK, n.Status())
@@ -361,11 +361,7 @@ func (n *Node) mutate(w http.ResponseWriter, job string, c *Command) {
 		return
 	}
 	if _, err := n.Apply(c, 10*time.Second); err != nil {
-		status := http.StatusConflict
-		if errors.Is(err, ErrNotLeader) {
-			status = http.StatusServiceUnavailable
-		}
-		writeError(w, status, err)
+		writeCommitError(w, err)
 		return
 	}
 	s, _ = n.State()
@@ -374,6 +370,18 @@ func (n *Node) mutate(w http.ResponseWriter, job string, c *Command) {
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"deleted": job})
+}
+
+// writeCommitError answers a write that did not commit: 503 when this
+// node lost (or never had) the leadership before it committed, which the
+// client retries on another node (every write is idempotent: a
+// submission by its content, a replan by its id), else 409.
+func writeCommitError(w http.ResponseWriter, err error) {
+	status := http.StatusConflict
+	if errors.Is(err, ErrNotLeader) || errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
+		status = http.StatusServiceUnavailable
+	}
+	writeError(w, status, err)
 }
 
 // readRedirect points a job read on a follower to the leader, unless the
@@ -414,12 +422,8 @@ func (n *Node) handleSubmit(w http.ResponseWriter, r *http.Request) {
 	}
 	cmd.New.CommittedAt = time.Now().UnixNano()
 	res, err := n.Apply(cmd, 10*time.Second)
-	if errors.Is(err, ErrNotLeader) {
-		writeError(w, http.StatusServiceUnavailable, err)
-		return
-	}
 	if err != nil {
-		writeError(w, http.StatusConflict, err)
+		writeCommitError(w, err)
 		return
 	}
 	n.metrics.submits.Inc()

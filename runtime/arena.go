@@ -47,11 +47,17 @@ type StepStats struct {
 	// a plan and a step number.
 	Checksum uint64 `json:"checksum"`
 	// HasLoss is set by executors that compute (engine's cpu and webgpu):
-	// Loss is the step's training loss on this rank and State the sealed
-	// state hash (CommitExecution_v1) in hex.
+	// Loss is the step's training loss on this rank. (The state hash is
+	// sealed when asked: StateCarrier.StateHash.)
 	HasLoss bool    `json:"has_loss,omitempty"`
 	Loss    float64 `json:"loss,omitempty"`
-	State   string  `json:"state_hash,omitempty"`
+}
+
+// MemoryReporter is implemented by executors that hold device memory:
+// the plan's bytes beside the device's, and why they differ when they
+// do. The worker logs it when it applies a plan.
+type MemoryReporter interface {
+	MemoryReport() string
 }
 
 // State is an executor's model state: its persistent tensors

@@ -176,8 +176,10 @@ func (w *run) become(p *epochPlan, step uint64, from *epochPlan) error {
 	if err != nil {
 		return err
 	}
-	if m, ok := exec.(interface{ MemoryReport() string }); ok {
-		w.log.Info("plan applied to the device", "epoch", p.epoch, "plan_hash", p.hash.Short(), "memory", m.MemoryReport())
+	if m, ok := exec.(runtime.MemoryReporter); ok {
+		if r := m.MemoryReport(); r != "" {
+			w.log.Info("plan applied to the device", "epoch", p.epoch, "plan_hash", p.hash.Short(), "memory", r)
+		}
 	}
 	if c, ok := exec.(runtime.Configurer); ok {
 		if err := c.Configure(runtime.Setup{DataMode: w.dataMode, Seed: w.seed, Epoch: p.epoch}); err != nil {

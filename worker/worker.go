@@ -270,8 +270,6 @@ type run struct {
 	// a boundary checkpoint logs.
 	last     runtime.StepStats
 	lastStep uint64
-	// lastExec ran the last step: the end of the run seals its state.
-	lastExec runtime.Executor
 	// written are the shards this worker stored or queued for the
 	// writer, by step (ckptMu); queue feeds the writer.
 	ckptMu     sync.Mutex
@@ -350,13 +348,11 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	wctx, stop := context.WithCancel(ctx)
 	w.watchCtx = wctx
 	err := w.run(ctx)
-	// Executors seal their state when asked, not every step: once here.
-	if x, ok := w.lastExec.(runtime.StateCarrier); ok && w.hold.Valid {
-		if h, herr := x.StateHash(); herr == nil {
-			w.res.LastState = h
-		} else {
-			w.log.Warn("sealing the final state", "err", herr)
-		}
+	// Executors seal their state when asked, not every step: once here,
+	// in the executor that holds it (none after a step that failed half
+	// way: its state is no step's).
+	if h := w.holder; w.hold.Valid && h != nil && h.exec != nil {
+		w.sealFinal(h.exec)
 	}
 	for _, p := range w.plans {
 		if p.exec != nil {
@@ -557,6 +553,7 @@ func (w *run) run(ctx context.Context) error {
 			continue
 		}
 		if err != nil {
+			w.hold.Valid = false
 			return fmt.Errorf("worker: step %d: %w", step, err)
 		}
 		took := time.Since(t)
@@ -564,13 +561,10 @@ func (w *run) run(ctx context.Context) error {
 			cfg.AfterStep(ev, stats)
 		}
 		w.hold = recovery.Holding{Valid: true, Step: step, Epoch: p.epoch, Stateless: w.hold.Stateless}
-		w.last, w.lastStep, w.lastExec = stats, step, p.exec
-		if stats.State != "" {
-			w.res.LastState = stats.State
-		}
+		w.last, w.lastStep = stats, step
 		if stats.HasLoss {
 			w.res.Losses = append(w.res.Losses, stats.Loss)
-			w.log.Debug("step", "step", step, "loss", stats.Loss, "state_hash", stats.State)
+			w.log.Debug("step", "step", step, "loss", stats.Loss)
 		}
 		w.res.StepTime += took
 		w.res.StepsRun++
@@ -1086,4 +1080,18 @@ func (b *barrier) ready(step uint64) bool {
 		}
 	}
 	return true
+}
+
+// sealFinal records the sealed hash of the state x holds as the state the
+// run ended with.
+func (w *run) sealFinal(x runtime.Executor) {
+	c, ok := x.(runtime.StateCarrier)
+	if !ok {
+		return
+	}
+	if h, err := c.StateHash(); err == nil {
+		w.res.LastState = h
+	} else {
+		w.log.Warn("sealing the final state", "err", err)
+	}
 }

@@ -134,6 +134,14 @@ func (x *measured) Configure(s runtime.Setup) error {
 	return nil
 }
 
+// MemoryReport is the wrapped executor's, or "" when it has none.
+func (x *measured) MemoryReport() string {
+	if r, ok := x.Executor.(runtime.MemoryReporter); ok {
+		return r.MemoryReport()
+	}
+	return ""
+}
+
 func (x *measured) Close() error {
 	if c, ok := x.Executor.(runtime.Closer); ok {
 		return c.Close()
