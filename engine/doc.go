@@ -31,7 +31,8 @@
 //     once (on WebGPU a bind group each). Step runs them in execution
 //     order and ends with the barrier of CommitExecution_v1; it reads
 //     back only watched tensors (the loss) and on the cpu allocates
-//     nothing. The state hash over the persistent tensors is sealed when
+//     nothing (without collectives; an exchange among ranks allocates
+//     its messages). The state hash over the persistent tensors is sealed when
 //     asked (CommitExecution, Executor.StateHash: checkpoints, the end
 //     of a run), since it reads the whole state back.
 //     ZeroTensor and DebugFillTensor are the spec's ZeroTensor_v1 and
@@ -44,8 +45,9 @@
 //     global batch), dp.all_gather concatenates; every rank reduces the
 //     same list in rank order, so replicas stay bit-identical.
 //   - Executor adapts an Engine to a worker (runtime.Executor): it feeds a
-//     synthetic counting task (Batch), reports the loss and state hash, and
-//     carries model state across plan switches (Export, Import).
+//     synthetic counting task (Batch), reports each step's loss, seals
+//     the state hash when asked (StateHash) and carries model state
+//     across plan switches (Export, Import).
 //
 // # Kernels
 //
@@ -63,7 +65,9 @@
 // rows (weight and bias gradients, reduce_sum, embedding_backward and
 // matmul's inner dimension) run in launches of at most rowChunk rows,
 // each continuing the sums the one before left in the output: the same
-// bits as one launch, and no invocation loops over a whole dimension.
+// bits as one launch, and no invocation loops over a dimension of
+// unbounded size (attention's loops over the sequence end at its
+// 2,048 tokens).
 // Cross-entropy keeps per-row results in a small engine workspace
 // beside the plan (WorkspaceBytes). No atomics: results are
 // deterministic and independent of the layout.
@@ -79,7 +83,10 @@
 // many loop iterations one invocation runs; on a device that silently
 // ends long invocations (llvmpipe: 65,535) New refuses a launch above
 // that with UNSUPPORTED_EXECUTION naming the node, instead of computing
-// garbage (with row chunks, only widths beyond a million reach it).
+// garbage. With row chunks, only rows of more than about a million
+// elements (a layer norm over them, a vocabulary) and grouped-query
+// attention with several query heads per key/value head at long
+// sequences (8 over 2, heads 128 wide, 2,048 tokens) reach that bound.
 // Attention runs sequences up to 2,048 and head dimensions up to 256.
 // Beyond the register-blocked matmul the kernels favour clarity over
 // speed.

@@ -362,3 +362,25 @@ func TestUnsharedLlama(t *testing.T) {
 	}
 	t.Log(err)
 }
+
+// TestMemoryStatsSayWhyBytesDiffer: the memory report says what the
+// device holds beside the plan's (or the storages') bytes, and why.
+func TestMemoryStatsSayWhyBytesDiffer(t *testing.T) {
+	for _, c := range []struct {
+		st   MemoryStats
+		want string
+	}{
+		{MemoryStats{Regions: 1, PlannedBytes: 1024, ReservedBytes: 1024, AllocatedBytes: 1024},
+			"plan reserves 1.00 KiB; device holds 1.00 KiB in 1 region, exactly the plan's bytes"},
+		{MemoryStats{Regions: 3, PlannedBytes: 1000, ReservedBytes: 1024, AllocatedBytes: 1024},
+			"plan reserves 1000 B; device holds 1.00 KiB in 3 regions, 24 B more: arenas whose reserved bytes are not a multiple of the device's offset alignment are rounded up"},
+		{MemoryStats{Regions: 2, PlannedBytes: 6, ReservedBytes: 8, AllocatedBytes: 8, Unshared: true},
+			"unshared reference: the storages take 6 B; device holds 8 B in 2 regions, 2 B more: one buffer per storage, each rounded up to a multiple of 4 bytes"},
+		{MemoryStats{Regions: 2, PlannedBytes: 8, ReservedBytes: 8, AllocatedBytes: 8, Unshared: true},
+			"unshared reference: the storages take 8 B; device holds 8 B in 2 regions, one buffer per storage"},
+	} {
+		if got := c.st.String(); !strings.HasPrefix(got, c.want) {
+			t.Errorf("%+v:\n got %s\nwant %s…", c.st, got, c.want)
+		}
+	}
+}

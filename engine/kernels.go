@@ -11,8 +11,9 @@ import (
 // words in the same order and does the same float32 arithmetic in the
 // same order; the reference (cpu) kernels below are that contract in Go.
 //
-// Memory is seen as six slots of 32-bit words (regions of the device);
-// an operand is a (slot, word offset) pair of params words. Floats are
+// Memory is seen as up to MaxSlots slots of 32-bit words (regions of the
+// device, or ranges of them); an operand is a (slot, word offset) pair of
+// params words. Floats are
 // stored as IEEE-754 binary32 bits and int32 as two's complement.
 //
 // Params layout, per kernel (o = operand: slot, offset; u = one word;
@@ -21,7 +22,8 @@ import (
 //	fill        o y, u n, f value                         y[i] = value
 //	embedding   o table, o ids, o y, u rows, u h, u vocab  y[r,j] = table[ids[r],j]
 //	matmul      o a, o b, o y, u M, u N, u K,
-//	            u as0, u as1, u bs0, u bs1                 y[i,j] = Σ_r a[i·as0+r·as1]·b[r·bs0+j·bs1]
+//	            u as0, u as1, u bs0, u bs1, u r0, u r1     y[i,j] (+)= Σ_{r0≤r<r1} a[i·as0+r·as1]·b[r·bs0+j·bs1]
+//	                                                       (from y when r0 > 0)
 //	add         o a, o b, o y, u n, u nb                   y[i] = a[i] + b[i mod nb]
 //	mul         o a, o b, o y, u n                         y[i] = a[i]·b[i]
 //	gelu        o x, o y, u n                              tanh approximation
@@ -40,7 +42,8 @@ import (
 //	attn_bwd_q  o q, o k, o v, o y, o lse, o dy, (o dq), u B, u S, u heads,
 //	            u kvheads, u D, strides q k v (s0, s1), dq (s0, s1), f scale
 //	attn_bwd_kv as attn_bwd_q with o dk, o dv and their strides
-//	xent        o logits, o labels, o loss, u rows, u vocab
+//	xent_rows   o logits, o labels, o rowloss, u rows, u vocab
+//	xent_mean   o rowloss, o loss, u rows
 //	xent_bwd    o logits, o labels, o dloss, o dx, u rows, u vocab
 //	reduce_sum  o dy, o y, u rows, u n, u r0, u r1         y[j] = Σ_r dy[r·n+j]
 //	emb_bwd     o ids, o dy, o dt, u rows, u h, u vocab, u r0, u r1

@@ -514,7 +514,7 @@ func (l *lowerer) matmul(n *ir.Node) ([]Launch, error) {
 	}
 	tiles := ((M + matmulTile - 1) / matmulTile) * ((N + matmulTile - 1) / matmulTile)
 	return chunked(nil, K, func(r0, r1 uint64) (Launch, error) {
-		return grouped(launch("matmul", 0, o, u32(M), u32(N), u32(K), u32(as0), u32(as1), u32(bs0), u32(bs1), u32(r0), u32(r1)))(tiles, r1-r0+1)
+		return grouped(launch("matmul", 0, o, u32(M), u32(N), u32(K), u32(as0), u32(as1), u32(bs0), u32(bs1), u32(r0), u32(r1)))(tiles, r1-r0+4+4*4)
 	})
 }
 
@@ -589,7 +589,7 @@ func (l *lowerer) attention(n *ir.Node) ([]Launch, error) {
 	vs0, vs1 := bs(qkv[2])
 	scale := float32(1 / math.Sqrt(float64(D)))
 	x, err := grouped(launch("attn", 0, append(qkv, o...), u32(B), u32(S), u32(H), u32(KV), u32(D),
-		qs0, qs1, ks0, ks1, vs0, vs1, f32(scale)))(B*H*S, perLane(S)*(D+2)+perLane(D)*S+2*treeIters)
+		qs0, qs1, ks0, ks1, vs0, vs1, f32(scale)))(B*H*S, perLane(S)*(D+3)+perLane(D)*(S+1)+2*treeIters)
 	return []Launch{x}, err
 }
 
@@ -641,14 +641,14 @@ func (l *lowerer) attentionBackward(n *ir.Node) ([]Launch, error) {
 	ins := append(slices.Clone(qkv), rest...)
 	d0, d1 := bs(dq)
 	lq, err := grouped(launch("attn_bwd_q", 0, append(slices.Clone(ins), dq), u32(B), u32(S), u32(H), u32(KV), u32(D),
-		qs0, qs1, ks0, ks1, vs0, vs1, d0, d1, scale))(B*H*S, D+perLane(S)*(2*D+1)+perLane(D)*S)
+		qs0, qs1, ks0, ks1, vs0, vs1, d0, d1, scale))(B*H*S, D+perLane(S)*(2*D+1)+perLane(D)*(S+1))
 	if err != nil {
 		return nil, err
 	}
 	k0, k1 := bs(dk)
 	v0, v1 := bs(dv)
 	lkv, err := grouped(launch("attn_bwd_kv", 0, append(slices.Clone(ins), dk, dv), u32(B), u32(S), u32(H), u32(KV), u32(D),
-		qs0, qs1, ks0, ks1, vs0, vs1, k0, k1, v0, v1, scale))(B*KV*S, H/KV*(perLane(S)*(4*D+2)+2*perLane(D)*S)+D)
+		qs0, qs1, ks0, ks1, vs0, vs1, k0, k1, v0, v1, scale))(B*KV*S, H/KV*(1+perLane(S)*(3*D+2)+2*perLane(D)*(S+1))+perLane(D))
 	return []Launch{lq, lkv}, err
 }
 

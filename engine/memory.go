@@ -174,6 +174,9 @@ type MemoryStats struct {
 	// to the device's offset alignment: PlannedBytes unless an arena's
 	// reserved bytes are not a multiple of it.
 	AllocatedBytes uint64
+	// Unshared is set for the unshared reference: one buffer per
+	// storage, each at least 4 bytes and a multiple of 4.
+	Unshared bool
 }
 
 // String says what the plan reserves and what the device holds, and why
@@ -183,10 +186,19 @@ func (st MemoryStats) String() string {
 	if st.Regions != 1 {
 		regions = fmt.Sprintf("%d regions", st.Regions)
 	}
-	s := fmt.Sprintf("plan reserves %s; device holds %s in %s", planner.FormatBytes(st.PlannedBytes), planner.FormatBytes(st.ReservedBytes), regions)
+	what := "plan reserves"
+	if st.Unshared {
+		what = "unshared reference: the storages take"
+	}
+	s := fmt.Sprintf("%s %s; device holds %s in %s", what, planner.FormatBytes(st.PlannedBytes), planner.FormatBytes(st.ReservedBytes), regions)
 	switch {
+	case st.ReservedBytes == st.PlannedBytes && st.Unshared:
+		return s + ", one buffer per storage"
 	case st.ReservedBytes == st.PlannedBytes:
 		return s + ", exactly the plan's bytes"
+	case st.Unshared:
+		return s + fmt.Sprintf(", %s more: one buffer per storage, each rounded up to a multiple of 4 bytes (at least 4)",
+			planner.FormatBytes(st.ReservedBytes-st.PlannedBytes))
 	case st.AllocatedBytes > st.PlannedBytes:
 		return s + fmt.Sprintf(", %s more: arenas whose reserved bytes are not a multiple of the device's offset alignment are rounded up (plan with engine.ExecutableArenas to include it)",
 			planner.FormatBytes(st.AllocatedBytes-st.PlannedBytes))
@@ -196,7 +208,7 @@ func (st MemoryStats) String() string {
 
 // Stats reports the device memory the plan holds.
 func (m *Memory) Stats() MemoryStats {
-	st := MemoryStats{PlannedBytes: m.planned}
+	st := MemoryStats{PlannedBytes: m.planned, Unshared: m.own != nil && m.alloc == nil}
 	if m.alloc != nil {
 		as := m.alloc.Stats()
 		st.Regions, st.ReservedBytes, st.AllocatedBytes = as.Regions, as.ReservedBytes, as.AllocatedBytes

@@ -93,14 +93,18 @@ func (s shortLoops) MaxLoopIterations() uint64 { return s.limit }
 func TestRefusesLoopsTheDeviceEnds(t *testing.T) {
 	g, _ := tinyGPT2(t, 2)
 	p := planFor(t, g)
-	// The tiny model's longest loop: a matmul over K = batch·seq = 64
-	// rows of a weight gradient (65 iterations).
-	if _, err := New(g, p, Options{Backend: shortLoops{NewCPU(), 1 << 20}}); err != nil {
-		t.Fatalf("a generous limit: %v", err)
+	// The tiny model's longest loop: the matmul of the MLP's output
+	// projection, over an inner dimension of 4·64 = 256 (256 iterations,
+	// 4 + 16 to store the lane's 4×4 block).
+	e, err := New(g, p, Options{Backend: shortLoops{NewCPU(), 276}})
+	if err != nil {
+		t.Fatalf("a limit of 276: %v", err)
 	}
-	_, err := New(g, p, Options{Backend: shortLoops{NewCPU(), 40}})
-	if failure.CodeOf(err) != failure.UnsupportedExecution || !strings.Contains(err.Error(), "ends an invocation after 40") {
-		t.Fatalf("a device ending invocations after 40 iterations: %v, want UNSUPPORTED_EXECUTION naming the limit", err)
+	e.Close()
+	_, err = New(g, p, Options{Backend: shortLoops{NewCPU(), 275}})
+	if failure.CodeOf(err) != failure.UnsupportedExecution || !strings.Contains(err.Error(), "kernel matmul loops up to 276 times") ||
+		!strings.Contains(err.Error(), "ends an invocation after 275") {
+		t.Fatalf("a device ending invocations after 275 iterations: %v, want UNSUPPORTED_EXECUTION naming the kernel and the limit", err)
 	}
 	t.Log(err)
 }

@@ -10,8 +10,10 @@ import (
 
 // WGSL twins of the reference kernels (kernels.go): the same params
 // words, the same loops and the same float32 operations in the same
-// order. Memory is up to six read_write storage slots of u32 words and
-// the params words at binding 6. Each kernel body runs with t, the
+// order. Memory is up to gpu.NumSlots (6) read_write storage slots of
+// u32 words, bindings 0 to 5 (a windowed slot's further windows at the
+// bindings after the params, see gpu.Windows.Binding), and the params
+// words at binding gpu.ParamsBinding (6). Each kernel body runs with t, the
 // invocation id (or g and l, the workgroup and lane), and checks its own
 // bounds.
 //
