@@ -77,6 +77,9 @@ func TestReplansAtSafepoints(t *testing.T) {
 	var wg sync.WaitGroup
 	var opOnce sync.Once
 	wctx, drain := context.WithCancel(ctx)
+	// On a failure too: the workers end before the cluster closes under
+	// them.
+	defer wg.Wait()
 	defer drain()
 	for i := range world {
 		wg.Add(1)
