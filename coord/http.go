@@ -18,8 +18,11 @@ import (
 	"github.com/tmmu/tmmu/failure"
 )
 
-// MaxSubmitBytes bounds a submission's body.
-const MaxSubmitBytes = 256 << 20
+// MaxSubmitBytes bounds a submission's body (413 past it): ten times the
+// JSON IR of a Llama-2-70B-sized training graph (1.6 MB). The IR is
+// still replicated in the raft log with the job, so the bound is also
+// what one log entry may carry.
+const MaxSubmitBytes = 16 << 20
 
 // Status is GET /v1/status: the cluster as this node sees it.
 type Status struct {
@@ -230,8 +233,7 @@ func (n *Node) Handler() http.Handler {
 			return
 		}
 		var req ReplanRequest
-		if err := decodeStrict(w, r, 1<<20, &req); err != nil {
-			writeError(w, http.StatusBadRequest, err)
+		if !decodeBody(w, r, 1<<20, "replan request", &req) {
 			return
 		}
 		out, err := n.OperatorReplan(r.PathValue("name"), &req, 30*time.Second)
@@ -246,8 +248,7 @@ func (n *Node) Handler() http.Handler {
 			return
 		}
 		var req CancelRequest
-		if err := decodeStrict(w, r, 1<<16, &req); err != nil {
-			writeError(w, http.StatusBadRequest, err)
+		if !decodeBody(w, r, 1<<16, "cancel request", &req) {
 			return
 		}
 		if strings.TrimSpace(req.Reason) == "" {
@@ -266,11 +267,18 @@ func (n *Node) Handler() http.Handler {
 			return
 		}
 		var p Peer
-		if err := decodeStrict(w, r, 1<<16, &p); err != nil {
+		if !decodeBody(w, r, 1<<16, "voter", &p) {
+			return
+		}
+		if err := CheckPeer(p, 3*time.Second); err != nil {
 			writeError(w, http.StatusBadRequest, err)
 			return
 		}
 		if err := n.AddVoter(p, 10*time.Second); err != nil {
+			if fe := new(failure.Error); errors.As(err, &fe) {
+				writeError(w, http.StatusBadRequest, err)
+				return
+			}
 			writeCommitError(w, err)
 			return
 		}
@@ -398,12 +406,24 @@ func (n *Node) readRedirect(w http.ResponseWriter, r *http.Request) bool {
 	return false
 }
 
-// decodeStrict decodes a request body of at most limit bytes into v,
-// refusing unknown fields.
-func decodeStrict(w http.ResponseWriter, r *http.Request, limit int64, v any) error {
+// decodeBody decodes a request body of at most limit bytes into v,
+// refusing unknown fields. It answers the request itself when the body
+// does not decode: 413 past limit, else 400, both INVALID_ENCODING
+// naming what (a submission, a voter...).
+func decodeBody(w http.ResponseWriter, r *http.Request, limit int64, what string, v any) bool {
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, limit))
 	dec.DisallowUnknownFields()
-	return dec.Decode(v)
+	err := dec.Decode(v)
+	if err == nil {
+		return true
+	}
+	if tooBig := new(http.MaxBytesError); errors.As(err, &tooBig) {
+		writeError(w, http.StatusRequestEntityTooLarge, failure.New(failure.InvalidEncoding, "tmmu.coordinator",
+			fmt.Sprintf("%s: the body is larger than %d bytes", what, limit)))
+		return false
+	}
+	writeError(w, http.StatusBadRequest, failure.New(failure.InvalidEncoding, "tmmu.coordinator", what+": "+err.Error()))
+	return false
 }
 
 func (n *Node) handleSubmit(w http.ResponseWriter, r *http.Request) {
@@ -411,8 +431,7 @@ func (n *Node) handleSubmit(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var req SubmitRequest
-	if err := decodeStrict(w, r, MaxSubmitBytes, &req); err != nil {
-		writeError(w, http.StatusBadRequest, failure.New(failure.InvalidEncoding, "tmmu.coordinator", "submission: "+err.Error()))
+	if !decodeBody(w, r, MaxSubmitBytes, "submission", &req) {
 		return
 	}
 	cmd, _, err := PrepareSubmit(&req)

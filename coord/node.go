@@ -8,6 +8,8 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,6 +18,7 @@ import (
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 
+	"github.com/tmmu/tmmu/failure"
 	"github.com/tmmu/tmmu/ir"
 	"github.com/tmmu/tmmu/transport"
 )
@@ -284,6 +287,43 @@ func (n *Node) httpAddr(id string) string {
 	return n.fsm.state.Peers[id].HTTPAddr
 }
 
+// peerID is what a node id may be: it names the node in raft, in the
+// cluster's status and in its data directory.
+var peerID = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
+
+// CheckPeer refuses a voter that could not serve: an id that is not
+// 1 to 64 of A-Z a-z 0-9 _ . -, an address that is not host:port with a
+// port from 1 to 65535 (raft_addr required, http_addr optional), or a
+// raft address where nothing accepts a TCP connection within probe.
+// The cluster needs a majority of its voters; a voter that cannot
+// answer is one failure closer to a cluster that stops.
+func CheckPeer(p Peer, probe time.Duration) error {
+	bad := func(format string, args ...any) error {
+		return failure.New(failure.InvalidOptions, "tmmu.coordinator", fmt.Sprintf("voter: "+format, args...))
+	}
+	if !peerID.MatchString(p.ID) {
+		return bad("id %q: use 1 to 64 of A-Z a-z 0-9 _ . -", p.ID)
+	}
+	for _, a := range []struct{ field, addr string }{{"raft_addr", p.RaftAddr}, {"http_addr", p.HTTPAddr}} {
+		if a.addr == "" && a.field == "http_addr" {
+			continue
+		}
+		host, port, err := net.SplitHostPort(a.addr)
+		if err != nil {
+			return bad("%s %q: want host:port (%v)", a.field, a.addr, err)
+		}
+		if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 || host == "" {
+			return bad("%s %q: want a host and a port from 1 to 65535", a.field, a.addr)
+		}
+	}
+	c, err := net.DialTimeout("tcp", p.RaftAddr, probe)
+	if err != nil {
+		return bad("raft_addr %s does not answer (%v): start the node (without --bootstrap) before adding it", p.RaftAddr, err)
+	}
+	c.Close()
+	return nil
+}
+
 // AddVoter adds p to the cluster as a voter (leader only) and records its
 // HTTP address. p's node must be running, started without bootstrap.
 func (n *Node) AddVoter(p Peer, timeout time.Duration) error {
@@ -292,6 +332,16 @@ func (n *Node) AddVoter(p Peer, timeout time.Duration) error {
 	}
 	if p.ID == "" || p.RaftAddr == "" {
 		return fmt.Errorf("coord: a voter needs an id and a raft address")
+	}
+	cf := n.raft.GetConfiguration()
+	if err := cf.Error(); err != nil {
+		return err
+	}
+	for _, sv := range cf.Configuration().Servers {
+		if string(sv.ID) == p.ID && string(sv.Address) != p.RaftAddr {
+			return failure.New(failure.InvalidOptions, "tmmu.coordinator",
+				fmt.Sprintf("voter %s is at %s, not %s: remove it before adding it at another address", p.ID, sv.Address, p.RaftAddr))
+		}
 	}
 	if err := n.raft.AddVoter(raft.ServerID(p.ID), raft.ServerAddress(p.RaftAddr), 0, timeout).Error(); err != nil {
 		return fmt.Errorf("coord: adding voter %s: %w", p.ID, err)

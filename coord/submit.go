@@ -97,6 +97,9 @@ func PrepareSubmit(req *SubmitRequest) (*Command, *shard.GlobalPlan, error) {
 	if js.Strategy == "" {
 		js.Strategy = planner.Packed
 	}
+	if err := checkBounds(js); err != nil {
+		return nil, nil, err
+	}
 	if req.ReplayToken != "" {
 		if js.ReplayToken, err = ir.ParseHash(req.ReplayToken); err != nil {
 			return nil, nil, failure.New(failure.InvalidOptions, "tmmu.coordinator", "replay_token: "+err.Error())
@@ -133,4 +136,43 @@ func (j *Job) PlanRank(i, rank uint64) (*shard.RankPlan, error) {
 		return nil, err
 	}
 	return shard.PlanRank(m, &j.Spec.ShardSpec, rank, opts)
+}
+
+// Upper bounds of a job's numeric fields. A submission past one is
+// refused (INVALID_OPTIONS naming the field) before anything is planned
+// or committed.
+const (
+	// MaxWorldSize bounds the shard spec's world_size: the leader plans
+	// every rank of a submission.
+	MaxWorldSize = 4096
+	// MaxSteps bounds steps (0: until the job is drained): step numbers
+	// stay exact in JSON's doubles.
+	MaxSteps = 1 << 53
+	// MaxWindow bounds window, how many steps ranks may run beyond the
+	// committed progress: a replan waits for at most that many steps.
+	MaxWindow = 1024
+	// MaxCheckpointEvery bounds checkpoint_every, in steps.
+	MaxCheckpointEvery = 1 << 32
+	// MaxCheckpointKeep bounds checkpoint_keep, the checkpoints kept.
+	MaxCheckpointKeep = 1024
+)
+
+// checkBounds refuses a job whose numeric fields are past their bounds.
+func checkBounds(js *JobSpec) error {
+	for _, b := range []struct {
+		field string
+		v, max uint64
+	}{
+		{"shard_spec.world_size", js.ShardSpec.WorldSize, MaxWorldSize},
+		{"steps", js.Steps, MaxSteps},
+		{"window", js.Window, MaxWindow},
+		{"checkpoint_every", js.CheckpointEvery, MaxCheckpointEvery},
+		{"checkpoint_keep", js.CheckpointKeep, MaxCheckpointKeep},
+	} {
+		if b.v > b.max {
+			return failure.New(failure.InvalidOptions, "tmmu.coordinator",
+				fmt.Sprintf("%s %d is above its bound %d", b.field, b.v, b.max), "field", b.field)
+		}
+	}
+	return nil
 }

@@ -1,0 +1,117 @@
+package coord
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"math"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tmmu/tmmu/failure"
+)
+
+// post sends body to url and returns the status and the decoded API
+// error (empty on success), again while the cluster answers 503 (no
+// leader for a moment, on a loaded machine), as the client does.
+func post(t *testing.T, url string, body []byte) (int, APIError) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp, err := http.Post(url, "application/json", bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusServiceUnavailable && time.Now().Before(deadline) {
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
+		var e APIError
+		if resp.StatusCode >= 400 {
+			if err := json.Unmarshal(data, &e); err != nil {
+				t.Fatalf("%s: %s is not an API error: %v", url, data, err)
+			}
+		}
+		return resp.StatusCode, e
+	}
+}
+
+// TestBadInputsAreRefused: submissions past a bound, a body past the
+// size limit and voters that could not serve are refused with the
+// status and failure code that name the culprit, and nothing is
+// committed: the job does not exist and the voters are the three
+// there were.
+func TestBadInputsAreRefused(t *testing.T) {
+	c, li := startCluster(t)
+	base := c.URLs()[li]
+	good := tinySubmit(t, "bounded")
+	for _, tc := range []struct {
+		field string
+		set   func(*SubmitRequest)
+	}{
+		{"window", func(r *SubmitRequest) { r.Window = math.MaxUint64 }},
+		{"window", func(r *SubmitRequest) { r.Window = MaxWindow + 1 }},
+		{"steps", func(r *SubmitRequest) { r.Steps = MaxSteps + 1 }},
+		{"checkpoint_every", func(r *SubmitRequest) { r.CheckpointEvery = math.MaxUint64 }},
+		{"checkpoint_keep", func(r *SubmitRequest) { r.CheckpointKeep = MaxCheckpointKeep + 1 }},
+		{"shard_spec.world_size", func(r *SubmitRequest) { r.ShardSpec = json.RawMessage(`{"world_size": 1000000}`) }},
+	} {
+		req := *good
+		tc.set(&req)
+		body, _ := json.Marshal(&req)
+		status, e := post(t, base+"/v1/jobs", body)
+		if status != http.StatusBadRequest || e.FailureCode != failure.InvalidOptions || !strings.Contains(e.Error, tc.field) {
+			t.Errorf("%s past its bound: %d %s %q, want 400 INVALID_OPTIONS naming it", tc.field, status, e.FailureCode, e.Error)
+		}
+	}
+	// A body past MaxSubmitBytes: 413, read no further than the limit.
+	huge := append([]byte(`{"name": "huge", "ir": "`), bytes.Repeat([]byte("x"), MaxSubmitBytes)...)
+	huge = append(huge, `"}`...)
+	if status, e := post(t, base+"/v1/jobs", huge); status != http.StatusRequestEntityTooLarge || e.FailureCode != failure.InvalidEncoding {
+		t.Errorf("a %d-byte submission: %d %s %q, want 413 INVALID_ENCODING", len(huge), status, e.FailureCode, e.Error)
+	}
+	// Voters that could not serve.
+	closed, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	silent := closed.Addr().String()
+	closed.Close()
+	for _, tc := range []struct {
+		peer Peer
+		want string
+	}{
+		{Peer{ID: "c4", RaftAddr: "not-an-addr"}, "raft_addr"},
+		{Peer{ID: "c4", RaftAddr: "127.0.0.1:0"}, "raft_addr"},
+		{Peer{ID: "c4", RaftAddr: "127.0.0.1:99999"}, "raft_addr"},
+		{Peer{ID: "c4", RaftAddr: silent}, "does not answer"},
+		{Peer{ID: "c4", RaftAddr: c.Peers[0].RaftAddr, HTTPAddr: "nowhere"}, "http_addr"},
+		{Peer{ID: "../c4", RaftAddr: c.Peers[0].RaftAddr}, "id"},
+		{Peer{ID: c.Peers[(li+1)%3].ID, RaftAddr: c.Peers[li].RaftAddr}, "remove it before"},
+	} {
+		body, _ := json.Marshal(tc.peer)
+		status, e := post(t, base+"/v1/voters", body)
+		if status != http.StatusBadRequest || e.FailureCode != failure.InvalidOptions || !strings.Contains(e.Error, tc.want) {
+			t.Errorf("voter %+v: %d %s %q, want 400 INVALID_OPTIONS naming %q", tc.peer, status, e.FailureCode, e.Error, tc.want)
+		}
+	}
+	// Nothing committed.
+	s, _ := c.Nodes[li].State()
+	if len(s.Jobs) != 0 {
+		t.Errorf("jobs after refused submissions: %v", s.Names())
+	}
+	cf := c.Nodes[li].raft.GetConfiguration()
+	if err := cf.Error(); err != nil || len(cf.Configuration().Servers) != 3 {
+		t.Errorf("voters after refused additions: %+v (%v)", cf.Configuration().Servers, err)
+	}
+	// The cluster still takes a good submission.
+	body, _ := json.Marshal(good)
+	if status, e := post(t, base+"/v1/jobs", body); status != http.StatusCreated {
+		t.Errorf("a good submission after the refusals: %d %q", status, e.Error)
+	}
+}
