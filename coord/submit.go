@@ -160,7 +160,7 @@ const (
 // checkBounds refuses a job whose numeric fields are past their bounds.
 func checkBounds(js *JobSpec) error {
 	for _, b := range []struct {
-		field string
+		field  string
 		v, max uint64
 	}{
 		{"shard_spec.world_size", js.ShardSpec.WorldSize, MaxWorldSize},
