@@ -1,11 +1,14 @@
 package coord
 
 import (
+	"bytes"
 	"cmp"
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 
+	"github.com/tmmu/tmmu/failure"
 	"github.com/tmmu/tmmu/ir"
 	"github.com/tmmu/tmmu/planner"
 	"github.com/tmmu/tmmu/shard"
@@ -396,10 +399,13 @@ func (s *State) Apply(c *Command) Result {
 			return Result{Err: fmt.Errorf("coord: malformed submit of %q", c.Job)}
 		}
 		if j != nil {
-			if j.IRHash == c.IRHash && j.ShardSpecHash == c.SSHash && j.Epochs[0].GlobalPlanHash == c.New.GlobalPlanHash {
+			differ := specDiff(j, c)
+			if len(differ) == 0 {
 				return Result{} // a retry
 			}
-			return Result{Err: fmt.Errorf("coord: job %q exists with another graph or plan", c.Job)}
+			return Result{Err: failure.New(failure.InvalidOptions, "tmmu.coordinator",
+				fmt.Sprintf("job %q exists and this submission differs in %s: delete the job first, or submit under another name", c.Job, strings.Join(differ, ", ")),
+				"fields", strings.Join(differ, ","))}
 		}
 		e := *c.New
 		e.Outcome = nil
@@ -641,3 +647,51 @@ func (s *State) Clone() *State {
 
 // Names returns the job names, sorted.
 func (s *State) Names() []string { return slices.Sorted(maps.Keys(s.Jobs)) }
+
+// specDiff names the fields in which submission c differs from job j as
+// it was submitted (none: c is a retry).
+func specDiff(j *Job, c *Command) []string {
+	a, b := &j.Spec, c.Spec
+	var out []string
+	for _, f := range []struct {
+		name string
+		same bool
+	}{
+		{"ir", j.IRHash == c.IRHash},
+		{"shard_spec", j.ShardSpecHash == c.SSHash},
+		{"arena_config", maps.Equal(a.ArenaConfig, b.ArenaConfig)},
+		{"mode", a.Mode == b.Mode},
+		{"strategy", a.Strategy == b.Strategy},
+		{"replay_token", a.ReplayToken == b.ReplayToken},
+		{"replan_policy", a.ReplanPolicy == b.ReplanPolicy},
+		{"steps", a.Steps == b.Steps},
+		{"window", a.Window == b.Window},
+		{"model", sameSource(a.Source, b.Source)},
+		{"elastic", a.Elastic == b.Elastic},
+		{"data_mode", a.DataMode == b.DataMode},
+		{"checkpoint_every", a.CheckpointEvery == b.CheckpointEvery},
+		{"checkpoint_keep", a.CheckpointKeep == b.CheckpointKeep},
+		{"seed", a.Seed == b.Seed},
+	} {
+		if !f.same {
+			out = append(out, f.name)
+		}
+	}
+	if len(out) == 0 && j.Epochs[0].GlobalPlanHash != c.New.GlobalPlanHash {
+		// The same inputs plan to another hash: another planner version.
+		out = append(out, "global_plan_hash")
+	}
+	return out
+}
+
+// sameSource says whether two model sources are the same submission
+// (an empty map or config the same as none).
+func sameSource(a, b *ModelSource) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.Model == b.Model && bytes.Equal(a.Config, b.Config) &&
+		maps.EqualFunc(a.Dims, b.Dims, func(x, y DimSpec) bool {
+			return x.Min == y.Min && x.Max == y.Max && x.Limit == y.Limit && slices.Equal(x.Buckets, y.Buckets)
+		})
+}

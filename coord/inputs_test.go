@@ -109,9 +109,28 @@ func TestBadInputsAreRefused(t *testing.T) {
 	if err := cf.Error(); err != nil || len(cf.Configuration().Servers) != 3 {
 		t.Errorf("voters after refused additions: %+v (%v)", cf.Configuration().Servers, err)
 	}
-	// The cluster still takes a good submission.
+	// The cluster still takes a good submission; the same again is a
+	// retry, a changed one is 409 naming what changed, and the job keeps
+	// what was first submitted.
 	body, _ := json.Marshal(good)
 	if status, e := post(t, base+"/v1/jobs", body); status != http.StatusCreated {
 		t.Errorf("a good submission after the refusals: %d %q", status, e.Error)
+	}
+	if status, e := post(t, base+"/v1/jobs", body); status != http.StatusOK {
+		t.Errorf("the same submission again: %d %q, want 200", status, e.Error)
+	}
+	changed := *good
+	changed.Steps, changed.Window = 7, 3
+	body, _ = json.Marshal(&changed)
+	if status, e := post(t, base+"/v1/jobs", body); status != http.StatusConflict || !strings.Contains(e.Error, "differs in steps, window") {
+		t.Errorf("a changed resubmission: %d %s %q, want 409 naming steps and window", status, e.FailureCode, e.Error)
+	}
+	li, err = c.Leader(10 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, _ = c.Nodes[li].State()
+	if j := s.Jobs["bounded"]; j == nil || j.Spec.Steps != good.Steps || j.Spec.Window != DefaultWindow {
+		t.Errorf("the job after a changed resubmission: %+v", j)
 	}
 }
