@@ -67,7 +67,9 @@ func TestAPITokenGuardsMutations(t *testing.T) {
 			t.Fatal(err)
 		}
 		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
+		// Not refused for want of a token (a 503 /readyz is a node that
+		// lost the leadership a moment on a loaded machine).
+		if resp.StatusCode == http.StatusUnauthorized || (resp.StatusCode != http.StatusOK && path != "/readyz") {
 			t.Errorf("GET %s: %s", path, resp.Status)
 		}
 	}

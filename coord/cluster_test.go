@@ -55,7 +55,7 @@ func TestRaftClusterSurvivesLeaderLossAndRestarts(t *testing.T) {
 	c, li := startCluster(t)
 	follower := (li + 1) % 3
 	cl := NewClient(c.URLs()[follower])
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	job, err := cl.Submit(ctx, tinySubmit(t, "gpt2-tiny"))
 	if err != nil {

@@ -16,10 +16,10 @@ import (
 
 // post sends body to url and returns the status and the decoded API
 // error (empty on success), again while the cluster answers 503 (no
-// leader for a moment, on a loaded machine), as the client does.
+// leader for a while, on a loaded machine), as the client does.
 func post(t *testing.T, url string, body []byte) (int, APIError) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(time.Minute)
 	for {
 		resp, err := http.Post(url, "application/json", bytes.NewReader(body))
 		if err != nil {
@@ -113,7 +113,8 @@ func TestBadInputsAreRefused(t *testing.T) {
 	// retry, a changed one is 409 naming what changed, and the job keeps
 	// what was first submitted.
 	body, _ := json.Marshal(good)
-	if status, e := post(t, base+"/v1/jobs", body); status != http.StatusCreated {
+	// (200 when a retry after a 503 finds it committed.)
+	if status, e := post(t, base+"/v1/jobs", body); status != http.StatusCreated && status != http.StatusOK {
 		t.Errorf("a good submission after the refusals: %d %q", status, e.Error)
 	}
 	if status, e := post(t, base+"/v1/jobs", body); status != http.StatusOK {
