@@ -214,7 +214,7 @@ func TestClusterAgreesAndSurvives(t *testing.T) {
 	for i := range world {
 		f.start(fmt.Sprintf("w%d", i), nil)
 	}
-	j := waitJob(t, l, "agreement", 20*time.Second, func(j *coord.Job) bool { return j.Status == coord.StatusRunning && j.LastStep >= 2 })
+	j := waitJob(t, l, "agreement", 60*time.Second, func(j *coord.Job) bool { return j.Status == coord.StatusRunning && j.LastStep >= 2 })
 	if !j.Epochs[0].Outcome.Agreed {
 		t.Fatalf("epoch 0: %+v", j.Epochs[0].Outcome)
 	}
@@ -286,7 +286,7 @@ func TestClusterAgreesAndSurvives(t *testing.T) {
 	if len(after.Epochs) < len(before.Epochs) || after.Epochs[0].Outcome == nil || after.LastStep < before.LastStep {
 		t.Fatalf("the new leader lost committed state: before %+v, after %+v", before, after)
 	}
-	done := waitJob(t, l, "the job to finish", 30*time.Second, func(j *coord.Job) bool { return j.Status == coord.StatusDone })
+	done := waitJob(t, l, "the job to finish", 90*time.Second, func(j *coord.Job) bool { return j.Status == coord.StatusDone })
 	if done.LastStep != steps {
 		t.Errorf("finished at step %d, want %d", done.LastStep, steps)
 	}

@@ -61,7 +61,7 @@ func TestReplansAtSafepoints(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	const world = 4
 	cfg, _ := json.Marshal(map[string]any{"layers": 2, "hidden": 32, "heads": 2, "seq": 8, "context": 8, "batch": 1, "vocab": 64, "dtype": "bf16", "train": true})
@@ -126,7 +126,7 @@ func TestReplansAtSafepoints(t *testing.T) {
 		}()
 	}
 	// Drain once the operator's epoch has run a few steps.
-	waitJob(t, l, "the operator's epoch to run", 60*time.Second, func(j *coord.Job) bool {
+	waitJob(t, l, "the operator's epoch to run", 2*time.Minute, func(j *coord.Job) bool {
 		return len(j.Epochs) == 3 && j.Epochs[2].Outcome != nil && j.LastStep >= j.Epochs[2].StartStep+3
 	})
 	drain()
@@ -278,9 +278,9 @@ func TestElasticJobShrinks(t *testing.T) {
 	for i := range 4 {
 		f.start(fmt.Sprintf("e%d", i), nil)
 	}
-	waitJob(t, l, "steps", 20*time.Second, func(j *coord.Job) bool { return j.Spec.Name == "elastic" && j.LastStep >= 4 })
+	waitJob(t, l, "steps", 60*time.Second, func(j *coord.Job) bool { return j.Spec.Name == "elastic" && j.LastStep >= 4 })
 	f.kill("e1")
-	j := waitJob(t, l, "the shrink to run", 30*time.Second, func(j *coord.Job) bool {
+	j := waitJob(t, l, "the shrink to run", 90*time.Second, func(j *coord.Job) bool {
 		return j.Spec.Name == "elastic" && len(j.Epochs) == 2 && j.Epochs[1].Outcome != nil && j.LastStep >= j.Epochs[1].StartStep+3
 	})
 	e := j.Epochs[1]
@@ -291,7 +291,7 @@ func TestElasticJobShrinks(t *testing.T) {
 	// e1 comes back with the same identity: it waits outside the world
 	// until the leader grows it back to 4 ranks.
 	f.start("e1", nil)
-	j = waitJob(t, l, "the world to grow back", 30*time.Second, func(j *coord.Job) bool {
+	j = waitJob(t, l, "the world to grow back", 90*time.Second, func(j *coord.Job) bool {
 		return j.Spec.Name == "elastic" && len(j.Epochs) == 3 && j.Epochs[2].Outcome != nil && j.LastStep >= j.Epochs[2].StartStep+3
 	})
 	g := j.Epochs[2]
