@@ -170,3 +170,18 @@ func TestRoles(t *testing.T) {
 		t.Fatal("the coordinator's outcome did not arrive")
 	}
 }
+
+// TestMonitoringOnLoopback: the monitoring port (connz lists every user
+// and address) listens on the container's loopback only, where the
+// healthcheck asks it.
+func TestMonitoringOnLoopback(t *testing.T) {
+	t.Setenv("NATS_COORDINATOR_PASSWORD", "coord-pw")
+	t.Setenv("NATS_WORKER_PASSWORD", "worker-pw")
+	o, err := server.ProcessConfigFile("nats.conf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.HTTPHost != "127.0.0.1" || o.HTTPPort != 8222 {
+		t.Fatalf("monitoring on %s:%d, want 127.0.0.1:8222", o.HTTPHost, o.HTTPPort)
+	}
+}
