@@ -386,7 +386,7 @@ func (n *Node) mutate(w http.ResponseWriter, job string, c *Command) {
 // submission by its content, a replan by its id), else 409.
 func writeCommitError(w http.ResponseWriter, err error) {
 	status := http.StatusConflict
-	if errors.Is(err, ErrNotLeader) || errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
+	if errors.Is(err, ErrNotLeader) {
 		status = http.StatusServiceUnavailable
 	}
 	writeError(w, status, err)

@@ -344,7 +344,7 @@ func (n *Node) AddVoter(p Peer, timeout time.Duration) error {
 		}
 	}
 	if err := n.raft.AddVoter(raft.ServerID(p.ID), raft.ServerAddress(p.RaftAddr), 0, timeout).Error(); err != nil {
-		return fmt.Errorf("coord: adding voter %s: %w", p.ID, err)
+		return fmt.Errorf("coord: adding voter %s: %w", p.ID, leaderLost(err))
 	}
 	_, err := n.Apply(&Command{Kind: CmdPeer, Peer: &p}, timeout)
 	return err
@@ -360,7 +360,7 @@ func (n *Node) RemoveVoter(id string, timeout time.Duration) error {
 		return err
 	}
 	if err := n.raft.RemoveServer(raft.ServerID(id), 0, timeout).Error(); err != nil {
-		return fmt.Errorf("coord: removing voter %s: %w", id, err)
+		return fmt.Errorf("coord: removing voter %s: %w", id, leaderLost(err))
 	}
 	return nil
 }
@@ -406,13 +406,19 @@ func (n *Node) Apply(c *Command, timeout time.Duration) (Result, error) {
 	}
 	f := n.raft.Apply(b, timeout)
 	if err := f.Error(); err != nil {
-		if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
-			return Result{}, fmt.Errorf("%w: %v", ErrNotLeader, err)
-		}
-		return Result{}, err
+		return Result{}, leaderLost(err)
 	}
 	r, _ := f.Response().(Result)
 	return r, r.Err
+}
+
+// leaderLost makes a raft error that says this node is not (or no longer)
+// the leader an ErrNotLeader, which callers retry on the leader.
+func leaderLost(err error) error {
+	if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
+		return fmt.Errorf("%w: %v", ErrNotLeader, err)
+	}
+	return err
 }
 
 // Barrier waits until every committed entry is applied here (leader only).
