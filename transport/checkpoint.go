@@ -9,20 +9,23 @@ import (
 )
 
 // CheckpointBucket is the KV bucket of checkpoint reports: key
-// "<job>.<step>.<epoch>.<rank>" holds the CheckpointReport of that rank's
-// shard. The leader watches it (a new leader replays what is stored),
+// "<job>.<step>.<epoch>.<rank>.<token>" holds the CheckpointReport of
+// that rank's shard, as its identity reported it. The leader watches it (a new leader replays what is stored),
 // commits each complete checkpoint through raft, and then forgets its
 // reports (ForgetCheckpoint).
 const CheckpointBucket = "tmmu_ckpt"
 
 func checkpointKey(r *CheckpointReport) string {
-	return r.Job + "." + strconv.FormatUint(r.Step, 10) + "." + strconv.FormatUint(r.Epoch, 10) + "." + strconv.FormatUint(r.Rank, 10)
+	return r.Job + "." + strconv.FormatUint(r.Step, 10) + "." + strconv.FormatUint(r.Epoch, 10) + "." + strconv.FormatUint(r.Rank, 10) + "." + IdentityToken(r.Identity)
 }
 
 // PutCheckpoint stores r (a later report of the same rank, step and
 // epoch replaces it: the shard's bytes are a function of the state, so
 // it is the same shard).
 func (t *Transport) PutCheckpoint(ctx context.Context, r CheckpointReport) error {
+	if err := t.own("checkpoint report", r.Identity); err != nil {
+		return err
+	}
 	data, err := Encode(r)
 	if err != nil {
 		return err

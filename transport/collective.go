@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,9 +19,9 @@ import (
 )
 
 // CollectiveBucket is the KV bucket of the collectives: key
-// "<job>.<key hash>.<rank>.<part>" holds part of rank's contribution to
-// one exchange (4 bytes of part count, then the bytes). Entries expire
-// after CollectiveTTL.
+// "<job>.<key hash>.<rank>.<part>.<token>" holds part of rank's
+// contribution to one exchange (4 bytes of part count, then the bytes), as
+// the identity of token stored it. Entries expire after CollectiveTTL.
 const CollectiveBucket = "tmmu_coll"
 
 // CollectiveTTL is how long a contribution is kept: long enough for a
@@ -43,8 +44,10 @@ func collectiveChunk(nc *nats.Conn) int {
 // watches the job's contributions from NewGroup on, including those
 // stored before.
 type Group struct {
+	t       *Transport
 	kv      jetstream.KeyValue
 	job     string
+	token   string // this rank's identity's
 	rank    int
 	size    int
 	chunk   int
@@ -59,17 +62,29 @@ type Group struct {
 }
 
 type gathering struct {
-	parts [][][]byte // rank → parts
-	got   []int      // rank → parts received
-	want  []int      // rank → parts expected (0 = unknown)
+	from []map[string]*contribution // rank → identity token → its contribution
+	// first is, by rank, the token seen first (what counts while the
+	// group knows no roster).
+	first []string
 	seen  time.Time
 }
+
+// contribution is one identity's parts of one rank's data.
+type contribution struct {
+	parts [][]byte
+	got   int // parts received
+	want  int // parts expected
+}
+
+func (c *contribution) complete() bool { return c != nil && c.want > 0 && c.got == c.want }
 
 // NewGroup makes rank (of size) a member of job's collective group.
 // timeout, when above 0, bounds each Exchange; with 0 an Exchange waits
 // for every rank until its context ends (a worker cancels a step that a
 // rollback abandoned, so a rank that died makes the others wait, not
-// fail).
+// fail). Contributions are stored under the transport's identity
+// (WithIdentity); of a rank's, the group counts those of the identity
+// SetRoster names for it (with no roster, the first identity seen).
 func (t *Transport) NewGroup(job string, rank, size int, timeout time.Duration) (*Group, error) {
 	if err := ValidJob(job); err != nil {
 		return nil, err
@@ -89,7 +104,7 @@ func (t *Transport) NewGroup(job string, rank, size int, timeout time.Duration) 
 		stop()
 		return nil, fmt.Errorf("transport: watching %s collectives: %w", job, err)
 	}
-	g := &Group{kv: t.coll, job: job, rank: rank, size: size, chunk: collectiveChunk(t.nc), timeout: timeout, stop: stop,
+	g := &Group{t: t, kv: t.coll, job: job, token: IdentityToken(t.o.identity), rank: rank, size: size, chunk: collectiveChunk(t.nc), timeout: timeout, stop: stop,
 		done: make(chan struct{}), changed: make(chan struct{}), pending: map[string]*gathering{}}
 	go func() {
 		defer close(g.done)
@@ -120,7 +135,7 @@ func keyHash(key string) string {
 
 func (g *Group) receive(key string, value []byte) {
 	f := strings.Split(strings.TrimPrefix(key, g.job+"."), ".")
-	if len(f) != 3 || len(value) < 4 {
+	if len(f) != 4 || len(value) < 4 || len(f[3]) != tokenLen {
 		return
 	}
 	rank, err1 := strconv.Atoi(f[1])
@@ -132,15 +147,23 @@ func (g *Group) receive(key string, value []byte) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	p := g.gathering(f[0])
-	if p.want[rank] != parts {
+	c := p.from[rank][f[3]]
+	if c == nil {
+		c = &contribution{}
+		p.from[rank][f[3]] = c
+		if p.first[rank] == "" {
+			p.first[rank] = f[3]
+		}
+	}
+	if c.want != parts {
 		// First sight, or a restarted rank sent its contribution again
 		// in another number of parts: start over for that rank.
-		p.want[rank], p.got[rank], p.parts[rank] = parts, 0, make([][]byte, parts)
+		c.want, c.got, c.parts = parts, 0, make([][]byte, parts)
 	}
-	if p.parts[rank][part] == nil {
-		p.got[rank]++
+	if c.parts[part] == nil {
+		c.got++
 	}
-	p.parts[rank][part] = value[4:]
+	c.parts[part] = value[4:]
 	close(g.changed)
 	g.changed = make(chan struct{})
 }
@@ -148,11 +171,45 @@ func (g *Group) receive(key string, value []byte) {
 func (g *Group) gathering(h string) *gathering {
 	p := g.pending[h]
 	if p == nil {
-		p = &gathering{parts: make([][][]byte, g.size), got: make([]int, g.size), want: make([]int, g.size)}
+		p = &gathering{from: make([]map[string]*contribution, g.size), first: make([]string, g.size)}
+		for r := range p.from {
+			p.from[r] = map[string]*contribution{}
+		}
 		g.pending[h] = p
 	}
 	p.seen = time.Now()
 	return p
+}
+
+// counted returns, by rank, the contribution that counts: the roster's
+// holder's, or with no roster of the group's size the first seen.
+func (g *Group) counted(p *gathering) []*contribution {
+	roster := g.t.roster(g.job)
+	out := make([]*contribution, g.size)
+	for r := range g.size {
+		tok := p.first[r]
+		if len(roster) == g.size {
+			tok = IdentityToken(roster[r])
+		}
+		out[r] = p.from[r][tok]
+	}
+	return out
+}
+
+// SetRoster names, by rank, the identities whose contributions to job's
+// collectives count (the holders of the epoch being run): a worker sets
+// it once its epoch is agreed. A roster of another size than a group's is
+// not used for it.
+func (t *Transport) SetRoster(job string, holders []string) {
+	t.rosterMu.Lock()
+	t.rosters[job] = slices.Clone(holders)
+	t.rosterMu.Unlock()
+}
+
+func (t *Transport) roster(job string) []string {
+	t.rosterMu.Lock()
+	defer t.rosterMu.Unlock()
+	return t.rosters[job]
 }
 
 // Exchange stores data under key and waits for every rank's. Storing is
@@ -166,7 +223,7 @@ func (g *Group) Exchange(ctx context.Context, key string, data []byte) ([][]byte
 		v := make([]byte, 4+len(chunk))
 		binary.LittleEndian.PutUint32(v, uint32(parts))
 		copy(v[4:], chunk)
-		k := fmt.Sprintf("%s.%s.%d.%d", g.job, h, g.rank, i)
+		k := fmt.Sprintf("%s.%s.%d.%d.%s", g.job, h, g.rank, i, g.token)
 		for wait := 20 * time.Millisecond; ; wait = min(2*wait, time.Second) {
 			// Each attempt is bounded: a request sent while the
 			// connection was down may never be answered.
@@ -196,14 +253,15 @@ func (g *Group) Exchange(ctx context.Context, key string, data []byte) ([][]byte
 	for {
 		g.mu.Lock()
 		p := g.gathering(h)
+		counted := g.counted(p)
 		done := true
-		for r := range g.size {
-			done = done && p.want[r] > 0 && p.got[r] == p.want[r]
+		for _, c := range counted {
+			done = done && c.complete()
 		}
 		if done {
 			out := make([][]byte, g.size)
-			for r := range g.size {
-				for _, b := range p.parts[r] {
+			for r, c := range counted {
+				for _, b := range c.parts {
 					out[r] = append(out[r], b...)
 				}
 			}

@@ -94,3 +94,45 @@ func TestGroupExchange(t *testing.T) {
 		t.Fatal("an exchange with a missing rank returned")
 	}
 }
+
+// TestGroupCountsTheRosterHolder: a contribution stored for rank 1 under
+// another identity than the roster's holder (written first, as a forger
+// racing the real rank would) is not what rank 0 gets.
+func TestGroupCountsTheRosterHolder(t *testing.T) {
+	s := startServer(t)
+	ctx := testCtx(t)
+	roster := []string{"w0", "w1"}
+	var groups []*Group
+	for r, id := range roster {
+		tr, _ := newTransport(t, s, WithIdentity(id))
+		tr.SetRoster("j", roster)
+		g, err := tr.NewGroup("j", r, 2, 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer g.Close()
+		groups = append(groups, g)
+	}
+	forger, _ := newTransport(t, s, WithIdentity("w9"))
+	fg, err := forger.NewGroup("j", 1, 2, 500*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fg.Close()
+	fg.Exchange(ctx, "grads", []byte("poison")) // times out: nobody counts w9
+	done := make(chan []byte, 1)
+	go func() {
+		out, err := groups[1].Exchange(ctx, "grads", []byte("real"))
+		if err != nil {
+			t.Error(err)
+		}
+		done <- out[1]
+	}()
+	out, err := groups[0].Exchange(ctx, "grads", []byte("zero"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(out[1]) != "real" || string(<-done) != "real" {
+		t.Fatalf("rank 1's contribution: %q, want the holder's", out[1])
+	}
+}

@@ -2,28 +2,26 @@ package transport
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// ProgressBucket is the KV bucket of step progress: key "<job>.<id>",
-// id a digest of the worker identity, holds the StepDone of the last step
-// that worker finished. Unlike the
+// ProgressBucket is the KV bucket of step progress: key "<job>.<token>",
+// token the worker identity's IdentityToken, holds the StepDone of the
+// last step that worker finished. Unlike the
 // StepDone subject, it survives a coordinator failover: a new leader's
 // WatchProgress replays every rank's latest step.
 const ProgressBucket = "tmmu_progress"
 
-func progressKey(job, identity string) string {
-	h := sha256.Sum256([]byte(identity))
-	return job + "." + hex.EncodeToString(h[:8])
-}
+func progressKey(job, identity string) string { return job + "." + IdentityToken(identity) }
 
 // PutProgress records that worker d.Identity (rank d.Rank under d.Epoch)
 // finished d.Step, overwriting its previous progress.
 func (t *Transport) PutProgress(ctx context.Context, d StepDone) error {
+	if err := t.own("progress", d.Identity); err != nil {
+		return err
+	}
 	data, err := Encode(d)
 	if err != nil {
 		return err

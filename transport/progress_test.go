@@ -61,12 +61,12 @@ func TestStepsAreStored(t *testing.T) {
 	h := hashOf("plan")
 	for rank := range uint64(3) {
 		for step := uint64(1); step <= 2+rank; step++ {
-			if err := tr.PutStep(ctx, StepReport{Job: "j", Epoch: 1, Rank: rank, Step: step, PlanHash: h}); err != nil {
+			if err := tr.PutStep(ctx, StepReport{Job: "j", Epoch: 1, Rank: rank, Step: step, PlanHash: h, Identity: fmt.Sprint("w", rank)}); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
-	if err := tr.PutStep(ctx, StepReport{Job: "j", Epoch: 2, Rank: 0, Step: 50, PlanHash: h}); err != nil {
+	if err := tr.PutStep(ctx, StepReport{Job: "j", Epoch: 2, Rank: 0, Step: 50, PlanHash: h, Identity: "w0"}); err != nil {
 		t.Fatal(err)
 	}
 	ch, err := tr.WatchSteps(ctx, "j", 1)

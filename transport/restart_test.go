@@ -87,7 +87,7 @@ func TestWatchesRideThroughARestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := hashOf("plan")
-	if err := b.PutStep(ctx, StepReport{Job: "j", Epoch: 0, Rank: 1, Step: 1, PlanHash: h}); err != nil {
+	if err := b.PutStep(ctx, StepReport{Job: "j", Epoch: 0, Rank: 1, Step: 1, PlanHash: h, Identity: "w1"}); err != nil {
 		t.Fatal(err)
 	}
 	if got := <-steps; got.Step != 1 {
@@ -119,7 +119,7 @@ func TestWatchesRideThroughARestart(t *testing.T) {
 	r.start()
 	back := time.Now()
 	for {
-		err := b.PutStep(ctx, StepReport{Job: "j", Epoch: 0, Rank: 1, Step: 2, PlanHash: h})
+		err := b.PutStep(ctx, StepReport{Job: "j", Epoch: 0, Rank: 1, Step: 2, PlanHash: h, Identity: "w1"})
 		if err == nil {
 			break
 		}

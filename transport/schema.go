@@ -21,6 +21,8 @@ const (
 	MaxReasonLen = 1024
 	// MaxDedupeIDLen is the longest ReplanRequest.DedupeID accepted, in bytes.
 	MaxDedupeIDLen = 128
+	// maxSigLen bounds a signature (ed25519's are 64 bytes).
+	maxSigLen = 128
 )
 
 // Announcement kinds.
@@ -53,6 +55,10 @@ type PlanReport struct {
 	Rank     uint64  `cbor:"rank" json:"rank"`
 	Identity string  `cbor:"identity" json:"identity"`
 	PlanHash ir.Hash `cbor:"plan_hash" json:"plan_hash"`
+	// ClaimRevision is the etcd revision at which Identity claimed the
+	// rank (rendezvous.Claim.Revision): the leader counts the report
+	// only if the identity held the rank's claim at that revision.
+	ClaimRevision int64 `cbor:"claim_revision,omitempty" json:"claim_revision,omitempty"`
 }
 
 // Mismatch is a rank whose reported plan hash differs from the committed one.
@@ -73,6 +79,13 @@ type Outcome struct {
 	Mismatches []Mismatch `cbor:"mismatches,omitempty" json:"mismatches,omitempty"`
 	Missing    []uint64   `cbor:"missing,omitempty" json:"missing,omitempty"`
 	Reason     string     `cbor:"reason,omitempty" json:"reason,omitempty"`
+	// Holders are, by rank, the identities whose reports counted: the
+	// only identities whose step, progress and checkpoint reports count
+	// for their rank under the epoch.
+	Holders []string `cbor:"holders,omitempty" json:"holders,omitempty"`
+	// Incarnation and Sig: see Announcement.
+	Incarnation int64  `cbor:"incarnation,omitempty" json:"incarnation,omitempty"`
+	Sig         []byte `cbor:"sig,omitempty" json:"sig,omitempty"`
 }
 
 // StepReport is a rank's readiness to run step Step of epoch Epoch with plan
@@ -83,6 +96,10 @@ type StepReport struct {
 	Rank     uint64  `cbor:"rank" json:"rank"`
 	Step     uint64  `cbor:"step" json:"step"`
 	PlanHash ir.Hash `cbor:"plan_hash" json:"plan_hash"`
+	// Identity reports; ClaimRevision as in PlanReport. A barrier counts
+	// a report only from the rank's holder (Outcome.Holders).
+	Identity      string `cbor:"identity" json:"identity"`
+	ClaimRevision int64  `cbor:"claim_revision,omitempty" json:"claim_revision,omitempty"`
 }
 
 // StepDone is a rank's progress report: it finished step Step in Nanos
@@ -94,8 +111,10 @@ type StepDone struct {
 	Step  uint64 `cbor:"step" json:"step"`
 	Nanos int64  `cbor:"nanos" json:"nanos"`
 	// Identity is the worker's; progress is kept per identity, since an
-	// elastic job renumbers its ranks.
-	Identity string `cbor:"identity,omitempty" json:"identity,omitempty"`
+	// elastic job renumbers its ranks. The leader counts it only from
+	// the rank's holder under Epoch.
+	Identity      string `cbor:"identity" json:"identity"`
+	ClaimRevision int64  `cbor:"claim_revision,omitempty" json:"claim_revision,omitempty"`
 }
 
 // ReplanRequest asks the leader for a new plan epoch (an OOM, a changed
@@ -111,6 +130,9 @@ type ReplanRequest struct {
 	// Dims are the dynamic dimension sizes the rank observed at the end
 	// of Step ("seq": 2048), for an envelope exit.
 	Dims map[string]uint64 `cbor:"dims,omitempty" json:"dims,omitempty"`
+	// Identity asks; the leader acts only on the rank's holder's request.
+	Identity      string `cbor:"identity" json:"identity"`
+	ClaimRevision int64  `cbor:"claim_revision,omitempty" json:"claim_revision,omitempty"`
 }
 
 // CheckpointReport is a rank's shard of the checkpoint of step Step: it
@@ -128,6 +150,8 @@ type CheckpointReport struct {
 	StateHash ir.Hash `cbor:"state_hash" json:"state_hash"`
 	Bytes     uint64  `cbor:"bytes" json:"bytes"`
 	Nanos     int64   `cbor:"nanos" json:"nanos"`
+	// ClaimRevision as in PlanReport.
+	ClaimRevision int64 `cbor:"claim_revision,omitempty" json:"claim_revision,omitempty"`
 }
 
 // Recovery request kinds (package recovery's RequestKind).
@@ -152,6 +176,8 @@ type RecoveryRequest struct {
 	Identity string `cbor:"identity" json:"identity"`
 	Step     uint64 `cbor:"step" json:"step"`
 	Detail   string `cbor:"detail,omitempty" json:"detail,omitempty"`
+	// ClaimRevision as in PlanReport.
+	ClaimRevision int64 `cbor:"claim_revision,omitempty" json:"claim_revision,omitempty"`
 }
 
 // Announcement is a leader broadcast to every worker of a job: a new epoch
@@ -162,6 +188,13 @@ type Announcement struct {
 	Kind      string `cbor:"kind" json:"kind"`
 	StartStep uint64 `cbor:"start_step" json:"start_step"`
 	Reason    string `cbor:"reason,omitempty" json:"reason,omitempty"`
+	// Incarnation names the job's incarnation (the leader's clock when
+	// it was submitted), so a signed decision of a deleted job cannot be
+	// replayed to a job submitted again under its name.
+	Incarnation int64 `cbor:"incarnation,omitempty" json:"incarnation,omitempty"`
+	// Sig is the coordinators' ed25519 signature over the message's
+	// canonical CBOR without Sig (see WithSigner, WithVerifier).
+	Sig []byte `cbor:"sig,omitempty" json:"sig,omitempty"`
 }
 
 // ErrInvalid is wrapped by every Validate error.
@@ -275,6 +308,14 @@ func (o Outcome) Validate() error {
 	if !o.Agreed && len(o.Mismatches) == 0 && len(o.Missing) == 0 && o.Reason == "" {
 		return invalid("outcome", "not agreed and no mismatch, missing rank or reason given")
 	}
+	for r, h := range o.Holders {
+		if err := checkText("holder", h, MaxIdentityLen, false); err != nil {
+			return invalid("outcome", "rank %d: %v", r, err)
+		}
+	}
+	if len(o.Sig) > maxSigLen {
+		return invalid("outcome", "signature of %d bytes", len(o.Sig))
+	}
 	return nil
 }
 
@@ -286,6 +327,9 @@ func (r StepReport) Validate() error {
 	if r.PlanHash.IsZero() {
 		return invalid("step report", "rank %d step %d: zero plan hash", r.Rank, r.Step)
 	}
+	if err := checkText("identity", r.Identity, MaxIdentityLen, true); err != nil {
+		return invalid("step report", "%v", err)
+	}
 	return nil
 }
 
@@ -296,6 +340,9 @@ func (d StepDone) Validate() error {
 	}
 	if d.Nanos < 0 {
 		return invalid("step done", "rank %d step %d: negative duration %d", d.Rank, d.Step, d.Nanos)
+	}
+	if err := checkText("identity", d.Identity, MaxIdentityLen, true); err != nil {
+		return invalid("step done", "%v", err)
 	}
 	return nil
 }
@@ -310,6 +357,9 @@ func (r ReplanRequest) Validate() error {
 		return invalid("replan request", "%v", err)
 	}
 	if err := checkText("dedupe_id", r.DedupeID, MaxDedupeIDLen, true); err != nil {
+		return invalid("replan request", "%v", err)
+	}
+	if err := checkText("identity", r.Identity, MaxIdentityLen, true); err != nil {
 		return invalid("replan request", "%v", err)
 	}
 	if len(r.Dims) > 16 {
@@ -335,6 +385,9 @@ func (a Announcement) Validate() error {
 	}
 	if err := checkText("reason", a.Reason, MaxReasonLen, false); err != nil {
 		return invalid("announcement", "%v", err)
+	}
+	if len(a.Sig) > maxSigLen {
+		return invalid("announcement", "signature of %d bytes", len(a.Sig))
 	}
 	return nil
 }

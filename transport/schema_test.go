@@ -23,7 +23,7 @@ func TestSubjectsAndKeys(t *testing.T) {
 			t.Errorf("got %q, %v; want %q", got, err, c.want)
 		}
 	}
-	if k, err := ReportKey("job", 12, 3); err != nil || k != "job.12.3" {
+	if k, err := ReportKey("job", 12, 3, "w"); err != nil || k != "job.12.3."+IdentityToken("w") || len(IdentityToken("w")) != tokenLen {
 		t.Fatalf("ReportKey = %q, %v", k, err)
 	}
 	for _, bad := range []string{"", "a.b", "a b", "a*", ">", "jöb", "a/b", strings.Repeat("x", MaxJobLen+1)} {
@@ -33,15 +33,15 @@ func TestSubjectsAndKeys(t *testing.T) {
 		if _, err := OutcomeSubject(bad); err == nil {
 			t.Errorf("OutcomeSubject(%q) succeeded", bad)
 		}
-		if _, err := ReportKey(bad, 1, 1); err == nil {
+		if _, err := ReportKey(bad, 1, 1, "w"); err == nil {
 			t.Errorf("ReportKey(%q) succeeded", bad)
 		}
 	}
 	if err := ValidJob(strings.Repeat("x", MaxJobLen)); err != nil {
 		t.Fatal(err)
 	}
-	for key, ok := range map[string]bool{"job.1.2": true, "job.01.2": false, "job.1": false, "job.1.2.3": false, "job.x.2": false, "job.1.-2": false} {
-		if _, _, _, got := parseKey(key); got != ok {
+	for key, ok := range map[string]bool{"job.1.2.t": true, "job.01.2.t": false, "job.1.t": false, "job.1.2.3.t": false, "job.x.2.t": false, "job.1.-2.t": false} {
+		if _, _, _, _, got := parseKey(key); got != ok {
 			t.Errorf("parseKey(%q) ok = %v", key, got)
 		}
 	}
@@ -54,9 +54,9 @@ func TestValidate(t *testing.T) {
 		Outcome{Job: "j", Agreed: true, StartStep: 5},
 		Outcome{Job: "j", Reason: "aborted by operator"},
 		Outcome{Job: "j", Missing: []uint64{0, 4}, Mismatches: []Mismatch{{Rank: 1, Expected: h, Got: g}, {Rank: 3, Got: g}}},
-		StepReport{Job: "j", PlanHash: h},
-		StepDone{Job: "j"},
-		ReplanRequest{Job: "j", Reason: "oom", DedupeID: "x"},
+		StepReport{Job: "j", PlanHash: h, Identity: "w"},
+		StepDone{Job: "j", Identity: "w"},
+		ReplanRequest{Job: "j", Reason: "oom", DedupeID: "x", Identity: "w"},
 		Announcement{Job: "j", Kind: KindAbort},
 		Announcement{Job: "j", Kind: KindReplan, Reason: "rank 3 oom"},
 	}
@@ -106,9 +106,9 @@ func TestEncodeDecode(t *testing.T) {
 		&PlanReport{Job: "j", Epoch: 1 << 40, Rank: 63, Identity: "w", PlanHash: h},
 		&Outcome{Job: "j", Epoch: 2, Missing: []uint64{4}, Mismatches: []Mismatch{{Rank: 1, Expected: h, Got: g}}, Reason: "r"},
 		&Outcome{Job: "j", Epoch: 2, Agreed: true, StartStep: 9},
-		&StepReport{Job: "j", Epoch: 2, Rank: 1, Step: 3, PlanHash: h},
-		&StepDone{Job: "j", Epoch: 2, Rank: 1, Step: 3, Nanos: 42},
-		&ReplanRequest{Job: "j", Epoch: 2, Rank: 1, Step: 3, Reason: "oom", DedupeID: "d"},
+		&StepReport{Job: "j", Epoch: 2, Rank: 1, Step: 3, PlanHash: h, Identity: "w1"},
+		&StepDone{Job: "j", Epoch: 2, Rank: 1, Step: 3, Nanos: 42, Identity: "w1"},
+		&ReplanRequest{Job: "j", Epoch: 2, Rank: 1, Step: 3, Reason: "oom", DedupeID: "d", Identity: "w1"},
 		&Announcement{Job: "j", Epoch: 3, Kind: KindEpoch, StartStep: 4},
 	}
 	for _, v := range values {
@@ -137,7 +137,7 @@ func TestEncodeDecode(t *testing.T) {
 		}
 	}
 	// Hashes are 32-byte byte strings: 0x58 0x20.
-	b, _ := Encode(StepReport{Job: "j", PlanHash: h})
+	b, _ := Encode(StepReport{Job: "j", PlanHash: h, Identity: "w"})
 	if !strings.Contains(string(b), "plan_hash\x58\x20"+string(h[:])) {
 		t.Fatalf("hash not a 32-byte byte string: %x", b)
 	}

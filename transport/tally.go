@@ -28,15 +28,19 @@ const (
 	BadRank
 	// Invalid: the report fails Validate (a zero plan hash, say); ignored.
 	Invalid
+	// IdentityTaken: the report's identity already stands for another
+	// rank of the epoch (one credential speaks for one rank); ignored.
+	IdentityTaken
 )
 
 var addResultNames = [...]string{
-	Accepted:    "accepted",
-	Duplicate:   "duplicate",
-	Conflicting: "conflicting",
-	OtherEpoch:  "other-epoch",
-	BadRank:     "bad-rank",
-	Invalid:     "invalid",
+	Accepted:      "accepted",
+	Duplicate:     "duplicate",
+	Conflicting:   "conflicting",
+	OtherEpoch:    "other-epoch",
+	BadRank:       "bad-rank",
+	Invalid:       "invalid",
+	IdentityTaken: "identity-taken",
 }
 
 func (a AddResult) String() string {
@@ -57,6 +61,8 @@ type Tally struct {
 	epoch    uint64
 	expected []ir.Hash
 	got      []ir.Hash // zero: not reported (reports never carry a zero hash)
+	holders  []string  // by rank, the identity whose report counts
+	ranks    map[string]uint64
 	reported uint64
 	bad      uint64 // ranks whose first report is not the expected hash
 }
@@ -69,6 +75,8 @@ func NewTally(job string, epoch uint64, expected []ir.Hash) *Tally {
 		epoch:    epoch,
 		expected: slices.Clone(expected),
 		got:      make([]ir.Hash, len(expected)),
+		holders:  make([]string, len(expected)),
+		ranks:    map[string]uint64{},
 	}
 }
 
@@ -76,7 +84,12 @@ func NewTally(job string, epoch uint64, expected []ir.Hash) *Tally {
 // from older epochs, or early ones), duplicates (same rank again, same
 // hash), invalid reports and ranks out of range are ignored and reported as
 // such via the returned AddResult; so is a Conflicting report (same rank,
-// different hash than its first report: the first one stands).
+// different hash than its first report: the first one stands) and one
+// whose identity already stands for another rank (IdentityTaken).
+//
+// Add does not check that the identity holds the rank: the leader feeds
+// it only reports whose identity held the rank's claim at the revision
+// they name.
 func (t *Tally) Add(r PlanReport) AddResult {
 	if r.Job != t.job || r.Epoch != t.epoch {
 		return OtherEpoch
@@ -87,9 +100,14 @@ func (t *Tally) Add(r PlanReport) AddResult {
 	if r.Validate() != nil {
 		return Invalid
 	}
+	if rank, ok := t.ranks[r.Identity]; ok && rank != r.Rank {
+		return IdentityTaken
+	}
 	switch g := t.got[r.Rank]; {
 	case g.IsZero():
 		t.got[r.Rank] = r.PlanHash
+		t.holders[r.Rank] = r.Identity
+		t.ranks[r.Identity] = r.Rank
 		t.reported++
 		if r.PlanHash != t.expected[r.Rank] {
 			t.bad++
@@ -117,7 +135,9 @@ func (t *Tally) Done() bool { return t.reported == uint64(len(t.expected)) }
 // Missing, sorted, the ranks that never reported. It can be called at any
 // time, e.g. when a deadline passes (then Missing is non-empty and Agreed
 // false). StartStep is left zero: the leader sets it before publishing.
-// Empty lists are nil, so equal outcomes encode to equal bytes.
+// Empty lists are nil, so equal outcomes encode to equal bytes. Holders
+// names, by rank, the identity whose report counted ("" for a missing
+// rank).
 func (t *Tally) Outcome() Outcome {
 	o := Outcome{Job: t.job, Epoch: t.epoch}
 	world := uint64(len(t.expected))
@@ -140,6 +160,7 @@ func (t *Tally) Outcome() Outcome {
 		}
 	}
 	o.Agreed = len(o.Mismatches) == 0 && len(o.Missing) == 0
+	o.Holders = slices.Clone(t.holders)
 	if !o.Agreed {
 		o.Reason = disagreement(uint64(len(o.Mismatches)), uint64(len(o.Missing)), world)
 	}

@@ -100,18 +100,29 @@ func TestTally(t *testing.T) {
 		want: Outcome{Job: job, Epoch: epoch, Mismatches: []Mismatch{{Rank: 1, Expected: exp[1], Got: bad}},
 			Reason: "1 of 4 ranks reported an unexpected plan hash"},
 	}, {
-		name: "identity does not matter to the tally",
+		name: "a second identity for a rank: the first stands",
 		steps: append(accept(all()...),
 			step{PlanReport{Job: job, Epoch: epoch, Rank: 0, Identity: "other", PlanHash: exp[0]}, Duplicate}),
 		done: true,
 		want: Outcome{Job: job, Epoch: epoch, Agreed: true},
+	}, {
+		name: "one identity speaks for one rank",
+		steps: []step{{rep(0, exp[0]), Accepted},
+			{PlanReport{Job: job, Epoch: epoch, Rank: 1, Identity: "worker-0", PlanHash: exp[1]}, IdentityTaken},
+			{PlanReport{Job: job, Epoch: epoch, Rank: 2, Identity: "worker-0", PlanHash: exp[2]}, IdentityTaken},
+			{rep(0, exp[0]), Duplicate}},
+		want: Outcome{Job: job, Epoch: epoch, Missing: []uint64{1, 2, 3}, Reason: "3 of 4 ranks did not report"},
 	}}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			tl := NewTally(job, epoch, exp)
+			tc.want.Holders = make([]string, len(exp))
 			for i, s := range tc.steps {
 				if got := tl.Add(s.r); got != s.want {
 					t.Fatalf("step %d: Add(rank %d epoch %d) = %v, want %v", i, s.r.Rank, s.r.Epoch, got, s.want)
+				}
+				if s.want == Accepted {
+					tc.want.Holders[s.r.Rank] = s.r.Identity
 				}
 			}
 			if tl.Done() != tc.done {

@@ -5,6 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -35,7 +38,38 @@ type options struct {
 	storage  jetstream.StorageType
 	replicas int
 	timeout  time.Duration
+	open     bool
+	identity string
+	signer   Signer
+	verifier Verifier
 }
+
+// Signer signs the decisions a coordinator publishes (trust.Signer).
+type Signer interface{ Sign(msg []byte) []byte }
+
+// Verifier checks a decision's signature (trust.Verifier).
+type Verifier interface{ Verify(msg, sig []byte) bool }
+
+// OpenOnly makes New open the buckets without ever creating them,
+// waiting instead (New fails with the server's error, which a caller
+// retries): a worker's credentials may not manage streams, the
+// coordinators create the buckets.
+func OpenOnly() Option { return func(o *options) { o.open = true } }
+
+// WithIdentity binds the transport to the worker identity its
+// credentials belong to: collectives are stored under its token, and
+// reports, requests and progress that name another identity are refused
+// before they reach NATS (whose permissions would refuse them anyway).
+func WithIdentity(identity string) Option { return func(o *options) { o.identity = identity } }
+
+// WithSigner signs every outcome and announcement published (the
+// coordinators').
+func WithSigner(s Signer) Option { return func(o *options) { o.signer = s } }
+
+// WithVerifier makes the subscriptions to outcomes and announcements
+// drop (and count, see Rejected) every message whose signature v does
+// not verify, unsigned ones included.
+func WithVerifier(v Verifier) Option { return func(o *options) { o.verifier = v } }
 
 // WithStorage sets the storage of the KV bucket when New creates it
 // (jetstream.FileStorage, the default, or jetstream.MemoryStorage). It has
@@ -63,6 +97,11 @@ type Transport struct {
 	stream   jetstream.Stream
 	dropped  atomic.Uint64
 	resumed  atomic.Uint64
+	rejected atomic.Uint64
+	o        options
+
+	rosterMu sync.Mutex
+	rosters  map[string][]string // job → holders of the running epoch (collectives)
 }
 
 // New returns a Transport over nc. It opens the KV bucket Bucket, creating
@@ -73,6 +112,11 @@ func New(nc *nats.Conn, opts ...Option) (*Transport, error) {
 		return nil, errors.New("transport: nil connection")
 	}
 	o := options{storage: jetstream.FileStorage, replicas: 1, timeout: 10 * time.Second}
+	if o.identity != "" {
+		if err := checkText("identity", o.identity, MaxIdentityLen, true); err != nil {
+			return nil, fmt.Errorf("transport: %w", err)
+		}
+	}
 	for _, opt := range opts {
 		if opt != nil {
 			opt(&o)
@@ -109,7 +153,23 @@ func New(nc *nats.Conn, opts ...Option) (*Transport, error) {
 	if err != nil {
 		return nil, fmt.Errorf("transport: kv stream %s: %w", bucketStream, err)
 	}
-	return &Transport{nc: nc, js: js, kv: kv, progress: progress, steps: steps, coll: coll, ckpt: ckpt, stream: stream}, nil
+	return &Transport{nc: nc, js: js, kv: kv, progress: progress, steps: steps, coll: coll, ckpt: ckpt, stream: stream, o: o, rosters: map[string][]string{}}, nil
+}
+
+// Identity returns the worker identity the transport is bound to ("" for
+// none: a coordinator's, or an unsecured cluster's).
+func (t *Transport) Identity() string { return t.o.identity }
+
+// Rejected returns how many outcomes and announcements were dropped
+// because their signature did not verify (or they had none).
+func (t *Transport) Rejected() uint64 { return t.rejected.Load() }
+
+// own refuses what names another identity than the transport's.
+func (t *Transport) own(what, identity string) error {
+	if t.o.identity != "" && identity != t.o.identity {
+		return fmt.Errorf("%w: %s of identity %q on a transport bound to %q", ErrInvalid, what, identity, t.o.identity)
+	}
+	return nil
 }
 
 // JetStream returns the JetStream context the transport uses (for the
@@ -124,7 +184,7 @@ func (t *Transport) Conn() *nats.Conn { return t.nc }
 // storage and replicas.
 func openBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig, o options) (jetstream.KeyValue, error) {
 	kv, err := js.KeyValue(ctx, cfg.Bucket)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
+	if errors.Is(err, jetstream.ErrBucketNotFound) && !o.open {
 		cfg.History, cfg.Storage, cfg.Replicas = 1, o.storage, o.replicas
 		if cfg.MaxValueSize == 0 {
 			cfg.MaxValueSize = MaxValueSize
@@ -146,19 +206,25 @@ func openBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyVa
 // (and epoch, rank) of the subject or key they arrived on.
 func (t *Transport) Dropped() uint64 { return t.dropped.Load() }
 
-// Report stores r under key "<job>.<epoch>.<rank>" with a KV Create, so
-// that each (job, epoch, rank) is reported exactly once. Reporting the
-// byte-identical report again returns nil (a retry after a lost ack is
-// safe); any other report for a key that exists returns an error wrapping
-// ErrConflict that names the rank and both hashes, and the stored report
-// stands. Identity is part of the report: the same hash from a different
-// identity is a conflict too (two workers claim one rank).
+// Report stores r under key "<job>.<epoch>.<rank>.<token>" (token: the
+// identity's IdentityToken) with a KV Create, so that each identity
+// reports (job, epoch, rank) exactly once. Reporting the byte-identical
+// report again returns nil (a retry after a lost ack is safe); any other
+// report for a key that exists returns an error wrapping ErrConflict that
+// names the rank and both hashes, and the stored report stands (the same
+// hash reported under a later claim revision is not a conflict: the
+// identity claimed its rank again, the earlier proof stands). Which
+// identity's report counts for a rank is the leader's decision (the one
+// holding the rank's claim; see Tally).
 func (t *Transport) Report(ctx context.Context, r PlanReport) error {
+	if err := t.own("plan report", r.Identity); err != nil {
+		return err
+	}
 	data, err := Encode(r)
 	if err != nil {
 		return err
 	}
-	key := reportKey(r.Job, r.Epoch, r.Rank)
+	key := reportKey(r.Job, r.Epoch, r.Rank, r.Identity)
 	for attempt := 0; ; attempt++ {
 		_, err := t.kv.Create(ctx, key, data)
 		if err == nil {
@@ -182,36 +248,38 @@ func (t *Transport) Report(ctx context.Context, r PlanReport) error {
 			return fmt.Errorf("%w: job %s epoch %d rank %d: stored value does not decode (%v); new plan hash %s",
 				ErrConflict, r.Job, r.Epoch, r.Rank, err, r.PlanHash)
 		}
-		if stored.PlanHash == r.PlanHash {
-			return fmt.Errorf("%w: job %s epoch %d rank %d: plan hash %s already reported by identity %q, now by %q",
-				ErrConflict, r.Job, r.Epoch, r.Rank, r.PlanHash, stored.Identity, r.Identity)
+		if stored.PlanHash == r.PlanHash && stored.Identity == r.Identity {
+			// The same proof, made under an earlier claim of the rank
+			// (the identity claimed it again since): it stands.
+			return nil
 		}
-		return fmt.Errorf("%w: job %s epoch %d rank %d: stored plan hash %s (identity %q), new plan hash %s (identity %q)",
-			ErrConflict, r.Job, r.Epoch, r.Rank, stored.PlanHash, stored.Identity, r.PlanHash, r.Identity)
+		return fmt.Errorf("%w: job %s epoch %d rank %d: stored plan hash %s, new plan hash %s (identity %q)",
+			ErrConflict, r.Job, r.Epoch, r.Rank, stored.PlanHash, r.PlanHash, r.Identity)
 	}
 }
 
-// Reports returns every report stored for (job, epoch) so far, by rank.
+// Reports returns every report stored for (job, epoch) so far, by rank
+// and then by identity token (a rank may have reports from several
+// identities: only the claim's holder's counts).
 //
-// It opens one KV watch on "<job>.<epoch>.*" (an ordered consumer that
+// It opens one KV watch on "<job>.<epoch>.*.*" (an ordered consumer that
 // delivers the last value of each matching key), reads the initial values
 // up to the watcher's end-of-initial-values marker and stops: one consumer
 // and one pass over the matching keys, rather than a key listing followed
 // by a Get per rank. Entries that do not decode or do not match their key
 // are skipped and counted in Dropped.
-func (t *Transport) Reports(ctx context.Context, job string, epoch uint64) (map[uint64]PlanReport, error) {
+func (t *Transport) Reports(ctx context.Context, job string, epoch uint64) ([]PlanReport, error) {
 	if err := ValidJob(job); err != nil {
 		return nil, err
 	}
-	return stored(ctx, t.kv, epochFilter(job, epoch), func(e jetstream.KeyValueEntry) (uint64, PlanReport, bool) {
-		r, ok := t.entryReport(e, job, epoch)
-		return r.Rank, r, ok
+	return stored(ctx, t.kv, epochFilter(job, epoch), func(e jetstream.KeyValueEntry) (PlanReport, bool) {
+		return t.entryReport(e, job, epoch)
 	})
 }
 
 // stored reads the values decode accepts under filter, as they are now,
-// keyed by what decode says.
-func stored[T any](ctx context.Context, kv jetstream.KeyValue, filter string, decode func(jetstream.KeyValueEntry) (uint64, T, bool)) (map[uint64]T, error) {
+// in the order of their keys.
+func stored[T any](ctx context.Context, kv jetstream.KeyValue, filter string, decode func(jetstream.KeyValueEntry) (T, bool)) ([]T, error) {
 	// The client ties a goroutine to the watch's context that only a
 	// Stop or the context ends, not a closed connection: give it a context
 	// that always ends.
@@ -222,7 +290,11 @@ func stored[T any](ctx context.Context, kv jetstream.KeyValue, filter string, de
 		return nil, fmt.Errorf("transport: watch %s: %w", filter, err)
 	}
 	defer stopWatcher(w)
-	out := make(map[uint64]T)
+	type keyed struct {
+		key string
+		v   T
+	}
+	var got []keyed
 	for {
 		select {
 		case <-ctx.Done():
@@ -232,10 +304,15 @@ func stored[T any](ctx context.Context, kv jetstream.KeyValue, filter string, de
 				return nil, ErrWatchClosed
 			}
 			if e == nil { // end of initial values
+				slices.SortFunc(got, func(a, b keyed) int { return keyOrder(a.key, b.key) })
+				out := make([]T, len(got))
+				for i, k := range got {
+					out[i] = k.v
+				}
 				return out, nil
 			}
-			if k, v, ok := decode(e); ok {
-				out[k] = v
+			if v, ok := decode(e); ok {
+				got = append(got, keyed{e.Key(), v})
 			}
 		}
 	}
@@ -378,9 +455,9 @@ func (t *Transport) entryReport(e jetstream.KeyValueEntry, job string, epoch uin
 		return PlanReport{}, false
 	}
 	var r PlanReport
-	kj, ke, kr, ok := parseKey(e.Key())
+	kj, ke, kr, tok, ok := parseKey(e.Key())
 	if !ok || kj != job || ke != epoch || Decode(e.Value(), &r) != nil ||
-		r.Job != kj || r.Epoch != ke || r.Rank != kr {
+		r.Job != kj || r.Epoch != ke || r.Rank != kr || IdentityToken(r.Identity) != tok {
 		t.dropped.Add(1)
 		return PlanReport{}, false
 	}
@@ -413,11 +490,36 @@ func (r ReplanRequest) jobName() string   { return r.Job }
 func (a Announcement) jobName() string    { return a.Job }
 func (r RecoveryRequest) jobName() string { return r.Job }
 
-func publish[T message](t *Transport, subjectOf func(string) (string, error), v T) error {
-	subj, err := subjectOf(v.jobName())
-	if err != nil {
-		return err
-	}
+// asker is implemented by the requests workers publish, each on a
+// subject of its identity's token.
+type asker interface {
+	message
+	asker() string
+}
+
+func (r ReplanRequest) asker() string   { return r.Identity }
+func (r RecoveryRequest) asker() string { return r.Identity }
+
+// decision is implemented (on pointers) by the signed messages.
+type decision interface {
+	message
+	signature() *[]byte
+}
+
+func (o *Outcome) signature() *[]byte      { return &o.Sig }
+func (a *Announcement) signature() *[]byte { return &a.Sig }
+
+// signedBytes returns d's canonical CBOR without its signature.
+func signedBytes(d decision) ([]byte, error) {
+	sig := d.signature()
+	saved := *sig
+	*sig = nil
+	b, err := Encode(d)
+	*sig = saved
+	return b, err
+}
+
+func publish[T message](t *Transport, subj string, v T) error {
 	data, err := Encode(v)
 	if err != nil {
 		return err
@@ -428,14 +530,42 @@ func publish[T message](t *Transport, subjectOf func(string) (string, error), v 
 	return nil
 }
 
+// publishDecision signs d when the transport has a signer, and
+// publishes it on subjectOf(job).
+func publishDecision(t *Transport, subjectOf func(string) (string, error), d decision) error {
+	subj, err := subjectOf(d.jobName())
+	if err != nil {
+		return err
+	}
+	if t.o.signer != nil {
+		b, err := signedBytes(d)
+		if err != nil {
+			return err
+		}
+		*d.signature() = t.o.signer.Sign(b)
+	}
+	return publish(t, subj, d)
+}
+
+// publishRequest publishes a worker's request on subjectOf(job) + "." +
+// its identity's token.
+func publishRequest[T asker](t *Transport, subjectOf func(string) (string, error), v T) error {
+	subj, err := subjectOf(v.jobName())
+	if err != nil {
+		return err
+	}
+	if err := t.own("request", v.asker()); err != nil {
+		return err
+	}
+	return publish(t, subj+"."+IdentityToken(v.asker()), v)
+}
+
+// subscribe calls h with every valid message on subj for job; check,
+// when set, drops (and counts in Rejected) what it refuses.
 func subscribe[T any, PT interface {
 	*T
 	message
-}](t *Transport, subjectOf func(string) (string, error), job string, h func(T)) (*nats.Subscription, error) {
-	subj, err := subjectOf(job)
-	if err != nil {
-		return nil, err
-	}
+}](t *Transport, subj, job string, check func(PT, *nats.Msg) bool, h func(T)) (*nats.Subscription, error) {
 	if h == nil {
 		return nil, errors.New("transport: nil handler")
 	}
@@ -443,6 +573,10 @@ func subscribe[T any, PT interface {
 		var v T
 		if err := Decode(m.Data, PT(&v)); err != nil || PT(&v).jobName() != job {
 			t.dropped.Add(1)
+			return
+		}
+		if check != nil && !check(PT(&v), m) {
+			t.rejected.Add(1)
 			return
 		}
 		h(v)
@@ -453,42 +587,90 @@ func subscribe[T any, PT interface {
 	return sub, nil
 }
 
-// PublishOutcome validates o and publishes it on OutcomeSubject(o.Job).
-func (t *Transport) PublishOutcome(o Outcome) error { return publish(t, OutcomeSubject, o) }
-
-// SubscribeOutcomes calls h, on the subscription's goroutine, with each
-// valid Outcome published for job.
-func (t *Transport) SubscribeOutcomes(job string, h func(Outcome)) (*nats.Subscription, error) {
-	return subscribe(t, OutcomeSubject, job, h)
+// verified returns the check of a decision's signature: nil without a
+// verifier (an unsecured cluster).
+func verified[PT decision](t *Transport) func(PT, *nats.Msg) bool {
+	if t.o.verifier == nil {
+		return nil
+	}
+	return func(d PT, _ *nats.Msg) bool {
+		sig := *d.signature()
+		if len(sig) == 0 {
+			return false
+		}
+		b, err := signedBytes(d)
+		return err == nil && t.o.verifier.Verify(b, sig)
+	}
 }
 
-// PublishReplanRequest validates r and publishes it on ReplanSubject(r.Job).
+// fromAsker checks that a request arrived on its identity's subject: the
+// NATS permissions let only that identity publish there.
+func fromAsker[PT interface {
+	asker
+}](v PT, m *nats.Msg) bool {
+	return strings.HasSuffix(m.Subject, "."+IdentityToken(v.asker()))
+}
+
+// PublishOutcome validates o, signs it (WithSigner) and publishes it on
+// OutcomeSubject(o.Job).
+func (t *Transport) PublishOutcome(o Outcome) error { return publishDecision(t, OutcomeSubject, &o) }
+
+// SubscribeOutcomes calls h, on the subscription's goroutine, with each
+// valid Outcome published for job (each one whose signature verifies,
+// WithVerifier).
+func (t *Transport) SubscribeOutcomes(job string, h func(Outcome)) (*nats.Subscription, error) {
+	subj, err := OutcomeSubject(job)
+	if err != nil {
+		return nil, err
+	}
+	return subscribe(t, subj, job, verified[*Outcome](t), h)
+}
+
+// PublishReplanRequest validates r and publishes it on
+// ReplanSubject(r.Job).<token of r.Identity>.
 func (t *Transport) PublishReplanRequest(r ReplanRequest) error {
-	return publish(t, ReplanSubject, r)
+	return publishRequest(t, ReplanSubject, r)
 }
 
 // SubscribeReplanRequests calls h with each valid ReplanRequest published
-// for job.
+// for job on the subject of the identity it names (others are dropped and
+// counted in Rejected).
 func (t *Transport) SubscribeReplanRequests(job string, h func(ReplanRequest)) (*nats.Subscription, error) {
-	return subscribe(t, ReplanSubject, job, h)
+	subj, err := ReplanSubject(job)
+	if err != nil {
+		return nil, err
+	}
+	return subscribe(t, subj+".*", job, fromAsker[*ReplanRequest], h)
 }
 
-// PublishAnnouncement validates a and publishes it on AnnounceSubject(a.Job).
+// PublishAnnouncement validates a, signs it (WithSigner) and publishes it
+// on AnnounceSubject(a.Job).
 func (t *Transport) PublishAnnouncement(a Announcement) error {
-	return publish(t, AnnounceSubject, a)
+	return publishDecision(t, AnnounceSubject, &a)
 }
 
 // SubscribeAnnouncements calls h with each valid Announcement published for
-// job.
+// job (each one whose signature verifies, WithVerifier).
 func (t *Transport) SubscribeAnnouncements(job string, h func(Announcement)) (*nats.Subscription, error) {
-	return subscribe(t, AnnounceSubject, job, h)
+	subj, err := AnnounceSubject(job)
+	if err != nil {
+		return nil, err
+	}
+	return subscribe(t, subj, job, verified[*Announcement](t), h)
 }
 
-// PublishRecovery validates r and publishes it on RecoverSubject(r.Job).
-func (t *Transport) PublishRecovery(r RecoveryRequest) error { return publish(t, RecoverSubject, r) }
+// PublishRecovery validates r and publishes it on
+// RecoverSubject(r.Job).<token of r.Identity>.
+func (t *Transport) PublishRecovery(r RecoveryRequest) error {
+	return publishRequest(t, RecoverSubject, r)
+}
 
 // SubscribeRecovery calls h with each valid RecoveryRequest published for
-// job.
+// job on the subject of the identity it names.
 func (t *Transport) SubscribeRecovery(job string, h func(RecoveryRequest)) (*nats.Subscription, error) {
-	return subscribe(t, RecoverSubject, job, h)
+	subj, err := RecoverSubject(job)
+	if err != nil {
+		return nil, err
+	}
+	return subscribe(t, subj+".*", job, fromAsker[*RecoveryRequest], h)
 }

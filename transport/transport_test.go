@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -79,18 +80,20 @@ func TestReportCreateOnce(t *testing.T) {
 		}
 	}
 
-	impostor := first
-	impostor.Identity = "someone-else"
-	if err := tr.Report(ctx, impostor); !errors.Is(err, ErrConflict) {
-		t.Fatalf("same hash, other identity: err = %v, want ErrConflict", err)
+	// Another identity's report of the rank is stored under its own key:
+	// which one counts is the leader's decision (the claim's holder).
+	other2 := first
+	other2.Identity = "someone-else"
+	if err := tr.Report(ctx, other2); err != nil {
+		t.Fatalf("same rank, other identity: %v", err)
 	}
 
 	got, err := tr.Reports(ctx, "llama-7b", 3)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(got) != 1 || got[5] != first {
-		t.Fatalf("stored = %v, want only the first report %v", got, first)
+	if len(got) != 2 || !slices.Contains(got, first) || !slices.Contains(got, other2) {
+		t.Fatalf("stored = %v, want the first report %v and the other identity's", got, first)
 	}
 
 	// Invalid reports never reach the bucket.
@@ -190,7 +193,7 @@ func TestReportRaceOneRank(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got[2].PlanHash != hashOf("contender %d", winner) {
+	if len(got) != 1 || got[0].Rank != 2 || got[0].PlanHash != hashOf("contender %d", winner) {
 		t.Fatalf("stored %s, want the winner's (%d)", got[2].PlanHash.Short(), winner)
 	}
 }
@@ -284,14 +287,22 @@ func TestWatchReportsDropsGarbage(t *testing.T) {
 	s := startServer(t)
 	ctx := testCtx(t)
 	tr, _ := newTransport(t, s)
-	if _, err := tr.kv.Put(ctx, "job.1.0", []byte("not cbor")); err != nil {
+	if _, err := tr.kv.Put(ctx, "job.1.0."+IdentityToken("worker-0"), []byte("not cbor")); err != nil {
 		t.Fatal(err)
 	}
 	wrong, err := Encode(report("job", 1, 9, hashOf("x")))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tr.kv.Put(ctx, "job.1.1", wrong); err != nil {
+	if _, err := tr.kv.Put(ctx, "job.1.1."+IdentityToken("worker-9"), wrong); err != nil {
+		t.Fatal(err)
+	}
+	// A report under another identity's token than its own.
+	forged, err := Encode(report("job", 1, 3, hashOf("x")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tr.kv.Put(ctx, "job.1.3."+IdentityToken("worker-1"), forged); err != nil {
 		t.Fatal(err)
 	}
 	good := report("job", 1, 2, hashOf("y"))
@@ -302,11 +313,11 @@ func TestWatchReportsDropsGarbage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(got) != 1 || got[2] != good {
+	if len(got) != 1 || got[0] != good {
 		t.Fatalf("Reports = %v", got)
 	}
-	if d := tr.Dropped(); d != 2 {
-		t.Fatalf("Dropped() = %d, want 2", d)
+	if d := tr.Dropped(); d != 3 {
+		t.Fatalf("Dropped() = %d, want 3", d)
 	}
 	// Reporting over a garbage key is a conflict, not a crash.
 	if err := tr.Report(ctx, report("job", 1, 0, hashOf("z"))); !errors.Is(err, ErrConflict) {
@@ -410,7 +421,7 @@ func TestPublishSubscribeRoundTrip(t *testing.T) {
 		}
 	})
 	t.Run("replan", func(t *testing.T) {
-		roundTrip(t, ReplanRequest{Job: "job", Epoch: 4, Rank: 2, Step: 101, Reason: "oom", DedupeID: "r2-s101", Dims: map[string]uint64{"seq": 2048}},
+		roundTrip(t, ReplanRequest{Job: "job", Epoch: 4, Rank: 2, Step: 101, Reason: "oom", DedupeID: "r2-s101", Dims: map[string]uint64{"seq": 2048}, Identity: "w2"},
 			b.SubscribeReplanRequests, bnc, a.PublishReplanRequest, anc)
 	})
 	t.Run("announce", func(t *testing.T) {
@@ -451,19 +462,27 @@ func TestSubscribeDropsGarbage(t *testing.T) {
 	if err := nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	good := ReplanRequest{Job: "job", Epoch: 1, Rank: 0, Step: 1, Reason: "seq=2048", DedupeID: "w0/1/1", Dims: map[string]uint64{"seq": 2048}}
+	good := ReplanRequest{Job: "job", Epoch: 1, Rank: 0, Step: 1, Reason: "seq=2048", DedupeID: "w0/1/1", Dims: map[string]uint64{"seq": 2048}, Identity: "w0"}
 	otherJob := good
 	otherJob.Job = "job2"
 	otherJobBytes, _ := Encode(otherJob)
 	noReason := good
 	noReason.Reason = ""
 	zeroBytes, _ := ir.CanonicalCBOR(noReason) // bypasses Encode's validation
-	unknownField, _ := ir.CanonicalCBOR(map[string]any{"job": "job", "epoch": 1, "rank": 0, "step": 1, "reason": "r", "dedupe_id": "d", "extra": 1})
+	unknownField, _ := ir.CanonicalCBOR(map[string]any{"job": "job", "epoch": 1, "rank": 0, "step": 1, "reason": "r", "dedupe_id": "d", "extra": 1, "identity": "w0"})
 	goodBytes, _ := Encode(good)
+	subj := "tmmu.job.replan." + IdentityToken("w0")
 	for _, data := range [][]byte{[]byte("garbage"), nil, otherJobBytes, zeroBytes, unknownField, goodBytes} {
-		if err := raw.Publish("tmmu.job.replan", data); err != nil {
+		if err := raw.Publish(subj, data); err != nil {
 			t.Fatal(err)
 		}
+	}
+	// A request naming w0 on another identity's subject is rejected.
+	if err := raw.Publish("tmmu.job.replan."+IdentityToken("w1"), goodBytes); err != nil {
+		t.Fatal(err)
+	}
+	if err := raw.Publish(subj, goodBytes); err != nil {
+		t.Fatal(err)
 	}
 	if err := raw.Flush(); err != nil {
 		t.Fatal(err)
@@ -480,6 +499,14 @@ func TestSubscribeDropsGarbage(t *testing.T) {
 	// ones were handled before the good one.
 	if d := tr.Dropped(); d != 5 {
 		t.Fatalf("Dropped() = %d, want 5", d)
+	}
+	select {
+	case <-got: // the second good one, after the misaddressed one
+	case <-time.After(10 * time.Second):
+		t.Fatal("timed out")
+	}
+	if r := tr.Rejected(); r != 1 {
+		t.Fatalf("Rejected() = %d, want 1 (the request on another identity's subject)", r)
 	}
 	if len(got) != 0 {
 		t.Fatalf("%d extra messages delivered", len(got))
