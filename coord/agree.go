@@ -49,6 +49,14 @@ func (n *Node) RunAgreement(ctx context.Context, l Leading) {
 	if a.shrinkAfter == 0 {
 		a.shrinkAfter = DefaultShrinkAfter
 	}
+	switch {
+	case l.Claims != nil:
+		a.claims = &claimCache{c: l.Claims, m: map[claimKey]bool{}}
+	case l.Rendezvous != nil:
+		a.claims = &claimCache{c: l.Rendezvous, m: map[claimKey]bool{}}
+	default:
+		n.log.Warn("no etcd: plan reports are not checked against the ranks' claims")
+	}
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
 	defer a.stopAll()
@@ -113,7 +121,10 @@ type agreement struct {
 	// marks is what was last announced of each job.
 	marks map[string]mark
 	// rv, when set, lets the leader see which ranks left elastic jobs.
-	rv          *rendezvous.Client
+	rv *rendezvous.Client
+	// claims checks that a plan report's identity held its rank's claim
+	// (nil: not checked).
+	claims      *claimCache
 	shrinkAfter time.Duration
 	lastCheck   time.Time
 	lastAbsent  time.Time
@@ -210,7 +221,10 @@ func (a *agreement) sync(ctx context.Context) {
 	a.syncReplans(s)
 }
 
-// agree tallies one epoch's reports and commits the outcome.
+// agree tallies one epoch's reports and commits the outcome. A report
+// counts only from the identity that held its rank (bindPlan): others are
+// dropped and counted as forged; one whose claim etcd cannot confirm yet
+// is checked again every second.
 func (a *agreement) agree(ctx context.Context, job string, e Epoch) {
 	start := time.Now()
 	ch, err := a.t.WatchReports(ctx, job, e.Epoch)
@@ -220,14 +234,53 @@ func (a *agreement) agree(ctx context.Context, job string, e Epoch) {
 		return
 	}
 	tally := transport.NewTally(job, e.Epoch, e.Expected)
-	for r := range ch {
-		tally.Add(r)
+	var unsure []transport.PlanReport // etcd could not tell yet
+	retry := time.NewTicker(time.Second)
+	defer retry.Stop()
+	add := func(j *Job, r transport.PlanReport) {
+		ok, why, err := a.bindPlan(ctx, j, r)
+		switch {
+		case err != nil:
+			unsure = append(unsure, r)
+		case !ok:
+			a.forged(ForgedPlan, job, r.Epoch, r.Rank, r.Identity, why)
+		case tally.Add(r) == transport.IdentityTaken:
+			a.forged(ForgedPlan, job, r.Epoch, r.Rank, r.Identity, "the identity already reported for another rank")
+		}
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case r, ok := <-ch:
+			if !ok {
+				return
+			}
+			s, _ := a.n.applied()
+			if j := s.Jobs[job]; j != nil {
+				add(j, r)
+			}
+		case <-retry.C:
+			if len(unsure) == 0 {
+				continue
+			}
+			s, _ := a.n.applied()
+			j := s.Jobs[job]
+			if j == nil {
+				return
+			}
+			again := unsure
+			unsure = nil
+			for _, r := range again {
+				add(j, r)
+			}
+		}
 		if !tally.Done() {
 			continue
 		}
 		o := tally.Outcome()
 		o.StartStep = e.StartStep
-		out := &Outcome{Agreed: o.Agreed, Missing: o.Missing, Reason: o.Reason, At: time.Now().UnixNano()}
+		out := &Outcome{Agreed: o.Agreed, Missing: o.Missing, Reason: o.Reason, At: time.Now().UnixNano(), Holders: o.Holders}
 		for _, m := range o.Mismatches {
 			out.Mismatches = append(out.Mismatches, Mismatch{Rank: m.Rank, Expected: m.Expected, Got: m.Got})
 		}
@@ -238,6 +291,9 @@ func (a *agreement) agree(ctx context.Context, job string, e Epoch) {
 		}
 		a.n.metrics.agreement.Observe(time.Since(start).Seconds())
 		a.n.metrics.outcomes.WithLabelValues(strconv.FormatBool(o.Agreed)).Inc()
+		if s, _ := a.n.applied(); s.Jobs[job] != nil {
+			o.Incarnation = s.Jobs[job].Incarnation()
+		}
 		if err := a.t.PublishOutcome(o); err != nil {
 			a.n.log.Warn("publishing an outcome", "job", job, "epoch", e.Epoch, "err", err)
 		}
@@ -258,9 +314,10 @@ func (a *agreement) forget(job string, epoch uint64) {
 // progress commits the highest step every rank of a job has finished:
 // by rank, or, once an elastic job names its ranks, by identity over the
 // ranks that run the next step and every epoch after it. Only reports of
-// the job's current timeline count (epochs from the last rollback on).
-// It re-evaluates on every record and on a tick, since a new epoch can
-// change who counts.
+// the job's current timeline count (epochs from the last rollback on),
+// and only from the rank's holder under the report's epoch (Job.HolderOf):
+// others are dropped and counted as forged. It re-evaluates on every
+// record and on a tick, since a new epoch can change who counts.
 func (a *agreement) progress(ctx context.Context, job string) {
 	ch, err := a.t.WatchProgress(ctx, job)
 	if err != nil {
@@ -280,6 +337,10 @@ func (a *agreement) progress(ctx context.Context, job string) {
 			if !ok {
 				a.forgetKey(job + "/progress")
 				return
+			}
+			if s, _ := a.n.applied(); s.Jobs[job] != nil && !s.Jobs[job].HolderOf(d.Epoch, d.Rank, d.Identity) {
+				a.forged(ForgedProgress, job, d.Epoch, d.Rank, d.Identity, "not the rank's holder under the epoch")
+				continue
 			}
 			if r, seen := latest[d.Identity]; !seen || d.Epoch > r.epoch || (d.Epoch == r.epoch && d.Step > r.step) {
 				latest[d.Identity] = rec{d.Rank, d.Step, d.Epoch}
@@ -338,7 +399,7 @@ func (a *agreement) progress(ctx context.Context, job string) {
 		if s, _ := a.n.applied(); s.Jobs[job] != nil {
 			j := s.Jobs[job]
 			e := j.EpochFor(j.LastStep + 1)
-			a.t.PublishAnnouncement(transport.Announcement{Job: job, Epoch: e.Epoch, Kind: transport.KindGrant, StartStep: j.Horizon(e.Epoch)})
+			a.announce(j, transport.Announcement{Job: job, Epoch: e.Epoch, Kind: transport.KindGrant, StartStep: j.Horizon(e.Epoch)})
 		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/tmmu/tmmu/shard"
@@ -59,24 +60,32 @@ var (
 )
 
 func (c *Client) do(ctx context.Context, method, path string, body []byte, out any) error {
+	_, err := c.doStatus(ctx, method, path, body, out)
+	return err
+}
+
+// doStatus is do, with the status of the answer that ended it.
+func (c *Client) doStatus(ctx context.Context, method, path string, body []byte, out any) (int, error) {
 	var err error
+	var status int
 	for round := 0; round < Retries; round++ {
 		var retry bool
-		if retry, err = c.once(ctx, method, path, body, out); !retry {
-			return err
+		if retry, status, err = c.once(ctx, method, path, body, out); !retry {
+			return status, err
 		}
 		select {
 		case <-ctx.Done():
-			return err
+			return status, err
 		case <-time.After(RetryWait):
 		}
 	}
-	return err
+	return status, err
 }
 
 // once tries every URL once; retry says the failure may pass (a stale
 // not-found included: the next round may reach a node that knows).
-func (c *Client) once(ctx context.Context, method, path string, body []byte, out any) (retry bool, err error) {
+// status is the status of the answer it returns.
+func (c *Client) once(ctx context.Context, method, path string, body []byte, out any) (retry bool, status int, err error) {
 	var last error
 	for _, base := range c.URLs {
 		var rd io.Reader
@@ -85,7 +94,7 @@ func (c *Client) once(ctx context.Context, method, path string, body []byte, out
 		}
 		req, err := http.NewRequestWithContext(ctx, method, base+path, rd)
 		if err != nil {
-			return false, err
+			return false, 0, err
 		}
 		if body != nil {
 			req.Header.Set("Content-Type", "application/json")
@@ -96,11 +105,12 @@ func (c *Client) once(ctx context.Context, method, path string, body []byte, out
 		resp, err := c.HTTP.Do(req)
 		if err != nil {
 			if ctx.Err() != nil {
-				return false, ctx.Err()
+				return false, 0, ctx.Err()
 			}
 			last = err
 			continue
 		}
+		status = resp.StatusCode
 		data, err := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		if err != nil {
@@ -109,33 +119,35 @@ func (c *Client) once(ctx context.Context, method, path string, body []byte, out
 		}
 		switch {
 		case resp.StatusCode == http.StatusGone:
-			return false, fmt.Errorf("%w: %s", ErrGone, apiMessage(data))
+			return false, status, fmt.Errorf("%w: %s", ErrGone, apiMessage(data))
 		case resp.StatusCode == http.StatusNotFound && resp.Header.Get("X-Tmmu-Stale") != "":
 			// A node that does not know the leader yet (it restarted)
 			// answered from its own state: ask another.
 			last = fmt.Errorf("%w: %s (a node without a leader answered)", ErrNotFound, apiMessage(data))
 			continue
 		case resp.StatusCode == http.StatusNotFound:
-			return false, fmt.Errorf("%w: %s", ErrNotFound, apiMessage(data))
+			return false, status, fmt.Errorf("%w: %s", ErrNotFound, apiMessage(data))
 		case resp.StatusCode == http.StatusServiceUnavailable || resp.StatusCode >= 500:
 			last = fmt.Errorf("coord: %s %s: %s: %s", method, base+path, resp.Status, apiMessage(data))
 			continue
 		case resp.StatusCode >= 400:
-			return false, fmt.Errorf("coord: %s: %s", resp.Status, apiMessage(data))
+			return false, status, fmt.Errorf("coord: %s: %s", resp.Status, apiMessage(data))
+		case resp.StatusCode == http.StatusAccepted:
+			return false, status, nil // not done yet: the caller polls
 		}
 		if raw, ok := out.(*[]byte); ok {
 			*raw = data
-			return false, nil
+			return false, status, nil
 		}
 		if out != nil {
-			return false, json.Unmarshal(data, out)
+			return false, status, json.Unmarshal(data, out)
 		}
-		return false, nil
+		return false, status, nil
 	}
 	if last == nil {
-		return false, errors.New("coord: no coordinator URL")
+		return false, 0, errors.New("coord: no coordinator URL")
 	}
-	return true, last
+	return true, 0, last
 }
 
 func apiMessage(data []byte) string {
@@ -146,15 +158,33 @@ func apiMessage(data []byte) string {
 	return string(bytes.TrimSpace(data))
 }
 
+// SubmitPoll is how often Submit asks about a submission the leader is
+// still planning (202).
+var SubmitPoll = 500 * time.Millisecond
+
 // Submit submits a job (idempotent: the same submission again returns the
-// job unchanged).
+// job unchanged). A submission the leader is still planning (202) is
+// followed at /v1/submissions/{name} until it is answered, and submitted
+// again if a new leader does not know it.
 func (c *Client) Submit(ctx context.Context, req *SubmitRequest) (*Job, error) {
 	body, err := json.Marshal(req)
 	if err != nil {
 		return nil, err
 	}
 	var j Job
-	return &j, c.do(ctx, http.MethodPost, "/v1/jobs", body, &j)
+	status, err := c.doStatus(ctx, http.MethodPost, "/v1/jobs", body, &j)
+	for err == nil && status == http.StatusAccepted {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(SubmitPoll):
+		}
+		status, err = c.doStatus(ctx, http.MethodGet, "/v1/submissions/"+url.PathEscape(req.Name), nil, &j)
+		if errors.Is(err, ErrNotFound) {
+			status, err = c.doStatus(ctx, http.MethodPost, "/v1/jobs", body, &j)
+		}
+	}
+	return &j, err
 }
 
 // Job returns a job.
@@ -193,12 +223,20 @@ func (c *Client) Status(ctx context.Context) (*Status, error) {
 	}
 	if s.Leader != "" && s.Leader != s.ID && s.LeaderHTTP != "" {
 		var ls Status
-		lc := &Client{URLs: []string{"http://" + s.LeaderHTTP}, HTTP: c.HTTP}
-		if _, err := lc.once(ctx, http.MethodGet, "/v1/status", nil, &ls); err == nil && ls.ID == s.Leader {
+		lc := &Client{URLs: []string{c.scheme() + s.LeaderHTTP}, HTTP: c.HTTP, Token: c.Token}
+		if _, _, err := lc.once(ctx, http.MethodGet, "/v1/status", nil, &ls); err == nil && ls.ID == s.Leader {
 			s.Jobs, s.JobsFrom = ls.Jobs, ls.JobsFrom
 		}
 	}
 	return &s, nil
+}
+
+// scheme is the scheme of the client's URLs ("https://" or "http://").
+func (c *Client) scheme() string {
+	if len(c.URLs) > 0 && strings.HasPrefix(c.URLs[0], "https://") {
+		return "https://"
+	}
+	return "http://"
 }
 
 // AddVoter adds a voter to the cluster.

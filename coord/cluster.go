@@ -2,14 +2,18 @@ package coord
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
+	stdlog "log"
 	"log/slog"
 	"net"
 	"net/http"
 	"path/filepath"
 	"slices"
 	"time"
+
+	"github.com/tmmu/tmmu/checkpoint"
 )
 
 // Cluster runs several coordinator nodes in one process on loopback, each
@@ -22,6 +26,8 @@ type Cluster struct {
 	servers []*http.Server
 	fast    bool
 	log     *slog.Logger
+	opts    ClusterOptions
+	irs     checkpoint.Store
 	// bootstrapped counts the nodes of the initial configuration;
 	// nodes after them were started by Grow to be added as voters.
 	bootstrapped int
@@ -38,9 +44,29 @@ func FreeAddr() (string, error) {
 	return l.Addr().String(), nil
 }
 
+// ClusterOptions configure StartClusterWith.
+type ClusterOptions struct {
+	Logger *slog.Logger
+	// Configure, if set, changes node i's config before it opens
+	// (raft TLS, tokens, an IR store).
+	Configure func(i int, c *Config)
+	// HTTPTLS, if set, makes node i's API serve TLS with this config.
+	HTTPTLS func(i int) *tls.Config
+}
+
 // StartCluster bootstraps n nodes with data under dir.
 func StartCluster(dir string, n int, log *slog.Logger) (*Cluster, error) {
-	c := &Cluster{dir: dir, fast: true, log: log, Nodes: make([]*Node, n), servers: make([]*http.Server, n), bootstrapped: n}
+	return StartClusterWith(dir, n, ClusterOptions{Logger: log})
+}
+
+// StartClusterWith bootstraps n nodes with data under dir, as o says.
+// Unless o.Configure sets one, the nodes share an IR store in dir/ir.
+func StartClusterWith(dir string, n int, o ClusterOptions) (*Cluster, error) {
+	irs, err := checkpoint.NewDirStore(filepath.Join(dir, "ir"))
+	if err != nil {
+		return nil, err
+	}
+	c := &Cluster{dir: dir, fast: true, log: o.Logger, opts: o, irs: irs, Nodes: make([]*Node, n), servers: make([]*http.Server, n), bootstrapped: n}
 	// Ports picked free one after the other can repeat: pick until all
 	// differ.
 	used := map[string]bool{}
@@ -83,8 +109,12 @@ func (c *Cluster) Start(i int) error {
 		// but does not bootstrap it.
 		peers = slices.Concat(peers, []Peer{p})
 	}
-	node, err := Open(Config{ID: p.ID, RaftAddr: p.RaftAddr, HTTPAddr: p.HTTPAddr, DataDir: filepath.Join(c.dir, p.ID),
-		Bootstrap: boot, Peers: peers, Fast: c.fast, Logger: c.log})
+	cfg := Config{ID: p.ID, RaftAddr: p.RaftAddr, HTTPAddr: p.HTTPAddr, DataDir: filepath.Join(c.dir, p.ID),
+		Bootstrap: boot, Peers: peers, Fast: c.fast, Logger: c.log, IRStore: c.irs}
+	if c.opts.Configure != nil {
+		c.opts.Configure(i, &cfg)
+	}
+	node, err := Open(cfg)
 	if err != nil {
 		return err
 	}
@@ -93,10 +123,22 @@ func (c *Cluster) Start(i int) error {
 		node.Shutdown()
 		return err
 	}
-	srv := &http.Server{Handler: node.Handler(), ReadHeaderTimeout: 5 * time.Second}
+	if c.opts.HTTPTLS != nil {
+		l = tls.NewListener(l, c.opts.HTTPTLS(i))
+	}
+	srv := &http.Server{Handler: node.Handler(), ReadHeaderTimeout: 5 * time.Second, ErrorLog: httpLog(c.log)}
 	go srv.Serve(l)
 	c.Nodes[i], c.servers[i] = node, srv
 	return nil
+}
+
+// httpLog is an HTTP server's error log (failed TLS handshakes, among
+// others) as debug records of log.
+func httpLog(log *slog.Logger) *stdlog.Logger {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return slog.NewLogLogger(log.With("component", "http").Handler(), slog.LevelDebug)
 }
 
 // Grow starts one more node, without bootstrap, and returns its index: it
@@ -163,11 +205,15 @@ func (c *Cluster) ApplyOnLeader(cmd *Command, timeout time.Duration) (int, Resul
 	}
 }
 
-// URLs returns the HTTP base URLs of all nodes.
+// URLs returns the HTTP base URLs of all nodes (https with HTTPTLS).
 func (c *Cluster) URLs() []string {
+	scheme := "http://"
+	if c.opts.HTTPTLS != nil {
+		scheme = "https://"
+	}
 	var out []string
 	for _, p := range c.Peers {
-		out = append(out, "http://"+p.HTTPAddr)
+		out = append(out, scheme+p.HTTPAddr)
 	}
 	return out
 }

@@ -6,7 +6,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tmmu/tmmu/ir"
 	"github.com/tmmu/tmmu/shard"
 	"github.com/tmmu/tmmu/transport"
 )
@@ -121,7 +120,7 @@ func (a *agreement) resize(ctx context.Context, j *Job) error {
 		return err
 	}
 	model, opts, _ := j.Inputs(cur.Epoch)
-	m, err := ir.DecodeCBOR(model)
+	m, err := a.n.decodeModel(ctx, model)
 	if err != nil {
 		return err
 	}
@@ -137,7 +136,7 @@ func (a *agreement) resize(ctx context.Context, j *Job) error {
 	if _, err := a.n.Apply(&Command{Kind: CmdEpoch, Job: j.Spec.Name, New: e}, 10*time.Second); err != nil {
 		return err
 	}
-	a.t.PublishAnnouncement(transport.Announcement{Job: j.Spec.Name, Epoch: e.Epoch, Kind: transport.KindEpoch, StartStep: e.StartStep, Reason: trim(e.Reason)})
+	a.announce(j, transport.Announcement{Job: j.Spec.Name, Epoch: e.Epoch, Kind: transport.KindEpoch, StartStep: e.StartStep, Reason: trim(e.Reason)})
 	return nil
 }
 

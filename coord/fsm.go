@@ -25,8 +25,11 @@ const (
 // planned, and how many steps to run.
 type JobSpec struct {
 	Name string `json:"name" cbor:"name"`
-	// Model is the global IR in canonical CBOR.
-	Model        []byte              `json:"-" cbor:"model"`
+	// ModelDigest is the SHA-256 of the global IR's canonical CBOR, which
+	// the IR store (IRBucket) holds; Model is the IR itself in entries
+	// committed before IRs moved out of the raft log.
+	Model        []byte              `json:"-" cbor:"model,omitempty"`
+	ModelDigest  ir.Hash             `json:"model_digest" cbor:"model_digest,omitempty"`
 	ShardSpec    shard.Spec          `json:"shard_spec" cbor:"shard_spec"` // resolved
 	ArenaConfig  planner.ArenaConfig `json:"arena_config,omitempty" cbor:"arena_config"`
 	Mode         planner.Mode        `json:"mode,omitempty" cbor:"mode"`
@@ -222,7 +225,8 @@ type Epoch struct {
 	Outcome *Outcome `json:"outcome,omitempty" cbor:"outcome"`
 	// The plan inputs an epoch changes; empty means as in the epoch
 	// before (the first epoch's come from the spec).
-	Model       []byte                 `json:"-" cbor:"model,omitempty"` // a regenerated IR, canonical CBOR
+	Model       []byte                 `json:"-" cbor:"model,omitempty"`                             // a regenerated IR, canonical CBOR (older entries)
+	ModelDigest ir.Hash                `json:"model_digest,omitempty" cbor:"model_digest,omitempty"` // a regenerated IR in the IR store
 	IRHash      ir.Hash                `json:"ir_hash" cbor:"ir_hash"`
 	ArenaConfig planner.ArenaConfig    `json:"arena_config,omitempty" cbor:"arena_config,omitempty"`
 	Strategy    planner.Strategy       `json:"strategy,omitempty" cbor:"strategy,omitempty"`
@@ -239,14 +243,14 @@ type Epoch struct {
 	CommittedAt int64 `json:"committed_at_unix_nano" cbor:"committed_at"`
 }
 
-// Inputs returns the plan inputs of epoch i: its IR (canonical CBOR) and
-// planner options, as changed by the epochs up to i.
-func (j *Job) Inputs(i uint64) (model []byte, opts planner.Options, env map[string]ir.DimRange) {
-	model, opts = j.Spec.Model, j.Spec.PlanOptions()
+// Inputs returns the plan inputs of epoch i: its IR and planner
+// options, as changed by the epochs up to i.
+func (j *Job) Inputs(i uint64) (model ModelRef, opts planner.Options, env map[string]ir.DimRange) {
+	model, opts = ModelRef{Inline: j.Spec.Model, Digest: j.Spec.ModelDigest}, j.Spec.PlanOptions()
 	for k := uint64(0); k <= i && k < uint64(len(j.Epochs)); k++ {
 		e := &j.Epochs[k]
-		if e.Model != nil {
-			model = e.Model
+		if e.Model != nil || !e.ModelDigest.IsZero() {
+			model = ModelRef{Inline: e.Model, Digest: e.ModelDigest}
 		}
 		if e.ArenaConfig != nil {
 			opts.Arenas = e.ArenaConfig
@@ -284,6 +288,39 @@ func (j *Job) EpochFor(s uint64) *Epoch {
 	return &j.Epochs[0]
 }
 
+// Incarnation names this incarnation of the job: the leader's clock when
+// it committed the submission. Signed announcements carry it, so those of
+// a deleted job do not apply to one submitted again under its name.
+func (j *Job) Incarnation() int64 { return j.Epochs[0].CommittedAt }
+
+// Holders returns, by rank, the identities whose reports count under
+// epoch i: the epoch's members (an elastic world), else the holders its
+// committed outcome recorded; nil while neither is known.
+func (j *Job) Holders(i uint64) []string {
+	if i >= uint64(len(j.Epochs)) {
+		return nil
+	}
+	if _, members := j.World(i); members != nil {
+		return members
+	}
+	if o := j.Epochs[i].Outcome; o != nil {
+		return o.Holders
+	}
+	return nil
+}
+
+// HolderOf says whether identity may report for rank under epoch i: it
+// is the rank's holder. Under an epoch that is not agreed yet (no step
+// runs under it) nobody may, and under one whose outcome was committed
+// before holders were recorded anybody may.
+func (j *Job) HolderOf(i, rank uint64, identity string) bool {
+	h := j.Holders(i)
+	if h == nil {
+		return i < uint64(len(j.Epochs)) && j.Epochs[i].Outcome != nil
+	}
+	return rank < uint64(len(h)) && h[rank] == identity
+}
+
 // Horizon returns the last step ranks may run under epoch i: the
 // committed progress plus the window, and never the next epoch's
 // boundary or beyond.
@@ -307,6 +344,11 @@ type Outcome struct {
 	Reason     string     `json:"reason,omitempty" cbor:"reason"`
 	// At is the leader's clock (Unix ns) when it proposed the outcome.
 	At int64 `json:"at_unix_nano" cbor:"at"`
+	// Holders are, by rank, the identities whose plan reports counted:
+	// each held the rank's etcd claim at the revision it named. Only
+	// their step, progress, checkpoint and recovery reports count for
+	// the rank under the epoch.
+	Holders []string `json:"holders,omitempty" cbor:"holders,omitempty"`
 }
 
 // Mismatch is a rank whose plan hash differs from the expected one.
@@ -636,7 +678,7 @@ func (s *State) Clone() *State {
 			jj.Epochs[i].Envelope = maps.Clone(jj.Epochs[i].Envelope)
 			if o := jj.Epochs[i].Outcome; o != nil {
 				oo := *o
-				oo.Mismatches, oo.Missing = slices.Clone(o.Mismatches), slices.Clone(o.Missing)
+				oo.Mismatches, oo.Missing, oo.Holders = slices.Clone(o.Mismatches), slices.Clone(o.Missing), slices.Clone(o.Holders)
 				jj.Epochs[i].Outcome = &oo
 			}
 		}

@@ -101,6 +101,7 @@ type metrics struct {
 	checkpointWrite prometheus.Histogram
 	collected       prometheus.Counter
 	recoveries      *prometheus.CounterVec
+	forged          *prometheus.CounterVec
 }
 
 func newMetrics(n *Node) *metrics {
@@ -119,7 +120,7 @@ func newMetrics(n *Node) *metrics {
 	m.submits = prometheus.NewCounter(prometheus.CounterOpts{Name: "tmmu_coordinator_jobs_submitted_total", Help: "Jobs this node submitted as leader."})
 	m.outcomes = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tmmu_coordinator_epoch_outcomes_total", Help: "Epoch outcomes this node committed as leader."}, []string{"agreed"})
 	m.replans = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tmmu_coordinator_replans_total", Help: "Replan decisions this node made as leader, by decision (none, replan, abort)."}, []string{"decision"})
-	m.refused = prometheus.NewCounter(prometheus.CounterOpts{Name: "tmmu_coordinator_unauthorized_requests_total", Help: "Mutating API calls refused for a missing or wrong token."})
+	m.refused = prometheus.NewCounter(prometheus.CounterOpts{Name: "tmmu_coordinator_unauthorized_requests_total", Help: "API calls refused for a missing or wrong token."})
 	m.agreement = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tmmu_coordinator_agreement_seconds", Help: "From watching an epoch's reports to committing its outcome.",
 		Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)})
 	m.checkpoints = prometheus.NewCounter(prometheus.CounterOpts{Name: "tmmu_checkpoints_total", Help: "Checkpoints this node committed as leader (every rank of the world stored its shard)."})
@@ -128,13 +129,20 @@ func newMetrics(n *Node) *metrics {
 		Buckets: prometheus.ExponentialBuckets(0.001, 2, 18)})
 	m.collected = prometheus.NewCounter(prometheus.CounterOpts{Name: "tmmu_checkpoint_objects_collected_total", Help: "Checkpoint objects deleted because no kept checkpoint needs them."})
 	m.recoveries = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tmmu_coordinator_recovery_requests_total", Help: "Ranks' recovery requests by kind and the decision taken (none, rollback, pause, fail)."}, []string{"kind", "decision"})
-	m.reg.MustRegister(m.leader, m.term, m.applied, m.submits, m.outcomes, m.agreement, m.refused, m.replans, m.checkpoints, m.checkpointBytes, m.checkpointWrite, m.collected, m.recoveries)
+	m.forged = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tmmu_forged_reports_total", Help: "Reports this node dropped as leader because their identity did not hold the rank they named (plan: not the etcd claim's holder at the revision named; progress, checkpoint, recovery, replan: not the holder the epoch's outcome recorded)."}, []string{"kind"})
+	for _, k := range []string{ForgedPlan, ForgedProgress, ForgedCheckpoint, ForgedRecovery, ForgedReplan} {
+		m.forged.WithLabelValues(k)
+	}
+	m.reg.MustRegister(m.leader, m.term, m.applied, m.submits, m.outcomes, m.agreement, m.refused, m.replans, m.checkpoints, m.checkpointBytes, m.checkpointWrite, m.collected, m.recoveries, m.forged)
 	return m
 }
 
 // Handler returns the node's HTTP API:
 //
-//	POST /v1/jobs               submit (the leader plans every rank and commits epoch 0; followers redirect with 307)
+//	POST /v1/jobs               submit: the leader plans every rank off the request path (one submission at a
+//	                            time, MaxQueued at most: 503 past it), stores the IR in the IR store and commits
+//	                            epoch 0; 201 (200 for a retry) within SubmitWait, else 202 (followers redirect, 307)
+//	GET  /v1/submissions/{name} a submission being planned (202), or its answer
 //	GET  /v1/jobs               job summaries
 //	GET  /v1/jobs/{name}        a job with its epochs, expected plan hashes and checkpoints (?expected=recent: the hashes of the last two epochs only, no checkpoint's shards)
 //	GET  /v1/jobs/{name}/ir     the job's global IR (canonical CBOR) under the latest epoch, or ?epoch=E
@@ -157,12 +165,15 @@ func newMetrics(n *Node) *metrics {
 // answers 410 Gone.
 // /v1/status always answers for the node asked, naming the leader.
 //
-// With an API token set, every POST and DELETE needs "Authorization:
-// Bearer <token>" and is refused with 401 otherwise; reads need none.
+// With an API token set, every call but /livez, /readyz and /metrics
+// needs "Authorization: Bearer <token>" and is refused with 401
+// otherwise; reads (GET of jobs, IRs, plans and status) also accept the
+// read token. Without tokens (an unsecured cluster) nothing is asked.
 func (n *Node) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/jobs", n.authorized(n.handleSubmit))
-	mux.HandleFunc("GET /v1/jobs", func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("GET /v1/submissions/{name}", n.authorized(n.handleSubmission))
+	mux.HandleFunc("GET /v1/jobs", n.readable(func(w http.ResponseWriter, r *http.Request) {
 		if n.readRedirect(w, r) {
 			return
 		}
@@ -172,8 +183,8 @@ func (n *Node) Handler() http.Handler {
 			out = append(out, n.summarize(s.Jobs[name]))
 		}
 		writeJSON(w, http.StatusOK, out)
-	})
-	mux.HandleFunc("GET /v1/jobs/{name}", func(w http.ResponseWriter, r *http.Request) {
+	}))
+	mux.HandleFunc("GET /v1/jobs/{name}", n.readable(func(w http.ResponseWriter, r *http.Request) {
 		j := n.job(w, r)
 		if j == nil {
 			return
@@ -192,8 +203,8 @@ func (n *Node) Handler() http.Handler {
 			j.Dropped = nil
 		}
 		writeJSON(w, http.StatusOK, j)
-	})
-	mux.HandleFunc("GET /v1/jobs/{name}/ir", func(w http.ResponseWriter, r *http.Request) {
+	}))
+	mux.HandleFunc("GET /v1/jobs/{name}/ir", n.readable(func(w http.ResponseWriter, r *http.Request) {
 		j := n.job(w, r)
 		if j == nil {
 			return
@@ -207,11 +218,16 @@ func (n *Node) Handler() http.Handler {
 			}
 			i = e
 		}
-		model, _, _ := j.Inputs(i)
+		ref, _, _ := j.Inputs(i)
+		model, err := n.model(r.Context(), ref)
+		if err != nil {
+			writeError(w, http.StatusServiceUnavailable, err)
+			return
+		}
 		w.Header().Set("Content-Type", "application/cbor")
 		w.Write(model)
-	})
-	mux.HandleFunc("GET /v1/jobs/{name}/ranks/{rank}/plan", func(w http.ResponseWriter, r *http.Request) {
+	}))
+	mux.HandleFunc("GET /v1/jobs/{name}/ranks/{rank}/plan", n.readable(func(w http.ResponseWriter, r *http.Request) {
 		j := n.job(w, r)
 		if j == nil {
 			return
@@ -221,13 +237,13 @@ func (n *Node) Handler() http.Handler {
 			writeError(w, http.StatusNotFound, fmt.Errorf("job %q has no rank %q", j.Spec.Name, r.PathValue("rank")))
 			return
 		}
-		rp, err := j.PlanRank(j.Current().Epoch, rank)
+		rp, err := n.PlanRank(r.Context(), j, j.Current().Epoch, rank)
 		if err != nil {
 			writeError(w, http.StatusInternalServerError, err)
 			return
 		}
 		writeJSON(w, http.StatusOK, rp)
-	})
+	}))
 	mux.HandleFunc("POST /v1/jobs/{name}/replan", n.authorized(func(w http.ResponseWriter, r *http.Request) {
 		if n.redirect(w, r) {
 			return
@@ -294,7 +310,7 @@ func (n *Node) Handler() http.Handler {
 		}
 		writeJSON(w, http.StatusOK, n.Status())
 	}))
-	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, n.Status()) })
+	mux.HandleFunc("GET /v1/status", n.readable(func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, n.Status()) }))
 	mux.HandleFunc("GET /livez", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		if id, _ := n.Leader(); id == "" {
@@ -338,8 +354,16 @@ func (n *Node) redirect(w http.ResponseWriter, r *http.Request) bool {
 		writeError(w, http.StatusServiceUnavailable, errors.New("no leader known; retry"))
 		return true
 	}
-	http.Redirect(w, r, "http://"+addr+r.URL.RequestURI(), http.StatusTemporaryRedirect)
+	http.Redirect(w, r, n.scheme()+addr+r.URL.RequestURI(), http.StatusTemporaryRedirect)
 	return true
+}
+
+// scheme is the URL scheme of the nodes' APIs.
+func (n *Node) scheme() string {
+	if n.cfg.HTTPS {
+		return "https://"
+	}
+	return "http://"
 }
 
 // job answers a read of job {name}: it redirects to the leader or writes
@@ -380,16 +404,18 @@ func (n *Node) mutate(w http.ResponseWriter, job string, c *Command) {
 	writeJSON(w, http.StatusOK, map[string]string{"deleted": job})
 }
 
-// writeCommitError answers a write that did not commit: 503 when this
-// node lost (or never had) the leadership before it committed, which the
-// client retries on another node (every write is idempotent: a
+// writeCommitError answers a write that did not commit (commitStatus).
+func writeCommitError(w http.ResponseWriter, err error) { writeError(w, commitStatus(err), err) }
+
+// commitStatus is the status of a write that did not commit: 503 when
+// this node lost (or never had) the leadership before it committed,
+// which the client retries on another node (every write is idempotent: a
 // submission by its content, a replan by its id), else 409.
-func writeCommitError(w http.ResponseWriter, err error) {
-	status := http.StatusConflict
+func commitStatus(err error) int {
 	if errors.Is(err, ErrNotLeader) {
-		status = http.StatusServiceUnavailable
+		return http.StatusServiceUnavailable
 	}
-	writeError(w, status, err)
+	return http.StatusConflict
 }
 
 // readRedirect points a job read on a follower to the leader, unless the
@@ -399,7 +425,7 @@ func (n *Node) readRedirect(w http.ResponseWriter, r *http.Request) bool {
 		return false
 	}
 	if _, addr := n.Leader(); addr != "" && r.URL.Query().Get("local") == "" {
-		http.Redirect(w, r, "http://"+addr+r.URL.RequestURI(), http.StatusTemporaryRedirect)
+		http.Redirect(w, r, n.scheme()+addr+r.URL.RequestURI(), http.StatusTemporaryRedirect)
 		return true
 	}
 	w.Header().Set("X-Tmmu-Stale", "1")
@@ -411,47 +437,8 @@ func (n *Node) readRedirect(w http.ResponseWriter, r *http.Request) bool {
 // does not decode: 413 past limit, else 400, both INVALID_ENCODING
 // naming what (a submission, a voter...).
 func decodeBody(w http.ResponseWriter, r *http.Request, limit int64, what string, v any) bool {
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, limit))
-	dec.DisallowUnknownFields()
-	err := dec.Decode(v)
-	if err == nil {
-		return true
-	}
-	if tooBig := new(http.MaxBytesError); errors.As(err, &tooBig) {
-		writeError(w, http.StatusRequestEntityTooLarge, failure.New(failure.InvalidEncoding, "tmmu.coordinator",
-			fmt.Sprintf("%s: the body is larger than %d bytes", what, limit)))
-		return false
-	}
-	writeError(w, http.StatusBadRequest, failure.New(failure.InvalidEncoding, "tmmu.coordinator", what+": "+err.Error()))
-	return false
-}
-
-func (n *Node) handleSubmit(w http.ResponseWriter, r *http.Request) {
-	if n.redirect(w, r) {
-		return
-	}
-	var req SubmitRequest
-	if !decodeBody(w, r, MaxSubmitBytes, "submission", &req) {
-		return
-	}
-	cmd, _, err := PrepareSubmit(&req)
-	if err != nil {
-		writeError(w, http.StatusBadRequest, err)
-		return
-	}
-	cmd.New.CommittedAt = time.Now().UnixNano()
-	res, err := n.Apply(cmd, 10*time.Second)
-	if err != nil {
-		writeCommitError(w, err)
-		return
-	}
-	n.metrics.submits.Inc()
-	s, _ := n.State()
-	status := http.StatusCreated
-	if !res.Changed {
-		status = http.StatusOK
-	}
-	writeJSON(w, status, s.Jobs[req.Name])
+	body, ok := readBody(w, r, limit, what)
+	return ok && decodeJSON(w, body, what, v)
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -467,27 +454,49 @@ type APIError struct {
 	Diagnostics map[string]string `json:"diagnostics,omitempty"`
 }
 
-func writeError(w http.ResponseWriter, status int, err error) {
+func writeError(w http.ResponseWriter, status int, err error) { writeJSON(w, status, apiError(err)) }
+
+// apiError is the body that answers err.
+func apiError(err error) APIError {
 	e := APIError{Error: err.Error()}
 	var fe *failure.Error
 	if errors.As(err, &fe) {
 		e.FailureCode, e.Diagnostics = fe.Code, fe.Diagnostics
 	}
-	writeJSON(w, status, e)
+	return e
 }
 
 // authorized wraps a mutating handler: with an API token set, the request
 // must carry it as a bearer token (compared in constant time).
 func (n *Node) authorized(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		if tok := *n.token.Load(); tok != "" {
-			got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-			if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(tok)) != 1 {
-				n.metrics.refused.Inc()
-				writeError(w, http.StatusUnauthorized, errors.New("this call changes the cluster and needs the API token (Authorization: Bearer …; tmmu --token or TMMU_TOKEN)"))
-				return
-			}
+		if tok := *n.token.Load(); tok != "" && !bearer(r, tok) {
+			n.metrics.refused.Inc()
+			writeError(w, http.StatusUnauthorized, errors.New("this call changes the cluster and needs the API token (Authorization: Bearer …; tmmu --token or TMMU_TOKEN)"))
+			return
 		}
 		h(w, r)
 	}
+}
+
+// readable wraps a read of jobs, IRs, plans or status (what a forger
+// would need): with a token set, the request must carry the API token or
+// the read token.
+func (n *Node) readable(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		tok, read := *n.token.Load(), *n.readToken.Load()
+		if (tok != "" || read != "") && !(tok != "" && bearer(r, tok)) && !(read != "" && bearer(r, read)) {
+			n.metrics.refused.Inc()
+			writeError(w, http.StatusUnauthorized, errors.New("this read shows models, plans or hashes and needs the read token or the API token (Authorization: Bearer …; tmmu --token or TMMU_TOKEN)"))
+			return
+		}
+		h(w, r)
+	}
+}
+
+// bearer says whether r carries tok as its bearer token (compared in
+// constant time).
+func bearer(r *http.Request, tok string) bool {
+	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	return ok && subtle.ConstantTimeCompare([]byte(got), []byte(tok)) == 1
 }

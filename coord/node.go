@@ -18,6 +18,7 @@ import (
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 
+	"github.com/tmmu/tmmu/checkpoint"
 	"github.com/tmmu/tmmu/failure"
 	"github.com/tmmu/tmmu/ir"
 	"github.com/tmmu/tmmu/transport"
@@ -48,10 +49,26 @@ type Config struct {
 	Peers []Peer
 	// Fast shortens raft's timeouts for loopback clusters (tests, demo).
 	Fast bool
-	// APIToken, when set, is the bearer token every mutating call of the
-	// HTTP API requires: job submissions, replan requests, voter changes.
+	// APIToken, when set, is the bearer token every call of the HTTP API
+	// but /livez, /readyz and /metrics requires: job submissions, replan
+	// requests, voter changes, and reads of jobs, plans and status.
 	APIToken string
-	Logger   *slog.Logger
+	// ReadToken, when set, is a second token that the API's reads
+	// accept (GET of jobs, IRs, plans and status), and nothing else: what
+	// workers and dashboards hold.
+	ReadToken string
+	// RaftTLS, when set, secures the raft transport with mutual TLS.
+	RaftTLS *RaftTLS
+	// HTTPS says the nodes' APIs serve TLS: redirects to the leader are
+	// https URLs.
+	HTTPS bool
+	// IRStore keeps the jobs' IRs (the object store bucket IRBucket);
+	// nil until SetIRStore, once NATS is up.
+	IRStore checkpoint.Store
+	// SubmitWait is how long a submission waits for its plan before the
+	// API answers 202 (default DefaultSubmitWait).
+	SubmitWait time.Duration
+	Logger     *slog.Logger
 }
 
 // Validate reports every problem of c at once.
@@ -166,11 +183,20 @@ type Node struct {
 	// absent is, on the leader, each live job's ranks without a lease.
 	absentMu sync.Mutex
 	absent   map[string][]Absent
-	// token is the bearer token mutating calls need ("" for none).
-	token atomic.Pointer[string]
+	// token is the bearer token every call needs, readToken a token
+	// reads accept too ("" for none).
+	token, readToken atomic.Pointer[string]
 	// caughtUpTerm is the term in which this node, as leader, last
 	// applied everything committed before it took over (see State).
 	caughtUpTerm atomic.Uint64
+	// irStore keeps the jobs' IRs (IRBucket), irCache the recent ones.
+	irStore atomic.Pointer[checkpoint.Store]
+	irCache irCache
+	// subs are the submissions being planned or recently answered, by
+	// job name (leader only); planning holds a slot while one is planned.
+	subMu    sync.Mutex
+	subs     map[string]*submission
+	planning chan struct{}
 }
 
 // Open starts a node from cfg, restoring its state from DataDir when it
@@ -186,7 +212,11 @@ func Open(cfg Config) (*Node, error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("coord: %w", err)
 	}
-	n := &Node{cfg: cfg, log: log.With("node", cfg.ID), peers: map[string]Peer{}, commits: make(chan struct{}, 1), replans: make(chan replanEvent, 256), recovers: make(chan transport.RecoveryRequest, 256)}
+	n := &Node{cfg: cfg, log: log.With("node", cfg.ID), peers: map[string]Peer{}, commits: make(chan struct{}, 1), replans: make(chan replanEvent, 256), recovers: make(chan transport.RecoveryRequest, 256),
+		subs: map[string]*submission{}, planning: make(chan struct{}, MaxPlanning)}
+	if cfg.IRStore != nil {
+		n.SetIRStore(cfg.IRStore)
+	}
 	for _, p := range cfg.Peers {
 		n.peers[p.ID] = p
 	}
@@ -219,7 +249,15 @@ func Open(cfg Config) (*Node, error) {
 		store.Close()
 		return nil, fmt.Errorf("coord: %w", err)
 	}
-	trans, err := raft.NewTCPTransport(cfg.RaftAddr, addr, 3, 2*time.Second, io.Discard)
+	var trans *raft.NetworkTransport
+	if cfg.RaftTLS != nil {
+		var stream *tlsStream
+		if stream, err = newTLSStream(cfg.RaftAddr, addr, cfg.RaftTLS); err == nil {
+			trans = raft.NewNetworkTransport(stream, 3, 2*time.Second, io.Discard)
+		}
+	} else {
+		trans, err = raft.NewTCPTransport(cfg.RaftAddr, addr, 3, 2*time.Second, io.Discard)
+	}
 	if err != nil {
 		store.Close()
 		return nil, fmt.Errorf("coord: raft transport: %w", err)
@@ -252,12 +290,17 @@ func Open(cfg Config) (*Node, error) {
 	n.raft, n.trans, n.store = r, trans, store
 	n.metrics = newMetrics(n)
 	n.SetAPIToken(cfg.APIToken)
+	n.SetReadToken(cfg.ReadToken)
 	return n, nil
 }
 
-// SetAPIToken sets the bearer token the API's mutating calls require
-// ("" for none).
+// SetAPIToken sets the bearer token the API's calls require ("" for
+// none).
 func (n *Node) SetAPIToken(tok string) { n.token.Store(&tok) }
+
+// SetReadToken sets the token the API's reads accept beside the API
+// token ("" for none).
+func (n *Node) SetReadToken(tok string) { n.readToken.Store(&tok) }
 
 // ID returns the node's raft id.
 func (n *Node) ID() string { return n.cfg.ID }

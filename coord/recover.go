@@ -27,6 +27,11 @@ type Leading struct {
 	// DefaultShrinkAfter): a rank whose lease lapsed while etcd
 	// restarted claims it again well within that.
 	ShrinkAfter time.Duration
+	// Claims checks that a plan report's identity held its rank's etcd
+	// claim at the revision the report names; nil means Rendezvous does.
+	// With neither, reports are not bound to claims (an unsecured
+	// cluster, logged as such).
+	Claims ClaimChecker
 }
 
 // DefaultShrinkAfter is Leading.ShrinkAfter's default.
@@ -74,6 +79,10 @@ func (a *agreement) watchCheckpoints(ctx context.Context, job string) {
 		if j == nil {
 			return
 		}
+		if !j.HolderOf(r.Epoch, r.Rank, r.Identity) {
+			a.forged(ForgedCheckpoint, job, r.Epoch, r.Rank, r.Identity, "not the rank's holder under the epoch")
+			continue
+		}
 		rj := recoveryJob(j)
 		shards, ok := tally.Add(&rj, recovery.Report{Step: r.Step, Epoch: r.Epoch, Rank: r.Rank, Identity: r.Identity, Digest: r.Digest, State: r.StateHash, Bytes: r.Bytes, Nanos: r.Nanos})
 		if !ok {
@@ -95,7 +104,7 @@ func (a *agreement) watchCheckpoints(ctx context.Context, job string) {
 		a.n.metrics.checkpointBytes.Set(float64(k.Bytes))
 		a.n.metrics.checkpointWrite.Observe(float64(k.WriteNanos) / 1e9)
 		a.n.log.Info("checkpoint committed", "job", job, "step", k.Step, "epoch", k.Epoch, "world", k.World, "bytes", k.Bytes)
-		a.t.PublishAnnouncement(transport.Announcement{Job: job, Epoch: k.Epoch, Kind: transport.KindCheckpoint, StartStep: k.Step})
+		a.announce(j, transport.Announcement{Job: job, Epoch: k.Epoch, Kind: transport.KindCheckpoint, StartStep: k.Step})
 		cctx, cancel := context.WithTimeout(ctx, time.Minute)
 		if err := a.t.ForgetCheckpoint(cctx, job, k.Step); err != nil {
 			a.n.log.Debug("forgetting checkpoint reports", "job", job, "err", err)
@@ -153,6 +162,10 @@ func (a *agreement) handleRecovery(q transport.RecoveryRequest) {
 	if j == nil {
 		return
 	}
+	if !j.HolderOf(q.Epoch, q.Rank, q.Identity) {
+		a.forged(ForgedRecovery, q.Job, q.Epoch, q.Rank, q.Identity, "not the rank's holder under the epoch")
+		return
+	}
 	d := recovery.Decide(recoveryJob(j), recovery.Request{Kind: recovery.RequestKind(q.Kind), Rank: q.Rank, Identity: q.Identity, Epoch: q.Epoch, Step: q.Step, Detail: q.Detail})
 	a.n.metrics.recoveries.WithLabelValues(q.Kind, string(d.Kind)).Inc()
 	switch d.Kind {
@@ -172,7 +185,7 @@ func (a *agreement) handleRecovery(q transport.RecoveryRequest) {
 			return
 		}
 		a.n.log.Warn("rollback committed", "job", q.Job, "epoch", next.Epoch, "to_step", d.To, "reason", d.Reason)
-		a.t.PublishAnnouncement(transport.Announcement{Job: q.Job, Epoch: next.Epoch, Kind: transport.KindEpoch, StartStep: next.StartStep, Reason: trim(d.Reason)})
+		a.announce(j, transport.Announcement{Job: q.Job, Epoch: next.Epoch, Kind: transport.KindEpoch, StartStep: next.StartStep, Reason: trim(d.Reason)})
 	case recovery.Pause:
 		if _, err := a.n.Apply(&Command{Kind: CmdPause, Job: q.Job, Reason: d.Reason, Step: q.Step}, 5*time.Second); err != nil {
 			a.n.log.Warn("pausing a job", "job", q.Job, "err", err)
@@ -185,7 +198,7 @@ func (a *agreement) handleRecovery(q transport.RecoveryRequest) {
 			return
 		}
 		a.n.log.Error("job failed", "job", q.Job, "reason", d.Reason)
-		a.t.PublishAnnouncement(transport.Announcement{Job: q.Job, Epoch: j.Current().Epoch, Kind: transport.KindAbort, Reason: trim(d.Reason)})
+		a.announce(j, transport.Announcement{Job: q.Job, Epoch: j.Current().Epoch, Kind: transport.KindAbort, Reason: trim(d.Reason)})
 	}
 }
 
@@ -203,7 +216,7 @@ func (a *agreement) announceChanges(ctx context.Context, s *State) {
 		j := s.Jobs[name]
 		m := mark{status: j.Status, paused: j.Paused, exists: true}
 		if old, ok := a.marks[name]; ok && old != m {
-			a.t.PublishAnnouncement(transport.Announcement{Job: name, Epoch: j.Current().Epoch, Kind: transport.KindHold, Reason: trim(j.Paused)})
+			a.announce(j, transport.Announcement{Job: name, Epoch: j.Current().Epoch, Kind: transport.KindHold, Reason: trim(j.Paused)})
 		}
 		a.marks[name] = m
 	}
@@ -212,7 +225,7 @@ func (a *agreement) announceChanges(ctx context.Context, s *State) {
 			continue
 		}
 		a.marks[name] = mark{}
-		a.t.PublishAnnouncement(transport.Announcement{Job: name, Kind: transport.KindHold, Reason: "deleted"})
+		a.announce(nil, transport.Announcement{Job: name, Kind: transport.KindHold, Reason: "deleted"})
 		a.wg.Add(1)
 		go func() {
 			defer a.wg.Done()
@@ -231,6 +244,11 @@ func (a *agreement) announceChanges(ctx context.Context, s *State) {
 					continue
 				}
 				a.n.metrics.collected.Inc()
+			}
+			if s, _ := a.n.applied(); s != nil {
+				if err := a.n.collectIRs(cctx, s); err != nil {
+					a.n.log.Warn("deleting a deleted job's IR", "job", name, "err", err)
+				}
 			}
 		}()
 	}

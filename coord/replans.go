@@ -1,6 +1,7 @@
 package coord
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"maps"
@@ -182,6 +183,10 @@ func (a *agreement) handleReplan(ev replanEvent) {
 	}
 	var ack replan.Ack
 	step := j.LastStep
+	if w := ev.worker; w != nil && !j.HolderOf(w.Epoch, w.Rank, w.Identity) {
+		a.forged(ForgedReplan, ev.job, w.Epoch, w.Rank, w.Identity, "not the rank's holder under the epoch")
+		return
+	}
 	if w := ev.worker; w != nil {
 		ack = jr.r.Observe(replan.Observation{Rank: w.Rank, Step: w.Step, Dims: w.Dims})
 		step = w.Step
@@ -218,7 +223,7 @@ func (a *agreement) handleReplan(ev replanEvent) {
 			reply(out, err)
 			return
 		}
-		a.t.PublishAnnouncement(transport.Announcement{Job: ev.job, Epoch: j.Current().Epoch, Kind: transport.KindAbort, Reason: trim(reason)})
+		a.announce(j, transport.Announcement{Job: ev.job, Epoch: j.Current().Epoch, Kind: transport.KindAbort, Reason: trim(reason)})
 	case replan.Replan:
 		e, err := a.commitEpoch(j, jr, d)
 		if err != nil {
@@ -227,7 +232,7 @@ func (a *agreement) handleReplan(ev replanEvent) {
 			return
 		}
 		out.Epoch, out.Boundary = e.Epoch, e.StartStep
-		a.t.PublishAnnouncement(transport.Announcement{Job: ev.job, Epoch: e.Epoch, Kind: transport.KindEpoch, StartStep: e.StartStep, Reason: trim(e.Reason)})
+		a.announce(j, transport.Announcement{Job: ev.job, Epoch: e.Epoch, Kind: transport.KindEpoch, StartStep: e.StartStep, Reason: trim(e.Reason)})
 	}
 	reply(out, nil)
 }
@@ -243,17 +248,26 @@ func trim(s string) string {
 // epoch; it returns the epoch as committed (with its boundary).
 func (a *agreement) commitEpoch(j *Job, jr *jobReplans, d replan.Decision) (*Epoch, error) {
 	last := uint64(len(j.Epochs) - 1)
-	model, opts, env := j.Inputs(last)
+	ref, opts, env := j.Inputs(last)
 	next := &Epoch{Epoch: d.Next.Epoch, StartStep: d.Next.StartStep, Reason: strings.Join(d.Reasons, "; "), CommittedAt: time.Now().UnixNano()}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var m *ir.Model
+	var err error
 	if !maps.Equal(map[string]ir.DimRange(d.Next.Envelope), env) {
-		m, err := j.Spec.Source.Generate(d.Next.Envelope)
+		if m, err = j.Spec.Source.Generate(d.Next.Envelope); err != nil {
+			return nil, err
+		}
+		model, err := m.EncodeCBOR()
 		if err != nil {
 			return nil, err
 		}
-		if model, err = m.EncodeCBOR(); err != nil {
+		if next.ModelDigest, err = a.n.putModel(ctx, model); err != nil {
 			return nil, err
 		}
-		next.Model, next.Envelope = model, maps.Clone(d.Next.Envelope)
+		next.Envelope = maps.Clone(d.Next.Envelope)
+	} else if m, err = a.n.decodeModel(ctx, ref); err != nil {
+		return nil, err
 	}
 	if d.Next.ArenaConfigHash != arenaHash(opts.Arenas) {
 		opts.Arenas = jr.arenas[d.Next.ArenaConfigHash]
@@ -262,10 +276,6 @@ func (a *agreement) commitEpoch(j *Job, jr *jobReplans, d replan.Decision) (*Epo
 	if d.Next.Strategy != string(opts.Strategy) {
 		opts.Strategy = planner.Strategy(d.Next.Strategy)
 		next.Strategy = opts.Strategy
-	}
-	m, err := ir.DecodeCBOR(model)
-	if err != nil {
-		return nil, err
 	}
 	next.IRHash = m.IRHash()
 	if expected, ok := jr.plans[d.Plan]; d.Cached && ok {

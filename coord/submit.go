@@ -1,6 +1,7 @@
 package coord
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"regexp"
@@ -61,6 +62,10 @@ func PrepareSubmit(req *SubmitRequest) (*Command, *shard.GlobalPlan, error) {
 	}
 	if err != nil {
 		return nil, nil, err
+	}
+	if len(m.Tensors) > MaxIRTensors || len(m.Nodes) > MaxIRTensors {
+		return nil, nil, failure.New(failure.InvalidOptions, "tmmu.coordinator",
+			fmt.Sprintf("ir has %d tensors and %d nodes; a submission may have at most %d of each", len(m.Tensors), len(m.Nodes), MaxIRTensors), "field", "ir")
 	}
 	spec, err := shard.Decode(req.ShardSpec)
 	if err != nil {
@@ -128,14 +133,15 @@ func (s *JobSpec) PlanOptions() planner.Options {
 	return planner.Options{Mode: s.Mode, Strategy: s.Strategy, ReplayToken: s.ReplayToken, Arenas: s.ArenaConfig}
 }
 
-// PlanRank plans one rank of the job under epoch i, as its workers do.
-func (j *Job) PlanRank(i, rank uint64) (*shard.RankPlan, error) {
-	data, opts, _ := j.Inputs(i)
-	m, err := ir.DecodeCBOR(data)
+// PlanRank plans one rank of job j under epoch i, as its workers do.
+func (n *Node) PlanRank(ctx context.Context, j *Job, i, rank uint64) (*shard.RankPlan, error) {
+	ref, opts, _ := j.Inputs(i)
+	m, err := n.decodeModel(ctx, ref)
 	if err != nil {
 		return nil, err
 	}
-	return shard.PlanRank(m, &j.Spec.ShardSpec, rank, opts)
+	spec, _ := j.World(i)
+	return shard.PlanRank(m, spec, rank, opts)
 }
 
 // Upper bounds of a job's numeric fields. A submission past one is
@@ -155,6 +161,11 @@ const (
 	MaxCheckpointEvery = 1 << 32
 	// MaxCheckpointKeep bounds checkpoint_keep, the checkpoints kept.
 	MaxCheckpointKeep = 1024
+	// MaxIRTensors bounds the tensors and the nodes of a submitted IR
+	// (Llama-2-70B's training graph has about 10,000 tensors): the
+	// leader plans every rank of a submission, in time and memory
+	// proportional to them.
+	MaxIRTensors = 1 << 18
 )
 
 // checkBounds refuses a job whose numeric fields are past their bounds.

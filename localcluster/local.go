@@ -4,6 +4,15 @@
 // leader's agreement loop), to which workers connect as they would to a
 // real one. tmmu demo and the integration tests use it; nothing in it is a
 // mock.
+//
+// By default the cluster is secured as a deployment is (package trust):
+// credentials are generated under Dir/secrets at start; NATS, etcd, raft
+// and the coordinators' API speak TLS with client certificates where a
+// deployment's do; every identity connects to NATS with its own nkey and
+// the permissions transport.WorkerPermissions or CoordinatorPermissions
+// give it (worker identities are added as they first connect); the
+// coordinators sign their decisions and workers verify them; the API
+// needs its tokens. Options.Insecure runs it without any of that.
 package localcluster
 
 import (
@@ -19,13 +28,16 @@ import (
 
 	natsserver "github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	etcdtls "go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 
 	"github.com/tmmu/tmmu/coord"
+	"github.com/tmmu/tmmu/internal/cli"
 	"github.com/tmmu/tmmu/rendezvous"
 	"github.com/tmmu/tmmu/transport"
+	"github.com/tmmu/tmmu/trust"
 	"github.com/tmmu/tmmu/worker"
 )
 
@@ -37,6 +49,9 @@ type Options struct {
 	// ShrinkAfter is the coordinators' coord.Leading.ShrinkAfter (0:
 	// its default).
 	ShrinkAfter time.Duration
+	// Insecure runs the cluster without TLS, NATS identities, signed
+	// decisions or API tokens.
+	Insecure bool
 }
 
 // Local is a running local cluster.
@@ -47,13 +62,31 @@ type Local struct {
 	EtcdEndpoint string
 	Coord        *coord.Cluster
 
+	// Secrets are the generated credentials (a secured cluster).
+	Secrets trust.Layout
+
 	log         *slog.Logger
 	shrinkAfter time.Duration
+	secure      bool
+	apiToken    string
+	readToken   string
+	signer      *trust.Signer
+	verifier    *trust.Verifier
+	natsOpts    natsserver.Options // the server's, to add identities (reload)
 	mu          sync.Mutex
 	agree       []context.CancelFunc // per coordinator: its agreement loop
 	agreeW      sync.WaitGroup
 	conns       []*nats.Conn
+	users       map[string]bool // NATS identities the server knows
+	// connecting is held while a connection authenticates and while the
+	// server reloads its users: nats-server closes a client that is
+	// half way through connecting when its users are reloaded.
+	connecting sync.Mutex
 }
+
+// admin is the coordinator identity of the connections the cluster opens
+// for itself and its callers (Transport, Rendezvous, Client).
+const admin = "admin"
 
 // Start starts NATS, etcd and the coordinators, and waits for a leader.
 //
@@ -83,15 +116,21 @@ func start(o Options) (l *Local, err error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	started := &Local{log: log, shrinkAfter: o.ShrinkAfter}
+	started := &Local{log: log, shrinkAfter: o.ShrinkAfter, secure: !o.Insecure, users: map[string]bool{}}
 	l = started
 	defer func() {
 		if err != nil {
 			started.Close() // l is nil by now
 		}
 	}()
-	ns, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: -1, JetStream: true,
-		StoreDir: filepath.Join(o.Dir, "nats"), NoLog: true, NoSigs: true})
+	l.natsOpts = natsserver.Options{Host: "127.0.0.1", Port: -1, JetStream: true,
+		StoreDir: filepath.Join(o.Dir, "nats"), NoLog: true, NoSigs: true}
+	if l.secure {
+		if err := l.secrets(filepath.Join(o.Dir, "secrets"), o.Coordinators); err != nil {
+			return nil, err
+		}
+	}
+	ns, err := natsserver.NewServer(&l.natsOpts)
 	if err != nil {
 		return nil, fmt.Errorf("localcluster: nats: %w", err)
 	}
@@ -112,6 +151,13 @@ func start(o Options) (l *Local, err error) {
 	cfg.InitialCluster = cfg.Name + "=" + purl.String()
 	cfg.LogLevel = "error"
 	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
+	if l.secure {
+		// Clients need a certificate of the cluster's CA.
+		curl.Scheme = "https"
+		cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{curl}, []url.URL{curl}
+		cfg.ClientTLSInfo = etcdtls.TLSInfo{CertFile: l.Secrets.Cert(trust.RoleEtcd, trust.RoleEtcd), KeyFile: l.Secrets.Key(trust.RoleEtcd, trust.RoleEtcd),
+			TrustedCAFile: l.Secrets.CACert(), ClientCertAuth: true}
+	}
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("localcluster: etcd: %w", err)
@@ -126,7 +172,13 @@ func start(o Options) (l *Local, err error) {
 	}
 	l.EtcdEndpoint = curl.String()
 
-	c, err := coord.StartCluster(filepath.Join(o.Dir, "coord"), o.Coordinators, log)
+	co := coord.ClusterOptions{Logger: log}
+	if l.secure {
+		if co, err = l.coordOptions(log); err != nil {
+			return nil, err
+		}
+	}
+	c, err := coord.StartClusterWith(filepath.Join(o.Dir, "coord"), o.Coordinators, co)
 	if err != nil {
 		return nil, err
 	}
@@ -152,9 +204,13 @@ func freeURL() url.URL {
 }
 
 // startAgreement runs coordinator i's agreement loop on its own NATS
-// connection.
+// connection (as coordinator c<i>, signing its decisions).
 func (l *Local) startAgreement(i int) error {
-	nc, t, err := l.Transport()
+	var opts []transport.Option
+	if l.signer != nil {
+		opts = append(opts, transport.WithSigner(l.signer))
+	}
+	nc, t, err := l.connect(trust.RoleCoordinator, fmt.Sprintf("c%d", i), opts...)
 	if err != nil {
 		return err
 	}
@@ -196,17 +252,96 @@ func (l *Local) RestartCoordinator(i int) error {
 	return l.startAgreement(i)
 }
 
-// Client returns an HTTP client for the coordinators.
-func (l *Local) Client() *coord.Client { return coord.NewClient(l.Coord.URLs()...) }
+// Client returns an HTTP client for the coordinators, with the API token
+// (an operator's).
+func (l *Local) Client() *coord.Client { return l.client(l.apiToken) }
 
-// Transport opens a NATS connection and a transport on it; closing the
-// cluster closes the connection too.
+// APIToken returns the coordinators' API token ("" when insecure).
+func (l *Local) APIToken() string { return l.apiToken }
+
+// ReadToken returns the coordinators' read token ("" when insecure).
+func (l *Local) ReadToken() string { return l.readToken }
+
+// CAFile returns the file of the cluster's CA certificate ("" when
+// insecure).
+func (l *Local) CAFile() string {
+	if !l.secure {
+		return ""
+	}
+	return l.Secrets.CACert()
+}
+
+// ReadClient returns an HTTP client for the coordinators with the read
+// token only (a worker's).
+func (l *Local) ReadClient() *coord.Client { return l.client(l.readToken) }
+
+func (l *Local) client(token string) *coord.Client {
+	c := coord.NewClient(l.Coord.URLs()...)
+	c.Token = token
+	if l.secure {
+		rt, err := cli.CoordinatorTransport(trust.TLSFiles{CA: l.Secrets.CACert()})
+		if err == nil {
+			c.HTTP.Transport = rt
+		}
+	}
+	return c
+}
+
+// Transport opens a NATS connection with the coordinators' permissions
+// and a transport on it (for tests, benchmarks and the demo's view of the
+// cluster); closing the cluster closes the connection too.
 func (l *Local) Transport() (*nats.Conn, *transport.Transport, error) {
-	nc, err := nats.Connect(l.NATSURL, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	return l.connect(trust.RoleCoordinator, admin)
+}
+
+// WorkerTransport opens a NATS connection as worker identity (its own
+// nkey and certificate, WorkerPermissions), with a transport bound to it
+// that verifies the coordinators' signatures, as cmd/worker's.
+func (l *Local) WorkerTransport(identity string) (*nats.Conn, *transport.Transport, error) {
+	opts := []transport.Option{transport.WithIdentity(identity)}
+	if l.secure {
+		opts = append(opts, transport.OpenOnly(), transport.WithVerifier(l.verifier))
+	}
+	return l.connect(trust.RoleWorker, identity, opts...)
+}
+
+// NATSOptions returns the connect options of identity (role, id): its
+// certificate and nkey (none in an insecure cluster). A worker identity
+// is created and added to the NATS server if it is new. Connect with them
+// while holding nothing else of the cluster's: see connect.
+func (l *Local) NATSOptions(role, id string) ([]nats.Option, error) {
+	if !l.secure {
+		return nil, nil
+	}
+	seed, err := l.identity(role, id)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := l.Secrets.TLS(role, id).Client(trust.RoleNATS)
+	if err != nil {
+		return nil, err
+	}
+	o, err := nats.NkeyOptionFromSeed(seed)
+	if err != nil {
+		return nil, err
+	}
+	return []nats.Option{nats.Secure(cfg), o}, nil
+}
+
+// connect opens a NATS connection as (role, id) and a transport on it.
+func (l *Local) connect(role, id string, opts ...transport.Option) (*nats.Conn, *transport.Transport, error) {
+	l.connecting.Lock()
+	defer l.connecting.Unlock()
+	copts, err := l.NATSOptions(role, id)
 	if err != nil {
 		return nil, nil, err
 	}
-	t, err := transport.New(nc)
+	copts = append(copts, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	nc, err := nats.Connect(l.NATSURL, copts...)
+	if err != nil {
+		return nil, nil, err
+	}
+	t, err := transport.New(nc, opts...)
 	if err != nil {
 		nc.Close()
 		return nil, nil, err
@@ -219,7 +354,14 @@ func (l *Local) Transport() (*nats.Conn, *transport.Transport, error) {
 
 // EtcdClient returns a new etcd client (the caller closes it).
 func (l *Local) EtcdClient() (*clientv3.Client, error) {
-	return rendezvous.Dial([]string{l.EtcdEndpoint})
+	if !l.secure {
+		return rendezvous.Dial([]string{l.EtcdEndpoint}, nil)
+	}
+	cfg, err := l.Secrets.TLS(trust.RoleCoordinator, admin).Client(trust.RoleEtcd)
+	if err != nil {
+		return nil, err
+	}
+	return rendezvous.Dial([]string{l.EtcdEndpoint}, cfg)
 }
 
 // Rendezvous returns a rendezvous client on a new etcd client with the
@@ -266,7 +408,7 @@ func (l *Local) Close() error {
 // HTTP clients (closed when it returns): cfg's Coordinator, Transport and
 // Rendezvous are filled in, with rank leases of leaseTTL seconds.
 func (l *Local) RunWorker(ctx context.Context, cfg worker.Config, leaseTTL int64) (worker.Result, error) {
-	nc, tr, err := l.Transport()
+	nc, tr, err := l.WorkerTransport(cfg.Identity)
 	if err != nil {
 		return worker.Result{}, err
 	}
@@ -276,6 +418,6 @@ func (l *Local) RunWorker(ctx context.Context, cfg worker.Config, leaseTTL int64
 		return worker.Result{}, err
 	}
 	defer cli.Close()
-	cfg.Coordinator, cfg.Transport, cfg.Rendezvous = l.Client(), tr, rv
+	cfg.Coordinator, cfg.Transport, cfg.Rendezvous = l.ReadClient(), tr, rv
 	return worker.Run(ctx, cfg)
 }

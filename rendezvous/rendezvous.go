@@ -2,6 +2,7 @@ package rendezvous
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"strconv"
@@ -399,7 +400,44 @@ func (c *Client) Missing(ctx context.Context, job string, world uint64) ([]uint6
 }
 
 // Dial returns an etcd client for endpoints with the settings tmmu's
-// daemons use: a 5 s dial timeout and etcd's own logging off.
-func Dial(endpoints []string) (*clientv3.Client, error) {
-	return clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+// daemons use: a 5 s dial timeout and etcd's own logging off; with tlsCfg
+// (trust.TLSFiles.Client), https endpoints and a client certificate.
+func Dial(endpoints []string, tlsCfg *tls.Config) (*clientv3.Client, error) {
+	return clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop(), TLS: tlsCfg})
+}
+
+// HeldAt reports whether identity held rank of job at etcd revision rev
+// — the revision of its claim (Claim.Revision), which a worker names in
+// what it reports: the claim's transaction wrote the rank key with the
+// identity at exactly that revision. When etcd has compacted rev away,
+// it answers from the reservation instead: the identity key still
+// reserves rank, was created at or before rev and last written at or
+// after it (the identity held the reservation all along). A revision
+// ahead of etcd's is refused. Errors are etcd's (unreachable): the caller
+// asks again later; false means the report is not the holder's.
+func (c *Client) HeldAt(ctx context.Context, job string, rank uint64, identity string, rev int64) (bool, error) {
+	if err := validName("job", job); err != nil {
+		return false, err
+	}
+	if err := validName("identity", identity); err != nil || rev <= 0 {
+		return false, nil
+	}
+	resp, err := c.cli.Get(ctx, c.rankKey(job, rank), clientv3.WithRev(rev))
+	switch {
+	case errors.Is(err, rpctypes.ErrCompacted):
+		idr, err := c.cli.Get(ctx, c.identityKey(job, identity))
+		if err != nil {
+			return false, fmt.Errorf("rendezvous: reservation of %q in job %q: %w", identity, job, err)
+		}
+		if len(idr.Kvs) != 1 {
+			return false, nil
+		}
+		kv := idr.Kvs[0]
+		return string(kv.Value) == strconv.FormatUint(rank, 10) && kv.CreateRevision <= rev && rev <= kv.ModRevision, nil
+	case errors.Is(err, rpctypes.ErrFutureRev):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("rendezvous: rank %d of job %q at revision %d: %w", rank, job, rev, err)
+	}
+	return len(resp.Kvs) == 1 && resp.Kvs[0].ModRevision == rev && string(resp.Kvs[0].Value) == identity, nil
 }

@@ -28,6 +28,18 @@ func (w *run) claimRank(ctx context.Context) (*rendezvous.Claim, error) {
 	}
 }
 
+// claimRevision returns the etcd revision of the rank's current claim,
+// which every report names: the leader counts a plan report only if this
+// identity held the rank's claim at that revision.
+func (w *run) claimRevision() int64 {
+	w.claimMu.Lock()
+	defer w.claimMu.Unlock()
+	if w.claim == nil {
+		return 0
+	}
+	return w.claim.Revision
+}
+
 // keepClaim claims the rank again whenever its lease is lost (etcd was
 // unreachable for longer than the lease's TTL): the same identity gets
 // the same rank, with a new lease, fenced by the identity key's revision.

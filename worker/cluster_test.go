@@ -97,7 +97,7 @@ type fleet struct {
 }
 
 func (f *fleet) start(identity string, adjust func(*planner.Options)) {
-	nc, tr, err := f.l.Transport()
+	nc, tr, err := f.l.WorkerTransport(identity)
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -116,7 +116,7 @@ func (f *fleet) start(identity string, adjust func(*planner.Options)) {
 		defer cli.Close()
 		defer nc.Close()
 		res, err := worker.Run(ctx, worker.Config{
-			Identity: identity, Job: f.job, Coordinator: f.l.Client(), Transport: tr, Rendezvous: rv,
+			Identity: identity, Job: f.job, Coordinator: f.l.ReadClient(), Transport: tr, Rendezvous: rv,
 			AdjustOptions: adjust, OnStep: f.rec.record, Poll: 20 * time.Millisecond, Standby: 30 * time.Second,
 			Executor: func(g *ir.Graph, p *planner.Plan) (runtime.Executor, error) {
 				x, err := runtime.NewArenaExecutor(g, p, 0)

@@ -48,7 +48,7 @@ func newTrainer(t *testing.T, l *localcluster.Local, job string) *trainer {
 }
 
 func (tr *trainer) start(identity string) {
-	nc, tp, err := tr.l.Transport()
+	nc, tp, err := tr.l.WorkerTransport(identity)
 	if err != nil {
 		tr.t.Fatal(err)
 	}
@@ -69,7 +69,7 @@ func (tr *trainer) start(identity string) {
 		defer tr.wg.Done()
 		defer cli.Close()
 		defer nc.Close()
-		res, err := worker.Run(ctx, worker.Config{Identity: identity, Job: tr.job, Coordinator: tr.l.Client(), Transport: tp, Rendezvous: rv,
+		res, err := worker.Run(ctx, worker.Config{Identity: identity, Job: tr.job, Coordinator: tr.l.ReadClient(), Transport: tp, Rendezvous: rv,
 			Poll: 50 * time.Millisecond, Standby: time.Minute, Store: tr.store,
 			OnStep: func(e worker.Event) {
 				tr.rec.record(e)

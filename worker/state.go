@@ -38,7 +38,7 @@ func (w *run) holdState(ctx context.Context, job *coord.Job, p *epochPlan, step 
 		}
 	}
 	e := &job.Epochs[p.epoch]
-	started := p.put > 0 || p.barrier.reported(p.rank)
+	started := p.put > 0 || p.barrier.reported(p.rank, w.cfg.Identity)
 	if !started && e.Restore != nil && step > e.StartStep {
 		// Whether a rank may be past the epoch's first step hangs on
 		// this rank's own reports: read what is stored, in case an
@@ -47,7 +47,9 @@ func (w *run) holdState(ctx context.Context, job *coord.Job, p *epochPlan, step 
 		if err != nil {
 			return false, transient(err)
 		}
-		_, started = stored[p.rank]
+		for _, r := range stored {
+			started = started || r.Rank == p.rank && r.Identity == w.cfg.Identity
+		}
 	}
 	a := recovery.Prepare(step, recoveryEpoch(job, e), w.hold, started,
 		func(s uint64) bool { return job.Checkpoint(s) != nil },
@@ -137,7 +139,7 @@ func (w *run) askFor(epoch, rank uint64, kind recovery.RequestKind, step uint64,
 	if len(detail) > transport.MaxReasonLen {
 		detail = detail[:transport.MaxReasonLen]
 	}
-	q := transport.RecoveryRequest{Job: w.cfg.Job, Kind: string(kind), Epoch: epoch, Rank: rank, Identity: w.cfg.Identity, Step: step, Detail: detail}
+	q := transport.RecoveryRequest{Job: w.cfg.Job, Kind: string(kind), Epoch: epoch, Rank: rank, Identity: w.cfg.Identity, Step: step, Detail: detail, ClaimRevision: w.claimRevision()}
 	if err := w.cfg.Transport.PublishRecovery(q); err != nil {
 		w.log.Warn("asking the leader", "kind", kind, "err", err)
 		return
@@ -324,7 +326,7 @@ func (w *run) write(ctx context.Context, j shardJob) error {
 	}
 	took := time.Since(j.began)
 	r := transport.CheckpointReport{Job: w.cfg.Job, Step: step, Epoch: j.epoch, Rank: j.rank, Identity: w.cfg.Identity,
-		Digest: digest, StateHash: s.StateHash, Bytes: uint64(len(data)), Nanos: took.Nanoseconds()}
+		Digest: digest, StateHash: s.StateHash, Bytes: uint64(len(data)), Nanos: took.Nanoseconds(), ClaimRevision: w.claimRevision()}
 	if err := w.retry(ctx, "reporting a checkpoint", func(c context.Context) error { return w.cfg.Transport.PutCheckpoint(c, r) }); err != nil {
 		return err
 	}

@@ -252,9 +252,9 @@ type run struct {
 	mu      sync.Mutex
 	res     Result
 	started bool
-	// early holds the step reports of epochs not planned yet (the latest
-	// per rank); prepare hands them to the epoch's barrier.
-	early map[uint64]map[uint64]transport.StepReport
+	// early holds the step reports of epochs not planned yet; prepare
+	// hands them to the epoch's barrier.
+	early map[uint64][]transport.StepReport
 	// running is the epoch of the steps being run: reports of older
 	// epochs are dropped.
 	running uint64
@@ -343,7 +343,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	}
 	w := &run{cfg: cfg, log: log.With("job", cfg.Job, "identity", cfg.Identity), models: map[ir.Hash]*ir.Model{},
 		plans: map[uint64]*epochPlan{}, wake: make(chan struct{}, 1), stepWake: make(chan struct{}, 1), granted: make(chan struct{}, 1), grants: map[uint64]uint64{}, agreed: map[uint64]transport.Outcome{},
-		early: map[uint64]map[uint64]transport.StepReport{}, written: map[uint64]shardWritten{}, bad: map[uint64]badCheckpoint{}, asked: map[string]time.Time{},
+		early: map[uint64][]transport.StepReport{}, written: map[uint64]shardWritten{}, bad: map[uint64]badCheckpoint{}, asked: map[string]time.Time{},
 		queue: make(chan shardJob, 1), store: cfg.Store}
 	wctx, stop := context.WithCancel(ctx)
 	w.watchCtx = wctx
@@ -465,10 +465,18 @@ func (w *run) run(ctx context.Context) error {
 		}
 	}()
 
-	// Listen before reporting anything, so nothing is missed.
+	// Listen before reporting anything, so nothing is missed. Outcomes
+	// and grants act without a fetch, so they must be this incarnation
+	// of the job's (a deleted job's signed grants replayed to a job
+	// submitted again under its name are not).
+	incarnation := job.Incarnation()
 	for _, sub := range []func() (*nats.Subscription, error){
 		func() (*nats.Subscription, error) {
 			return cfg.Transport.SubscribeOutcomes(cfg.Job, func(o transport.Outcome) {
+				if o.Incarnation != incarnation {
+					w.log.Debug("an outcome of another incarnation of the job", "incarnation", o.Incarnation)
+					return
+				}
 				w.mu.Lock()
 				w.agreed[o.Epoch] = o
 				w.mu.Unlock()
@@ -489,6 +497,10 @@ func (w *run) run(ctx context.Context) error {
 					return
 				}
 				// A grant raises the epoch's horizon without a fetch.
+				if a.Incarnation != incarnation {
+					w.log.Debug("a grant of another incarnation of the job", "incarnation", a.Incarnation)
+					return
+				}
 				w.mu.Lock()
 				if a.StartStep > w.grants[a.Epoch] {
 					w.grants[a.Epoch] = a.StartStep
@@ -570,7 +582,7 @@ func (w *run) run(ctx context.Context) error {
 		w.res.StepsRun++
 		w.res.LastStep = step
 		p.fresh = false
-		done := transport.StepDone{Job: cfg.Job, Epoch: p.epoch, Rank: p.rank, Step: step, Nanos: took.Nanoseconds(), Identity: cfg.Identity}
+		done := transport.StepDone{Job: cfg.Job, Epoch: p.epoch, Rank: p.rank, Step: step, Nanos: took.Nanoseconds(), Identity: cfg.Identity, ClaimRevision: w.claimRevision()}
 		if err := w.retry(ctx, "recording progress", func(c context.Context) error { return cfg.Transport.PutProgress(c, done) }); err != nil {
 			return drained(ctx, err)
 		}
@@ -676,7 +688,7 @@ func (w *run) observe(p *epochPlan, step uint64) {
 		return
 	}
 	req := transport.ReplanRequest{Job: w.cfg.Job, Epoch: p.epoch, Rank: p.rank, Step: step, Reason: strings.Join(out, ", "),
-		DedupeID: fmt.Sprintf("%s/%d/%d", w.cfg.Identity, p.epoch, step), Dims: dims}
+		DedupeID: fmt.Sprintf("%s/%d/%d", w.cfg.Identity, p.epoch, step), Dims: dims, Identity: w.cfg.Identity, ClaimRevision: w.claimRevision()}
 	if err := w.cfg.Transport.PublishReplanRequest(req); err != nil {
 		w.log.Warn("asking for a replan", "err", err)
 		return
@@ -829,10 +841,14 @@ func (w *run) ready(ctx context.Context, job *coord.Job, step uint64) (*epochPla
 	}
 	w.standby = time.Time{}
 	outcome := e.Outcome
+	holders := job.Holders(e.Epoch)
 	if outcome == nil {
 		w.mu.Lock()
 		if o, ok := w.agreed[e.Epoch]; ok && o.Agreed {
-			outcome = &coord.Outcome{Agreed: true}
+			outcome = &coord.Outcome{Agreed: true, Holders: o.Holders}
+			if holders == nil {
+				holders = o.Holders
+			}
 		}
 		w.mu.Unlock()
 	}
@@ -841,6 +857,12 @@ func (w *run) ready(ctx context.Context, job *coord.Job, step uint64) (*epochPla
 	}
 	if !outcome.Agreed {
 		return nil, false, fmt.Errorf("%w: %s", ErrNotAgreed, job.Reason)
+	}
+	// Only the holders' step reports pass the barrier, and only their
+	// contributions count in the collectives.
+	p.barrier.setHolders(holders)
+	if holders != nil {
+		w.cfg.Transport.SetRoster(w.cfg.Job, holders)
 	}
 	if ok, err := w.holdState(ctx, job, p, step); !ok || err != nil {
 		return p, false, err
@@ -862,7 +884,7 @@ func (w *run) ready(ctx context.Context, job *coord.Job, step uint64) (*epochPla
 		return p, false, nil
 	}
 	if p.put < step {
-		r := transport.StepReport{Job: w.cfg.Job, Epoch: e.Epoch, Rank: p.rank, Step: step, PlanHash: p.hash}
+		r := transport.StepReport{Job: w.cfg.Job, Epoch: e.Epoch, Rank: p.rank, Step: step, PlanHash: p.hash, Identity: w.cfg.Identity, ClaimRevision: w.claimRevision()}
 		if err := w.cfg.Transport.PutStep(ctx, r); err != nil {
 			return p, false, transient(err)
 		}
@@ -938,7 +960,7 @@ func (w *run) prepare(ctx context.Context, job *coord.Job, i uint64) (*epochPlan
 		w.res.PlanTime = time.Since(t)
 	}
 	p = &epochPlan{epoch: i, rank: rank, world: world, member: true, hash: rp.Plan.PlanHash, plan: rp, graph: rp.View.Graph, barrier: newBarrier(world, e.Expected)}
-	r := transport.PlanReport{Job: w.cfg.Job, Epoch: i, Rank: rank, Identity: w.cfg.Identity, PlanHash: p.hash}
+	r := transport.PlanReport{Job: w.cfg.Job, Epoch: i, Rank: rank, Identity: w.cfg.Identity, PlanHash: p.hash, ClaimRevision: w.claimRevision()}
 	if err := w.cfg.Transport.Report(ctx, r); err != nil {
 		if errors.Is(err, transport.ErrConflict) {
 			return nil, fmt.Errorf("worker: reporting the plan hash of epoch %d: %w", i, err)
@@ -1032,49 +1054,75 @@ func (w *run) stepReport(r transport.StepReport) {
 		}
 		return
 	}
-	if w.early[r.Epoch] == nil {
-		w.early[r.Epoch] = map[uint64]transport.StepReport{}
-	}
-	w.early[r.Epoch][r.Rank] = r // the stream's latest is the stored one
+	w.early[r.Epoch] = append(w.early[r.Epoch], r)
 }
 
 // barrier is the go/no-go barrier before each step of one epoch: rank r
-// has passed step s once it reported s or a later step with its expected
-// hash.
+// has passed step s once its holder (the identity the epoch's outcome
+// names for it) reported s or a later step with its expected hash. What
+// other identities store under the rank does not count.
 type barrier struct {
 	mu       sync.Mutex
 	expected []ir.Hash
-	at       []uint64 // highest step reported per rank (0 = none)
+	at       []map[string]uint64 // per rank and identity, the highest step reported
+	holders  []string            // by rank, once the epoch is agreed
 	changed  chan struct{}
 }
 
 func newBarrier(world uint64, expected []ir.Hash) *barrier {
-	return &barrier{expected: expected, at: make([]uint64, world), changed: make(chan struct{}, 1)}
+	b := &barrier{expected: expected, at: make([]map[string]uint64, world), changed: make(chan struct{}, 1)}
+	for r := range b.at {
+		b.at[r] = map[string]uint64{}
+	}
+	return b
 }
 
 func (b *barrier) add(r transport.StepReport) {
 	b.mu.Lock()
-	if r.Rank < uint64(len(b.at)) && r.PlanHash == b.expected[r.Rank] && r.Step > b.at[r.Rank] {
-		b.at[r.Rank] = r.Step
+	if r.Rank < uint64(len(b.at)) && r.PlanHash == b.expected[r.Rank] && r.Step > b.at[r.Rank][r.Identity] {
+		b.at[r.Rank][r.Identity] = r.Step
 	}
 	b.mu.Unlock()
+	b.signal()
+}
+
+func (b *barrier) signal() {
 	select {
 	case b.changed <- struct{}{}:
 	default:
 	}
 }
 
-// reported says whether rank reported any step.
-func (b *barrier) reported(rank uint64) bool {
+// setHolders names the identities whose reports count, by rank (nil: an
+// outcome that recorded none, whose ranks' reports count from anyone).
+func (b *barrier) setHolders(h []string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return rank < uint64(len(b.at)) && b.at[rank] > 0
+	if b.holders == nil && h != nil {
+		b.holders = h
+		b.signal()
+	}
+}
+
+// reported says whether identity reported any step for rank.
+func (b *barrier) reported(rank uint64, identity string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return rank < uint64(len(b.at)) && b.at[rank][identity] > 0
 }
 
 func (b *barrier) ready(step uint64) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	for _, s := range b.at {
+	for r, by := range b.at {
+		var s uint64
+		if len(b.holders) == len(b.at) {
+			s = by[b.holders[r]]
+		} else {
+			for _, x := range by {
+				s = max(s, x)
+			}
+		}
 		if s < step {
 			return false
 		}

@@ -18,6 +18,7 @@ import (
 	"github.com/tmmu/tmmu/internal/cli"
 	"github.com/tmmu/tmmu/ir"
 	"github.com/tmmu/tmmu/planner"
+	"github.com/tmmu/tmmu/trust"
 )
 
 var jobCmd = &command{
@@ -48,6 +49,7 @@ type clusterFlags struct {
 	timeout      *time.Duration
 	token        *string
 	tokenFile    *string
+	caFile       *string
 }
 
 func addClusterFlags(fs *flag.FlagSet) clusterFlags {
@@ -55,8 +57,9 @@ func addClusterFlags(fs *flag.FlagSet) clusterFlags {
 		coordinators: fs.String("coordinators", "", "coordinator HTTP URLs, comma-separated (default http://127.0.0.1:8080)"),
 		config:       fs.String("config", "", "JSON config file: {\"coordinators\": [\"http://host:port\", ...]}"),
 		timeout:      fs.Duration("timeout", 30*time.Second, "give up after this long"),
-		token:        fs.String("token", "", "the coordinators' API token, which job submit, replan and voter changes need (TMMU_TOKEN)"),
+		token:        fs.String("token", "", "the coordinators' API token (or, for reads, the read token) (TMMU_TOKEN)"),
 		tokenFile:    fs.String("token-file", "", "read the API token from this file (TMMU_TOKEN_FILE)"),
+		caFile:       fs.String("ca-file", "", "the cluster's CA certificate, for https coordinators (TMMU_CA_FILE; tmmu secrets init writes ca.crt)"),
 	}
 }
 
@@ -117,6 +120,13 @@ func (c clusterFlags) client(e *env, fs *flag.FlagSet) (*coord.Client, error) {
 			return nil, usagef("--token-file: %v", err)
 		}
 		cl.Token = tok
+	}
+	if *c.caFile != "" {
+		rt, err := cli.CoordinatorTransport(trust.TLSFiles{CA: *c.caFile})
+		if err != nil {
+			return nil, usagef("--ca-file: %v", err)
+		}
+		cl.HTTP.Transport = rt
 	}
 	return cl, nil
 }

@@ -61,6 +61,8 @@ func TestClusterCommands(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
+	t.Setenv("TMMU_CA_FILE", l.CAFile())
+	t.Setenv("TMMU_TOKEN", l.APIToken())
 	dir := t.TempDir()
 	irFile, specFile := filepath.Join(dir, "gpt2.json"), filepath.Join(dir, "spec.json")
 	mustRun(t, "", "gen", "gpt2", "--layers", "2", "--hidden", "64", "--heads", "4", "--seq", "16", "--vocab", "128", "--train", "--dtype", "bf16", "--out", irFile)
@@ -112,7 +114,8 @@ func TestClusterCommands(t *testing.T) {
 }
 
 // TestReplanCommands: with an API token set, job submit and replan
-// without it are refused; with it (flag, TMMU_TOKEN or a file) they work.
+// without it (or with the read token) are refused; with it (flag,
+// TMMU_TOKEN or a file) they work; reads need a token too.
 // tmmu replan on a running job, and tmmu job history with the old and new
 // plan hashes.
 func TestReplanCommands(t *testing.T) {
@@ -121,9 +124,8 @@ func TestReplanCommands(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	for _, n := range l.Coord.Nodes {
-		n.SetAPIToken("s3cret")
-	}
+	t.Setenv("TMMU_CA_FILE", l.CAFile())
+	token, readToken := l.APIToken(), l.ReadToken()
 	dir := t.TempDir()
 	irFile, specFile := filepath.Join(dir, "gpt2.json"), filepath.Join(dir, "spec.json")
 	mustRun(t, "", "gen", "gpt2", "--layers", "1", "--hidden", "32", "--heads", "2", "--seq", "8", "--vocab", "64", "--train", "--dtype", "bf16", "--out", irFile)
@@ -138,9 +140,13 @@ func TestReplanCommands(t *testing.T) {
 		t.Fatalf("job submit with a wrong token: exit %d, %s", status, stderr)
 	}
 	tokenFile := filepath.Join(dir, "token")
-	os.WriteFile(tokenFile, []byte("s3cret\n"), 0o600)
+	os.WriteFile(tokenFile, []byte(token+"\n"), 0o600)
 	mustRun(t, "", "job", "submit", irFile, "--shard-spec", specFile, "--name", "ops", "--steps", "0", "--coordinators", urls, "--token-file", tokenFile)
-	// Reads need no token.
+	// Reads need the read token (or the API token).
+	if status, _, stderr := runCLI(t, "", "job", "list", "--coordinators", urls); status != 1 || !strings.Contains(stderr, "401 Unauthorized") {
+		t.Fatalf("job list without a token: exit %d, %s", status, stderr)
+	}
+	t.Setenv("TMMU_TOKEN", readToken)
 	mustRun(t, "", "job", "list", "--coordinators", urls)
 
 	ctx, drain := context.WithCancel(context.Background())
@@ -169,7 +175,7 @@ func TestReplanCommands(t *testing.T) {
 	if status != 1 || !strings.Contains(stderr, "API token") {
 		t.Errorf("replan without the token: exit %d, %s", status, stderr)
 	}
-	t.Setenv("TMMU_TOKEN", "s3cret")
+	t.Setenv("TMMU_TOKEN", token)
 	out := mustRun(t, "", "replan", "--job", "ops", "--reason", "slots please", "--strategy", "slots", "--id", "r1", "--coordinators", urls)
 	if !strings.Contains(out, "epoch 1 committed; every rank switches at step") || !strings.Contains(out, "operator r1: slots please") {
 		t.Errorf("replan:\n%s", out)
@@ -213,7 +219,7 @@ func TestReplanCommands(t *testing.T) {
 	if status, _, stderr := runCLI(t, "", "job", "cancel", "ops", "--coordinators", urls); status != 1 || !strings.Contains(stderr, "API token") {
 		t.Errorf("cancel without the token: %d %s", status, stderr)
 	}
-	t.Setenv("TMMU_TOKEN", "s3cret")
+	t.Setenv("TMMU_TOKEN", token)
 	if out := mustRun(t, "", "job", "cancel", "ops", "--reason", "enough", "--coordinators", urls); !strings.Contains(out, "job ops cancelled") {
 		t.Errorf("cancel: %s", out)
 	}

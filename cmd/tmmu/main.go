@@ -47,7 +47,7 @@ type command struct {
 var commands []*command
 
 func init() {
-	commands = []*command{genCmd, planCmd, shardCmd, verifyCmd, benchCmd, vizCmd, trainCmd, demoCmd, jobCmd, replanCmd, statusCmd, voterCmd, healthcheckCmd}
+	commands = []*command{genCmd, planCmd, shardCmd, verifyCmd, benchCmd, vizCmd, trainCmd, demoCmd, jobCmd, replanCmd, statusCmd, voterCmd, secretsCmd, healthcheckCmd}
 }
 
 // env carries the process's streams so tests can run commands in-process.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/tmmu/tmmu/checkpoint"
 	"github.com/tmmu/tmmu/transport"
+	"github.com/tmmu/tmmu/trust"
 )
 
 // ReadSecret reads a secret (a password, a token) from a file, without
@@ -79,13 +80,22 @@ func Logger(w io.Writer, format string, level slog.Level) (*slog.Logger, error) 
 
 // Healthcheck is the daemons' "healthcheck URL" subcommand, for container
 // healthchecks in images with no shell: it exits 0 when GET url answers
-// 200 within the timeout.
+// 200 within the timeout. An https URL is checked against the CA in
+// TMMU_TLS_CA.
 func Healthcheck(args []string) int {
 	if len(args) != 1 {
 		fmt.Fprintln(os.Stderr, "usage: healthcheck URL")
 		return 2
 	}
 	c := &http.Client{Timeout: 3 * time.Second}
+	if ca := os.Getenv(EnvName("tls-ca")); ca != "" && strings.HasPrefix(args[0], "https://") {
+		cfg, err := trust.TLSFiles{CA: ca}.Client()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "healthcheck:", err)
+			return 1
+		}
+		c.Transport = &http.Transport{TLSClientConfig: cfg}
+	}
 	resp, err := c.Get(args[0])
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "healthcheck:", err)
@@ -101,9 +111,10 @@ func Healthcheck(args []string) int {
 
 // DialNATS connects to NATS and opens the transport, as the daemons do:
 // forever reconnecting (every 250 ms, with jitter), and waiting — rather
-// than failing — while NATS or its JetStream is not up yet, until ctx
-// ends. extra adds options (credentials).
-func DialNATS(ctx context.Context, url, name string, log *slog.Logger, extra ...nats.Option) (*nats.Conn, *transport.Transport, error) {
+// than failing — while NATS or its JetStream (or, for a worker, the
+// buckets the coordinators create) is not up yet, until ctx ends. extra
+// adds connect options (credentials), trOpts transport options.
+func DialNATS(ctx context.Context, url, name string, log *slog.Logger, extra []nats.Option, trOpts ...transport.Option) (*nats.Conn, *transport.Transport, error) {
 	opts := append([]nats.Option{nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond),
 		nats.ReconnectJitter(100*time.Millisecond, time.Second), nats.RetryOnFailedConnect(true)}, extra...)
 	nc, err := nats.Connect(url, opts...)
@@ -111,7 +122,7 @@ func DialNATS(ctx context.Context, url, name string, log *slog.Logger, extra ...
 		return nil, nil, fmt.Errorf("nats %s: %w", url, err)
 	}
 	for try := 0; ; try++ {
-		tr, err := transport.New(nc, transport.WithTimeout(5*time.Second))
+		tr, err := transport.New(nc, append([]transport.Option{transport.WithTimeout(5 * time.Second)}, trOpts...)...)
 		if err == nil {
 			return nc, tr, nil
 		}

@@ -6,6 +6,7 @@ package coordd
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -19,9 +20,12 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/tmmu/tmmu/checkpoint"
 	"github.com/tmmu/tmmu/coord"
 	"github.com/tmmu/tmmu/internal/cli"
 	"github.com/tmmu/tmmu/rendezvous"
+	"github.com/tmmu/tmmu/transport"
+	"github.com/tmmu/tmmu/trust"
 )
 
 // Main runs the coordinator daemon with args (without the program name)
@@ -57,8 +61,11 @@ func run(args []string, stderr io.Writer) error {
 	ckptDir := fs.String("checkpoint-dir", "", "the checkpoints' directory, as the workers see it (empty: the NATS object store bucket tmmu_checkpoints); the leader deletes what no kept checkpoint needs")
 	peers := fs.String("peers", "", "the cluster's voters: id=raft_addr=http_addr,... (this node included)")
 	bootstrap := fs.Bool("bootstrap", false, "bootstrap a new cluster of --peers when the data dir is empty (every initial voter gets the same --peers; a node joining later runs without --bootstrap and is added with tmmu voter add)")
-	token := fs.String("api-token", "", "bearer token every mutating API call (job submit, replan, cancel, delete, voter changes) must carry (empty: none)")
+	token := fs.String("api-token", "", "bearer token every API call but /livez, /readyz and /metrics must carry (prefer --api-token-file)")
 	tokenFile := fs.String("api-token-file", "", "read the API token from this file")
+	readTokenFile := fs.String("read-token-file", "", "read the read token (reads of jobs, IRs, plans and status accept it; what workers hold) from this file")
+	signingKey := fs.String("signing-key-file", "", "the coordinators' ed25519 key (PEM) that signs every outcome and announcement")
+	sec := cli.SecurityFlags(fs)
 	natsAuth := cli.NATSFlags(fs)
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	fast := fs.Bool("fast-failover", false, "raft heartbeat and election timeouts of 300 ms instead of 1 s, for clusters on one LAN")
@@ -77,13 +84,38 @@ func run(args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	sec.Fill(trust.RoleCoordinator, *id, map[*string]func(trust.Layout) string{
+		signingKey: trust.Layout.SigningKey, tokenFile: trust.Layout.APIToken, readTokenFile: trust.Layout.ReadToken})
+	// A secure coordinator signs its decisions, binds reports to etcd
+	// claims and guards its API with tokens.
+	if err := sec.Require("coordinator", map[string]string{"--signing-key-file": *signingKey, "--api-token-file": *tokenFile + *token,
+		"--nats-nkey-file": *sec.Nkey, "--etcd": *etcd}); err != nil {
+		return err
+	}
 	apiToken, err := cli.Secret(*token, *tokenFile)
 	if err != nil {
 		return fmt.Errorf("--api-token-file: %w", err)
 	}
+	readToken, err := cli.Secret("", *readTokenFile)
+	if err != nil {
+		return fmt.Errorf("--read-token-file: %w", err)
+	}
 	natsOpts, err := natsAuth()
 	if err != nil {
 		return err
+	}
+	secOpts, err := sec.NATSOptions()
+	if err != nil {
+		return err
+	}
+	natsOpts = append(natsOpts, secOpts...)
+	var trOpts []transport.Option
+	if *signingKey != "" {
+		s, err := trust.LoadSigner(*signingKey)
+		if err != nil {
+			return fmt.Errorf("--signing-key-file: %w", err)
+		}
+		trOpts = append(trOpts, transport.WithSigner(s))
 	}
 	ps, err := parsePeers(*peers)
 	if err != nil {
@@ -92,18 +124,42 @@ func run(args []string, stderr io.Writer) error {
 	if len(ps) == 0 {
 		ps = []coord.Peer{{ID: *id, RaftAddr: *raftAddr, HTTPAddr: *httpAddr}}
 	}
-	node, err := coord.Open(coord.Config{ID: *id, RaftAddr: *raftAddr, HTTPAddr: *httpAddr, DataDir: *dataDir,
-		Bootstrap: *bootstrap, Peers: ps, Fast: *fast, APIToken: apiToken, Logger: log})
+	cfg := coord.Config{ID: *id, RaftAddr: *raftAddr, HTTPAddr: *httpAddr, DataDir: *dataDir,
+		Bootstrap: *bootstrap, Peers: ps, Fast: *fast, APIToken: apiToken, ReadToken: readToken, Logger: log}
+	var apiTLS *tls.Config
+	if files := sec.TLS(); files.Enabled() {
+		rt := &coord.RaftTLS{}
+		if rt.Server, err = files.Server(true, trust.RoleCoordinator); err != nil {
+			return err
+		}
+		if rt.Client, err = files.Client(trust.RoleCoordinator); err != nil {
+			return err
+		}
+		if apiTLS, err = files.Server(false); err != nil {
+			return err
+		}
+		cfg.RaftTLS, cfg.HTTPS = rt, true
+	}
+	node, err := coord.Open(cfg)
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Addr: *httpAddr, Handler: node.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Addr: *httpAddr, Handler: node.Handler(), ReadHeaderTimeout: 10 * time.Second, TLSConfig: apiTLS}
 	errc := make(chan error, 1)
-	go func() { errc <- srv.ListenAndServe() }()
+	go func() {
+		if apiTLS != nil {
+			errc <- srv.ListenAndServeTLS("", "")
+			return
+		}
+		errc <- srv.ListenAndServe()
+	}()
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	log.Info("coordinator started", "id", *id, "raft", *raftAddr, "http", *httpAddr, "peers", len(ps))
+	log.Info("coordinator started", "id", *id, "raft", *raftAddr, "http", *httpAddr, "peers", len(ps), "tls", apiTLS != nil, "signed", *signingKey != "")
+	if *sec.Insecure {
+		log.Warn("running --insecure: no TLS, no signed decisions, reports not bound to NATS identities unless the server enforces them")
+	}
 	// The raft node serves while NATS is not up yet: the leader's loops
 	// start once it is.
 	agreeDone := make(chan struct{})
@@ -111,7 +167,7 @@ func run(args []string, stderr io.Writer) error {
 		defer close(agreeDone)
 		natsOpts = append(natsOpts, nats.ReconnectHandler(func(nc *nats.Conn) { log.Info("NATS reconnected", "url", nc.ConnectedUrlRedacted()) }),
 			nats.DisconnectErrHandler(func(_ *nats.Conn, err error) { log.Warn("NATS disconnected", "err", err) }))
-		nc, tr, err := cli.DialNATS(ctx, *natsURL, "tmmu-coordinator-"+*id, log, natsOpts...)
+		nc, tr, err := cli.DialNATS(ctx, *natsURL, "tmmu-coordinator-"+*id, log, natsOpts, trOpts...)
 		if err != nil {
 			if ctx.Err() == nil {
 				log.Error("NATS", "err", err)
@@ -119,9 +175,22 @@ func run(args []string, stderr io.Writer) error {
 			return
 		}
 		defer nc.Close()
+		irs, err := checkpoint.WaitNATSStore(ctx, tr.JetStream(), checkpoint.NATSConfig{Bucket: coord.IRBucket})
+		if err != nil {
+			if ctx.Err() == nil {
+				log.Error("the IR store", "err", err)
+			}
+			return
+		}
+		node.SetIRStore(irs)
 		l := coord.Leading{Transport: tr, ShrinkAfter: *shrinkAfter}
 		if *etcd != "" {
-			ec, err := rendezvous.Dial(strings.Split(*etcd, ","))
+			etls, err := sec.EtcdTLS()
+			if err != nil {
+				log.Error("etcd TLS", "err", err)
+				return
+			}
+			ec, err := rendezvous.Dial(strings.Split(*etcd, ","), etls)
 			if err != nil {
 				log.Error("etcd", "endpoints", *etcd, "err", err)
 				return

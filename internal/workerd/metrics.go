@@ -14,6 +14,7 @@ import (
 	"github.com/tmmu/tmmu/ir"
 	"github.com/tmmu/tmmu/planner"
 	"github.com/tmmu/tmmu/runtime"
+	"github.com/tmmu/tmmu/transport"
 )
 
 // metrics are the worker's Prometheus metrics, in base units. They are
@@ -55,6 +56,18 @@ func newMetrics() *metrics {
 	}
 	m.reg.MustRegister(m.steps, m.duration, m.loss, m.arena, m.plans, m.ckpts, m.ckptBytes, m.ckptTime, m.restores, m.restoreTime, m.reconnects, collectors.NewGoCollector())
 	return m
+}
+
+// watch exports what the transport dropped: decisions whose signature did
+// not verify, and stored values that did not decode or match their key.
+func (m *metrics) watch(tr *transport.Transport) {
+	m.reg.MustRegister(
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tmmu_worker_rejected_decisions_total",
+			Help: "Outcomes and announcements ignored because their signature did not verify (or they had none)."},
+			func() float64 { return float64(tr.Rejected()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tmmu_worker_dropped_messages_total",
+			Help: "Messages and stored values dropped because they did not decode, validate or match their subject or key."},
+			func() float64 { return float64(tr.Dropped()) }))
 }
 
 // Checkpointed counts a stored shard (worker.Stats).

@@ -24,6 +24,8 @@ import (
 	"github.com/tmmu/tmmu/coord"
 	"github.com/tmmu/tmmu/internal/cli"
 	"github.com/tmmu/tmmu/rendezvous"
+	"github.com/tmmu/tmmu/transport"
+	"github.com/tmmu/tmmu/trust"
 	"github.com/tmmu/tmmu/worker"
 )
 
@@ -45,6 +47,9 @@ func run(args []string, stderr io.Writer) error {
 	executor := fs.String("executor", "auto", "auto (webgpu if an adapter exists, else cpu; arena for graphs the engine cannot run), webgpu, cpu, arena or plan-only")
 	ckptDir := fs.String("checkpoint-dir", "", "keep checkpoints in this directory (every worker and coordinator of the cluster must see the same one) instead of the NATS object store bucket "+"tmmu_checkpoints")
 	poll := fs.Duration("poll", time.Second, "how often to poll the coordinators while waiting, in case announcements are lost")
+	verifyKey := fs.String("verify-key-file", "", "the coordinators' public key(s) (PEM): outcomes and announcements that do not verify are ignored")
+	tokenFile := fs.String("token-file", "", "the coordinators' read token (or API token), which reads of the job need")
+	sec := cli.SecurityFlags(fs)
 	natsAuth := cli.NATSFlags(fs)
 	httpAddr := fs.String("http-addr", "", "serve /livez, /readyz and /metrics here (empty: no HTTP)")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
@@ -66,7 +71,42 @@ func run(args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	sec.Fill(trust.RoleWorker, *identity, map[*string]func(trust.Layout) string{verifyKey: trust.Layout.VerifyKey, tokenFile: trust.Layout.ReadToken})
+	if err := sec.Require("worker", map[string]string{"--verify-key-file": *verifyKey, "--nats-nkey-file": *sec.Nkey, "--token-file": *tokenFile}); err != nil {
+		return err
+	}
 	natsOpts, err := natsAuth()
+	if err != nil {
+		return err
+	}
+	secOpts, err := sec.NATSOptions()
+	if err != nil {
+		return err
+	}
+	natsOpts = append(natsOpts, secOpts...)
+	trOpts := []transport.Option{transport.WithIdentity(*identity)}
+	if !*sec.Insecure {
+		// The coordinators create the buckets; a worker's credentials
+		// may only use them.
+		trOpts = append(trOpts, transport.OpenOnly())
+	}
+	if *verifyKey != "" {
+		v, err := trust.LoadVerifier(*verifyKey)
+		if err != nil {
+			return fmt.Errorf("--verify-key-file: %w", err)
+		}
+		trOpts = append(trOpts, transport.WithVerifier(v))
+	}
+	token, err := cli.Secret("", *tokenFile)
+	if err != nil {
+		return fmt.Errorf("--token-file: %w", err)
+	}
+	coordClient := coord.NewClient(strings.Split(*coords, ",")...)
+	coordClient.Token = token
+	if coordClient.HTTP.Transport, err = sec.CoordinatorTransport(); err != nil {
+		return err
+	}
+	etls, err := sec.EtcdTLS()
 	if err != nil {
 		return err
 	}
@@ -79,12 +119,13 @@ func run(args []string, stderr io.Writer) error {
 			m.reconnects.WithLabelValues("nats").Inc()
 			log.Info("NATS reconnected", "url", nc.ConnectedUrlRedacted())
 		}))
-	nc, tr, err := cli.DialNATS(ctx, *natsURL, "tmmu-worker-"+*identity, log, natsOpts...)
+	nc, tr, err := cli.DialNATS(ctx, *natsURL, "tmmu-worker-"+*identity, log, natsOpts, trOpts...)
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	ec, err := rendezvous.Dial(strings.Split(*etcd, ","))
+	m.watch(tr)
+	ec, err := rendezvous.Dial(strings.Split(*etcd, ","), etls)
 	if err != nil {
 		return fmt.Errorf("etcd %s: %w", *etcd, err)
 	}
@@ -93,7 +134,7 @@ func run(args []string, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("checkpoint store: %w", err)
 	}
-	cfg := worker.Config{Identity: *identity, Job: *job, Coordinator: coord.NewClient(strings.Split(*coords, ",")...),
+	cfg := worker.Config{Identity: *identity, Job: *job, Coordinator: coordClient,
 		Transport: tr, Rendezvous: rendezvous.New(ec, "", *ttl), Store: store, Logger: log, Standby: *standby, Poll: *poll, Stats: m}
 	exec, err := worker.Executors(*executor, tr, *job, log)
 	if err != nil {

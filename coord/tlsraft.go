@@ -1,0 +1,72 @@
+package coord
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// RaftTLS secures the raft transport with mutual TLS: every node listens
+// with Server (which must require a client certificate of a coordinator,
+// trust.TLSFiles.Server(true, trust.RoleCoordinator)) and dials its peers
+// with Client (which presents the node's certificate and checks that the
+// peer's is a coordinator's, trust.TLSFiles.Client(trust.RoleCoordinator)).
+// A node without a valid certificate then cannot send a vote request, an
+// append or a snapshot, nor receive one.
+type RaftTLS struct {
+	Server, Client *tls.Config
+}
+
+// tlsStream is a raft.StreamLayer over TLS.
+type tlsStream struct {
+	net.Listener
+	advertise net.Addr
+	client    *tls.Config
+}
+
+// newTLSStream listens on bind with the server config.
+func newTLSStream(bind string, advertise net.Addr, t *RaftTLS) (*tlsStream, error) {
+	if t.Server == nil || t.Client == nil {
+		return nil, errors.New("coord: raft TLS needs a server and a client config")
+	}
+	if t.Server.ClientAuth != tls.RequireAndVerifyClientCert {
+		return nil, errors.New("coord: raft TLS must require and verify client certificates")
+	}
+	l, err := net.Listen("tcp", bind)
+	if err != nil {
+		return nil, err
+	}
+	if advertise == nil {
+		advertise = l.Addr()
+	}
+	if tcp, ok := advertise.(*net.TCPAddr); !ok || tcp.IP == nil || tcp.IP.IsUnspecified() {
+		l.Close()
+		return nil, fmt.Errorf("coord: raft address %v is not advertisable", advertise)
+	}
+	return &tlsStream{Listener: tls.NewListener(l, t.Server), advertise: advertise, client: t.Client}, nil
+}
+
+// Dial connects to a peer over TLS, checking its certificate.
+func (s *tlsStream) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
+	d := &net.Dialer{Timeout: timeout}
+	cfg := s.client.Clone()
+	if cfg.ServerName == "" {
+		host, _, err := net.SplitHostPort(string(address))
+		if err != nil {
+			return nil, err
+		}
+		cfg.ServerName = host
+	}
+	c, err := tls.DialWithDialer(d, "tcp", string(address), cfg)
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Addr returns the advertised address.
+func (s *tlsStream) Addr() net.Addr { return s.advertise }
