@@ -16,6 +16,8 @@
 //	tmmu replan --job J --reason R  ask for a new plan epoch at the next safepoint
 //	tmmu status                     the cluster (leader, term, voters) and its jobs
 //	tmmu voter add|remove           change the coordinators' raft membership
+//	tmmu secrets init DIR           write a cluster's credentials (CA, certificates, NATS nkeys, signing key, tokens)
+//	tmmu probe --secrets DIR ...    attack a running cluster with one worker's credentials; exit 1 if it accepts any
 //
 // Run "tmmu help COMMAND" for a command's flags.
 package main
@@ -47,7 +49,7 @@ type command struct {
 var commands []*command
 
 func init() {
-	commands = []*command{genCmd, planCmd, shardCmd, verifyCmd, benchCmd, vizCmd, trainCmd, demoCmd, jobCmd, replanCmd, statusCmd, voterCmd, secretsCmd, healthcheckCmd}
+	commands = []*command{genCmd, planCmd, shardCmd, verifyCmd, benchCmd, vizCmd, trainCmd, demoCmd, jobCmd, replanCmd, statusCmd, voterCmd, secretsCmd, probeCmd, healthcheckCmd}
 }
 
 // env carries the process's streams so tests can run commands in-process.

@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"io"
-	"strings"
 	"time"
 
 	"github.com/tmmu/tmmu/transport"
@@ -42,16 +41,7 @@ func runSecrets(c *command, e *env, args []string) error {
 	if len(pos) != 1 {
 		return usagef("secrets init takes one directory")
 	}
-	list := func(s string) []string {
-		var out []string
-		for _, f := range strings.Split(s, ",") {
-			if f = strings.TrimSpace(f); f != "" {
-				out = append(out, f)
-			}
-		}
-		return out
-	}
-	plan := trust.Plan{Coordinators: list(*coords), Workers: list(*workers), Operators: list(*operators), Hosts: list(*hosts),
+	plan := trust.Plan{Coordinators: split(*coords), Workers: split(*workers), Operators: split(*operators), Hosts: split(*hosts),
 		ValidFor: *valid, FilesReadable: *readable}
 	users, err := trust.Generate(pos[0], plan, natsAuthorization)
 	if err != nil {
