@@ -9,6 +9,12 @@
 // job run without faults, with no worker process exiting but the killed
 // ones. It prints, per fault, the time to the next committed step.
 //
+// The cluster runs as a deployment does, authenticated throughout: the
+// credentials of tmmu secrets init (written by the test), NATS with TLS
+// and a user per identity (nats.conf including the rendered
+// authorization), etcd with client certificates, raft and the API over
+// TLS, signed decisions, and the daemons started with --secrets.
+//
 //	go test ./faults -v                      # the whole schedule
 //	TMMU_FAULTS_WORKER_DOWN=10s go test ./faults   # a shorter worker outage
 //

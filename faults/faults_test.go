@@ -13,8 +13,11 @@ import (
 
 	"github.com/tmmu/tmmu/coord"
 	"github.com/tmmu/tmmu/engine"
+	"github.com/tmmu/tmmu/internal/cli"
 	"github.com/tmmu/tmmu/ir"
 	"github.com/tmmu/tmmu/models"
+	"github.com/tmmu/tmmu/transport"
+	"github.com/tmmu/tmmu/trust"
 )
 
 // The job must outlast the fault schedule on any machine: steps run on
@@ -38,6 +41,42 @@ type testCluster struct {
 	etcdURL    string
 	urls       []string
 	client     *coord.Client
+	secrets    string // tmmu secrets init's layout: everything speaks TLS with its own identity
+}
+
+// jobs are the jobs the test runs; each has world workers "<job>-<i>".
+var jobs = []string{"reference", "faults"}
+
+// writeSecrets writes the cluster's credentials as tmmu secrets init
+// does (the coordinators c1..c3, a worker identity per job and rank, the
+// NATS users), and a nats.conf with TLS that includes them.
+func writeSecrets(t *testing.T, dir string) {
+	var workers []string
+	for _, j := range jobs {
+		for i := range world {
+			workers = append(workers, fmt.Sprintf("%s-%d", j, i))
+		}
+	}
+	_, err := trust.Generate(dir, trust.Plan{Coordinators: []string{"c1", "c2", "c3"}, Workers: workers}, func(users []trust.NATSUser) ([]byte, error) {
+		var out []transport.NATSUser
+		for _, u := range users {
+			p := transport.WorkerPermissions(u.ID)
+			if u.Role == trust.RoleCoordinator {
+				p = transport.CoordinatorPermissions()
+			}
+			out = append(out, transport.NATSUser{Nkey: u.Nkey, Permissions: p})
+		}
+		return transport.NATSAuthorization(out), nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := trust.Layout{Dir: dir}
+	conf := fmt.Sprintf("tls {\n  cert_file: %q\n  key_file: %q\n  ca_file: %q\n  verify: true\n}\ninclude %q\n",
+		l.Cert(trust.RoleNATS, trust.RoleNATS), l.Key(trust.RoleNATS, trust.RoleNATS), l.CACert(), "nats/auth.conf")
+	if err := os.WriteFile(filepath.Join(dir, "nats.conf"), []byte(conf), 0o600); err != nil {
+		t.Fatal(err)
+	}
 }
 
 var picked = map[string]bool{}
@@ -58,13 +97,15 @@ func free(t *testing.T) string {
 
 func startCluster(t *testing.T) *testCluster {
 	tc := &testCluster{cluster: newCluster(t)}
+	tc.secrets = filepath.Join(tc.dir, "secrets")
+	writeSecrets(t, tc.secrets)
 	natsAddr := free(t)
-	tc.natsURL = "nats://" + natsAddr
-	tc.nats = tc.add("nats", "nats", natsAddr[strings.LastIndex(natsAddr, ":")+1:], filepath.Join(tc.dir, "nats-store"))
+	tc.natsURL = "tls://" + natsAddr
+	tc.nats = tc.add("nats", "nats", natsAddr[strings.LastIndex(natsAddr, ":")+1:], filepath.Join(tc.dir, "nats-store"), filepath.Join(tc.secrets, "nats.conf"))
 	tc.start(tc.nats)
 	tc.nats.waitLine(t, "nats: ready", 30*time.Second)
-	tc.etcdURL = "http://" + free(t)
-	tc.etcd = tc.add("etcd", "etcd", filepath.Join(tc.dir, "etcd-data"), tc.etcdURL, "http://"+free(t))
+	tc.etcdURL = "https://" + free(t)
+	tc.etcd = tc.add("etcd", "etcd", filepath.Join(tc.dir, "etcd-data"), tc.etcdURL, "http://"+free(t), tc.secrets)
 	tc.start(tc.etcd)
 	tc.etcd.waitLine(t, "etcd: ready", 60*time.Second)
 	type addrs struct{ raft, http string }
@@ -74,16 +115,25 @@ func startCluster(t *testing.T) *testCluster {
 		a := addrs{free(t), free(t)}
 		as = append(as, a)
 		peers = append(peers, fmt.Sprintf("c%d=%s=%s", i+1, a.raft, a.http))
-		tc.urls = append(tc.urls, "http://"+a.http)
+		tc.urls = append(tc.urls, "https://"+a.http)
 	}
 	for i, a := range as {
 		p := tc.add(fmt.Sprintf("c%d", i+1), "coordinator", "--id", fmt.Sprintf("c%d", i+1), "--raft-addr", a.raft, "--http-addr", a.http,
 			"--data-dir", filepath.Join(tc.dir, fmt.Sprintf("c%d", i+1)), "--nats", tc.natsURL, "--etcd", tc.etcdURL,
-			"--peers", strings.Join(peers, ","), "--bootstrap", "--fast-failover", "--log-format", "json")
+			"--peers", strings.Join(peers, ","), "--bootstrap", "--fast-failover", "--log-format", "json", "--secrets", tc.secrets)
 		tc.coords = append(tc.coords, p)
 		tc.start(p)
 	}
 	tc.client = coord.NewClient(tc.urls...)
+	l := trust.Layout{Dir: tc.secrets}
+	rt, err := cli.CoordinatorTransport(trust.TLSFiles{CA: l.CACert()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc.client.HTTP.Transport = rt
+	if tc.client.Token, err = cli.ReadSecret(l.APIToken()); err != nil {
+		t.Fatal(err)
+	}
 	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 		if st, err := tc.client.Status(context.Background()); err == nil && st.Leader != "" {
 			break
@@ -121,7 +171,7 @@ func (tc *testCluster) leader(t *testing.T) (*proc, []*proc) {
 
 func (tc *testCluster) worker(job, identity string) *proc {
 	return tc.add(identity, "worker", "--identity", identity, "--job", job, "--coordinators", strings.Join(tc.urls, ","),
-		"--nats", tc.natsURL, "--etcd", tc.etcdURL, "--executor", "cpu", "--lease-ttl", "3", "--poll", "200ms", "--log-format", "json")
+		"--nats", tc.natsURL, "--etcd", tc.etcdURL, "--executor", "cpu", "--lease-ttl", "3", "--poll", "200ms", "--log-format", "json", "--secrets", tc.secrets)
 }
 
 func submission(t *testing.T, name string) *coord.SubmitRequest {

@@ -17,11 +17,13 @@ import (
 	"time"
 
 	natsserver "github.com/nats-io/nats-server/v2/server"
+	etcdtls "go.etcd.io/etcd/client/pkg/v3/transport"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 
 	"github.com/tmmu/tmmu/internal/coordd"
 	"github.com/tmmu/tmmu/internal/workerd"
+	"github.com/tmmu/tmmu/trust"
 )
 
 // roleEnv names the role a re-executed test binary plays.
@@ -42,9 +44,16 @@ func runRole(role string, args []string) int {
 	case "worker":
 		return workerd.Main(args, os.Stderr)
 	case "nats":
-		// args: port store-dir
+		// args: port store-dir config (TLS with client certificates, a
+		// user per identity)
 		port, _ := strconv.Atoi(args[0])
-		s, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: port, JetStream: true, StoreDir: args[1], NoSigs: true})
+		o, err := natsserver.ProcessConfigFile(args[2])
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "nats:", err)
+			return 1
+		}
+		o.Host, o.Port, o.JetStream, o.StoreDir, o.NoSigs = "127.0.0.1", port, true, args[1], true
+		s, err := natsserver.NewServer(o)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "nats:", err)
 			return 1
@@ -61,8 +70,12 @@ func runRole(role string, args []string) int {
 		s.WaitForShutdown()
 		return 0
 	case "etcd":
-		// args: dir client-url peer-url
+		// args: dir client-url peer-url secrets (clients need a
+		// certificate of the cluster's CA)
 		cfg := embed.NewConfig()
+		l := trust.Layout{Dir: args[3]}
+		cfg.ClientTLSInfo = etcdtls.TLSInfo{CertFile: l.Cert(trust.RoleEtcd, trust.RoleEtcd), KeyFile: l.Key(trust.RoleEtcd, trust.RoleEtcd),
+			TrustedCAFile: l.CACert(), ClientCertAuth: true}
 		cfg.Dir = args[0]
 		cu, _ := url.Parse(args[1])
 		pu, _ := url.Parse(args[2])
