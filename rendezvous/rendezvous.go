@@ -406,15 +406,16 @@ func Dial(endpoints []string, tlsCfg *tls.Config) (*clientv3.Client, error) {
 	return clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop(), TLS: tlsCfg})
 }
 
-// HeldAt reports whether identity held rank of job at etcd revision rev
-// — the revision of its claim (Claim.Revision), which a worker names in
-// what it reports: the claim's transaction wrote the rank key with the
-// identity at exactly that revision. When etcd has compacted rev away,
-// it answers from the reservation instead: the identity key still
-// reserves rank, was created at or before rev and last written at or
-// after it (the identity held the reservation all along). A revision
-// ahead of etcd's is refused. Errors are etcd's (unreachable): the caller
-// asks again later; false means the report is not the holder's.
+// HeldAt reports whether identity holds rank of job under the claim it
+// made at etcd revision rev (Claim.Revision), which a worker names in what
+// it reports: the identity still reserves the rank, and has since at
+// least rev (the identity key was created at or before rev and last
+// written at or after it: a reservation that was forgotten and made again
+// does not count for a claim before that), and the claim's transaction at
+// rev wrote the rank key with the identity — checked from etcd's history
+// unless it has compacted rev away. A revision ahead of etcd's is
+// refused. Errors are etcd's (unreachable): the caller asks again later;
+// false means the report is not the holder's.
 func (c *Client) HeldAt(ctx context.Context, job string, rank uint64, identity string, rev int64) (bool, error) {
 	if err := validName("job", job); err != nil {
 		return false, err
@@ -422,18 +423,21 @@ func (c *Client) HeldAt(ctx context.Context, job string, rank uint64, identity s
 	if err := validName("identity", identity); err != nil || rev <= 0 {
 		return false, nil
 	}
+	idr, err := c.cli.Get(ctx, c.identityKey(job, identity))
+	if err != nil {
+		return false, fmt.Errorf("rendezvous: reservation of %q in job %q: %w", identity, job, err)
+	}
+	if len(idr.Kvs) != 1 {
+		return false, nil
+	}
+	res := idr.Kvs[0]
+	if string(res.Value) != strconv.FormatUint(rank, 10) || res.CreateRevision > rev || rev > res.ModRevision {
+		return false, nil
+	}
 	resp, err := c.cli.Get(ctx, c.rankKey(job, rank), clientv3.WithRev(rev))
 	switch {
 	case errors.Is(err, rpctypes.ErrCompacted):
-		idr, err := c.cli.Get(ctx, c.identityKey(job, identity))
-		if err != nil {
-			return false, fmt.Errorf("rendezvous: reservation of %q in job %q: %w", identity, job, err)
-		}
-		if len(idr.Kvs) != 1 {
-			return false, nil
-		}
-		kv := idr.Kvs[0]
-		return string(kv.Value) == strconv.FormatUint(rank, 10) && kv.CreateRevision <= rev && rev <= kv.ModRevision, nil
+		return true, nil // the reservation answers
 	case errors.Is(err, rpctypes.ErrFutureRev):
 		return false, nil
 	case err != nil:

@@ -574,3 +574,66 @@ func TestInvalidArguments(t *testing.T) {
 		t.Fatalf("invalid calls wrote %d keys", resp.Count)
 	}
 }
+
+// TestHeldAt: a claim's revision proves its identity holds the rank
+// (also after the identity claims again); another identity, another rank,
+// a made-up or future revision prove nothing; once etcd compacted the
+// revision away, the reservation answers; a forgotten identity's old
+// claim no longer proves a rank another identity now holds.
+func TestHeldAt(t *testing.T) {
+	cli, c := setup(t, 0)
+	ctx := testCtx(t)
+	a := mustClaim(t, ctx, c, "job", 2, "a")
+	b := mustClaim(t, ctx, c, "job", 2, "b")
+	again := mustClaim(t, ctx, c, "job", 2, "a")
+	held := func(rank uint64, id string, rev int64) bool {
+		t.Helper()
+		ok, err := c.HeldAt(ctx, "job", rank, id, rev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
+	for _, tc := range []struct {
+		rank uint64
+		id   string
+		rev  int64
+		want bool
+	}{
+		{a.Rank, "a", a.Revision, true},
+		{a.Rank, "a", again.Revision, true},
+		{b.Rank, "b", b.Revision, true},
+		{b.Rank, "a", b.Revision, false}, // a at b's claim
+		{b.Rank, "a", a.Revision, false}, // a's revision, b's rank
+		{a.Rank, "b", a.Revision, false},
+		{a.Rank, "a", b.Revision, false}, // b's transaction
+		{a.Rank, "a", 0, false},
+		{a.Rank, "a", again.Revision + 1000, false}, // the future
+	} {
+		if got := held(tc.rank, tc.id, tc.rev); got != tc.want {
+			t.Errorf("HeldAt(rank %d, %q, revision %d) = %v, want %v", tc.rank, tc.id, tc.rev, got, tc.want)
+		}
+	}
+	// Compacted: the reservation answers.
+	st, err := cli.Get(ctx, "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Compact(ctx, st.Header.Revision); err != nil {
+		t.Fatal(err)
+	}
+	if !held(a.Rank, "a", a.Revision) || held(a.Rank, "b", a.Revision) || held(b.Rank, "a", b.Revision) {
+		t.Fatal("after compaction the reservations do not answer as the history did")
+	}
+	// a is forgotten and its rank goes to c: a's old claims prove nothing.
+	if err := again.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Forget(ctx, "job", "a"); err != nil {
+		t.Fatal(err)
+	}
+	cc := mustClaim(t, ctx, c, "job", 2, "c")
+	if cc.Rank != a.Rank || held(a.Rank, "a", again.Revision) || !held(cc.Rank, "c", cc.Revision) {
+		t.Fatalf("after forgetting a: c has rank %d; a's claim holds %v", cc.Rank, held(a.Rank, "a", again.Revision))
+	}
+}
