@@ -71,6 +71,34 @@
 // state that does not match fails the job; a full store pauses it until
 // the shard is stored.
 //
+// # Trust
+//
+// The leader counts a worker's report only from the identity that holds
+// the rank it names: a plan report only if its identity held the rank's
+// etcd claim at the revision the report names (ClaimChecker,
+// rendezvous.Client.HeldAt), or is the epoch's member of the rank in an
+// elastic world, and one identity stands for one rank; the outcome
+// records those holders (Outcome.Holders), and progress, checkpoint,
+// recovery and replan reports count only from the epoch's holder of their
+// rank (Job.HolderOf). Everything else is dropped, logged and counted in
+// tmmu_forged_reports_total{kind}. The leader's NATS transport signs the
+// outcomes and announcements it publishes (transport.WithSigner), with
+// the job's Incarnation. RaftTLS puts the raft transport behind mutual
+// TLS, so a node without a coordinator's certificate cannot vote or
+// append; the API serves TLS with Config.HTTPS. Every API call but
+// /livez, /readyz and /metrics needs the API token; reads also take the
+// read token.
+//
+// # Inputs
+//
+// A submission's body is bounded (MaxSubmitBytes, 413 past it), its
+// numeric fields and IR size too (Max*: 400 INVALID_OPTIONS naming the
+// field). The leader plans it off the request path, MaxPlanning at a time
+// and MaxQueued at most (503 past that); the API answers within
+// Config.SubmitWait or with 202 and /v1/submissions/{name}. The IR goes
+// to the IR store (IRBucket, the JetStream object store) under its
+// SHA-256, and the raft log and snapshots hold only that digest.
+//
 // # HTTP
 //
 // Handler serves /v1/jobs, /v1/jobs/{name} (GET, DELETE; 410 once

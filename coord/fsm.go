@@ -238,6 +238,10 @@ type Epoch struct {
 	Members   []string    `json:"members,omitempty" cbor:"members,omitempty"`
 	// Restore, when set, makes the epoch start from a checkpoint.
 	Restore *Restore `json:"restore,omitempty" cbor:"restore,omitempty"`
+	// Requests are the ids of the operator replan requests the epoch
+	// answers: a retried request (on a new leader, say) is answered with
+	// this epoch.
+	Requests []string `json:"requests,omitempty" cbor:"requests,omitempty"`
 	// CommittedAt is the leader's clock (Unix ns) when it proposed the
 	// epoch; it is data, not read by Apply.
 	CommittedAt int64 `json:"committed_at_unix_nano" cbor:"committed_at"`

@@ -102,6 +102,8 @@ type metrics struct {
 	collected       prometheus.Counter
 	recoveries      *prometheus.CounterVec
 	forged          *prometheus.CounterVec
+	raftRefused     prometheus.Counter
+	answers         *prometheus.CounterVec
 }
 
 func newMetrics(n *Node) *metrics {
@@ -133,7 +135,9 @@ func newMetrics(n *Node) *metrics {
 	for _, k := range []string{ForgedPlan, ForgedProgress, ForgedCheckpoint, ForgedRecovery, ForgedReplan} {
 		m.forged.WithLabelValues(k)
 	}
-	m.reg.MustRegister(m.leader, m.term, m.applied, m.submits, m.outcomes, m.agreement, m.refused, m.replans, m.checkpoints, m.checkpointBytes, m.checkpointWrite, m.collected, m.recoveries, m.forged)
+	m.raftRefused = prometheus.NewCounter(prometheus.CounterOpts{Name: "tmmu_coordinator_raft_refused_connections_total", Help: "Raft connections refused because the peer's TLS handshake failed (no certificate of a coordinator of this cluster's CA)."})
+	m.answers = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tmmu_coordinator_http_responses_total", Help: "API answers by status code."}, []string{"code"})
+	m.reg.MustRegister(m.leader, m.term, m.applied, m.submits, m.outcomes, m.agreement, m.refused, m.replans, m.checkpoints, m.checkpointBytes, m.checkpointWrite, m.collected, m.recoveries, m.forged, m.raftRefused, m.answers)
 	return m
 }
 
@@ -320,7 +324,7 @@ func (n *Node) Handler() http.Handler {
 		io.WriteString(w, "ok\n")
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(n.metrics.reg, promhttp.HandlerOpts{}))
-	return mux
+	return promhttp.InstrumentHandlerCounter(n.metrics.answers, mux)
 }
 
 // Status returns the node's view of the cluster.

@@ -252,7 +252,13 @@ func Open(cfg Config) (*Node, error) {
 	var trans *raft.NetworkTransport
 	if cfg.RaftTLS != nil {
 		var stream *tlsStream
-		if stream, err = newTLSStream(cfg.RaftAddr, addr, cfg.RaftTLS); err == nil {
+		refused := func(from net.Addr, err error) {
+			if m := n.metrics; m != nil {
+				m.raftRefused.Inc()
+			}
+			n.log.Warn("refused a raft connection: no valid coordinator certificate", "from", from, "err", err)
+		}
+		if stream, err = newTLSStream(cfg.RaftAddr, addr, cfg.RaftTLS, refused); err == nil {
 			trans = raft.NewNetworkTransport(stream, 3, 2*time.Second, io.Discard)
 		}
 	} else {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -143,6 +144,9 @@ func (a *agreement) syncReplans(s *State) {
 				jr.sub = sub
 				a.replans[name] = jr
 			}
+			for _, e := range j.Epochs {
+				r.Seen(e.Requests...)
+			}
 			jr.r, jr.epochs = r, len(j.Epochs)
 			jr.r.Remember(replanEpoch(j, last), j.Current().GlobalPlanHash)
 			jr.plans[j.Current().GlobalPlanHash] = j.Current().Expected
@@ -209,6 +213,14 @@ func (a *agreement) handleReplan(ev replanEvent) {
 		ack = jr.r.Request(rq)
 	}
 	out := ReplanReply{Ack: string(ack), Decision: string(replan.None)}
+	if ack == replan.Duplicate && ev.op != nil {
+		// A retry: answer with the epoch the request made, if any.
+		for _, e := range j.Epochs {
+			if slices.Contains(e.Requests, ev.op.ID) {
+				out.Decision, out.Epoch, out.Boundary = string(replan.Replan), e.Epoch, e.StartStep
+			}
+		}
+	}
 	if ack != replan.Accepted {
 		reply(out, nil)
 		return
@@ -249,7 +261,7 @@ func trim(s string) string {
 func (a *agreement) commitEpoch(j *Job, jr *jobReplans, d replan.Decision) (*Epoch, error) {
 	last := uint64(len(j.Epochs) - 1)
 	ref, opts, env := j.Inputs(last)
-	next := &Epoch{Epoch: d.Next.Epoch, StartStep: d.Next.StartStep, Reason: strings.Join(d.Reasons, "; "), CommittedAt: time.Now().UnixNano()}
+	next := &Epoch{Epoch: d.Next.Epoch, StartStep: d.Next.StartStep, Reason: strings.Join(d.Reasons, "; "), CommittedAt: time.Now().UnixNano(), Requests: d.Requests}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	var m *ir.Model

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/tmmu/tmmu/ir"
 	"github.com/tmmu/tmmu/trust"
@@ -93,7 +94,7 @@ func TestRaftRefusesPeersWithoutACoordinatorCertificate(t *testing.T) {
 			if err != nil {
 				return nil, err
 			}
-			st, err := newTLSStream("127.0.0.1:0", nil, &RaftTLS{Server: srv, Client: cl})
+			st, err := newTLSStream("127.0.0.1:0", nil, &RaftTLS{Server: srv, Client: cl}, nil)
 			if err != nil {
 				return nil, err
 			}
@@ -123,6 +124,15 @@ func TestRaftRefusesPeersWithoutACoordinatorCertificate(t *testing.T) {
 		}
 	}
 	time.Sleep(time.Second)
+	for _, n := range c.Nodes {
+		// 4 dialers, a vote and an append each, on every node: each
+		// refused connection is counted (raft may dial again after one).
+		var m dto.Metric
+		n.metrics.raftRefused.Write(&m)
+		if got := m.GetCounter().GetValue(); got < 8 {
+			t.Errorf("%s counted %v refused raft connections, want at least 8", n.ID(), got)
+		}
+	}
 	li2, err := c.Leader(10 * time.Second)
 	if err != nil {
 		t.Fatal(err)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -26,10 +27,12 @@ type tlsStream struct {
 	net.Listener
 	advertise net.Addr
 	client    *tls.Config
+	refused   func(net.Addr, error) // a peer whose handshake failed (nil: none told)
 }
 
-// newTLSStream listens on bind with the server config.
-func newTLSStream(bind string, advertise net.Addr, t *RaftTLS) (*tlsStream, error) {
+// newTLSStream listens on bind with the server config; refused, if set,
+// is told of every connection whose TLS handshake fails.
+func newTLSStream(bind string, advertise net.Addr, t *RaftTLS, refused func(net.Addr, error)) (*tlsStream, error) {
 	if t.Server == nil || t.Client == nil {
 		return nil, errors.New("coord: raft TLS needs a server and a client config")
 	}
@@ -47,7 +50,43 @@ func newTLSStream(bind string, advertise net.Addr, t *RaftTLS) (*tlsStream, erro
 		l.Close()
 		return nil, fmt.Errorf("coord: raft address %v is not advertisable", advertise)
 	}
-	return &tlsStream{Listener: tls.NewListener(l, t.Server), advertise: advertise, client: t.Client}, nil
+	return &tlsStream{Listener: tls.NewListener(l, t.Server), advertise: advertise, client: t.Client, refused: refused}, nil
+}
+
+// Accept returns the next connection; its handshake runs on its first
+// read (in raft's goroutine for the connection, so a peer that never
+// completes one holds up nobody else) and, failing, is told to refused.
+func (s *tlsStream) Accept() (net.Conn, error) {
+	c, err := s.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &handshakeConn{Conn: c.(*tls.Conn), refused: s.refused}, nil
+}
+
+// handshakeConn completes its TLS handshake, within handshakeTimeout, on
+// its first read.
+type handshakeConn struct {
+	*tls.Conn
+	once    sync.Once
+	err     error
+	refused func(net.Addr, error)
+}
+
+const handshakeTimeout = 10 * time.Second
+
+func (c *handshakeConn) Read(b []byte) (int, error) {
+	c.once.Do(func() {
+		c.SetDeadline(time.Now().Add(handshakeTimeout))
+		if c.err = c.Handshake(); c.err != nil && c.refused != nil {
+			c.refused(c.RemoteAddr(), c.err)
+		}
+		c.SetDeadline(time.Time{})
+	})
+	if c.err != nil {
+		return 0, c.err
+	}
+	return c.Conn.Read(b)
 }
 
 // Dial connects to a peer over TLS, checking its certificate.

@@ -170,6 +170,9 @@ type Decision struct {
 	// boundary, the first step run under it.
 	Next    Epoch
 	Reasons []string // sorted
+	// Requests are the ids of the operator requests the decision
+	// answers, sorted.
+	Requests []string
 	// Cached is set when Next's key was seen before; Plan is the plan
 	// remembered for it.
 	Cached bool
@@ -210,6 +213,15 @@ func (r *Replanner) Pending() (Epoch, bool) {
 
 // Remember records the plan (a global plan hash) made for an epoch's key.
 func (r *Replanner) Remember(e Epoch, plan ir.Hash) { r.cache[e.key()] = plan }
+
+// Seen records operator requests already decided (by another replanner:
+// a new leader's learns them from the committed epochs), so that a retry
+// is a Duplicate.
+func (r *Replanner) Seen(ids ...string) {
+	for _, id := range ids {
+		r.seenReq[id] = true
+	}
+}
 
 // Observe buffers an observation.
 func (r *Replanner) Observe(o Observation) Ack {
@@ -355,8 +367,10 @@ func (r *Replanner) Decide(step uint64) Decision {
 	}
 	r.reqs = keepReq
 	slices.SortFunc(reqs, func(a, b Request) int { return strings.Compare(a.ID, b.ID) })
+	var ids []string
 	for _, q := range reqs {
 		used++
+		ids = append(ids, q.ID)
 		reasons = append(reasons, fmt.Sprintf("operator %s: %s", q.ID, q.Reason))
 		if q.ArenaConfigHash != nil {
 			next.ArenaConfigHash = *q.ArenaConfigHash
@@ -402,7 +416,7 @@ func (r *Replanner) Decide(step uint64) Decision {
 		return d
 	}
 	slices.Sort(reasons)
-	d := Decision{Kind: Replan, Next: next, Reasons: reasons}
+	d := Decision{Kind: Replan, Next: next, Reasons: reasons, Requests: ids}
 	d.Plan, d.Cached = r.cache[next.key()]
 	p := next
 	r.pending = &p

@@ -159,3 +159,27 @@ func TestDecisionIgnoresArrivalOrder(t *testing.T) {
 		}
 	}
 }
+
+// TestRetriesOnANewReplanner: a decision names the operator requests it
+// answers; a replanner told they were decided (a new leader's, from the
+// committed epochs) answers a retry of one as a duplicate, not a request
+// to hold or to decide again.
+func TestRetriesOnANewReplanner(t *testing.T) {
+	cur := Epoch{World: 4, StartStep: 1, Strategy: "packed"}
+	r := New(Config{Policy: AtSafepoint}, cur)
+	r.Request(Request{ID: "op-b", Step: 5, Reason: "b", Strategy: "slots"})
+	r.Request(Request{ID: "op-a", Step: 5, Reason: "a", Strategy: "slots"})
+	d := r.Decide(5)
+	if d.Kind != Replan || !slices.Equal(d.Requests, []string{"op-a", "op-b"}) {
+		t.Fatalf("decision %v answers %v, want a replan answering op-a and op-b", d.Kind, d.Requests)
+	}
+	fresh := New(Config{Policy: AtSafepoint}, cur)
+	fresh.SetPending(d.Next)
+	fresh.Seen(d.Requests...)
+	if ack := fresh.Request(Request{ID: "op-a", Step: 6, Reason: "a", Strategy: "slots"}); ack != Duplicate {
+		t.Fatalf("a retried request on the new replanner: %v, want %v", ack, Duplicate)
+	}
+	if ack := fresh.Request(Request{ID: "op-c", Step: 6, Reason: "c", Strategy: "greedy-size"}); ack != Held {
+		t.Fatalf("a new request while the epoch is pending: %v, want %v", ack, Held)
+	}
+}
