@@ -3,9 +3,9 @@
 # its start), then prints tmmu status. Gives up after $WAIT_SECONDS (180).
 set -euo pipefail
 cd "$(dirname "$0")"
-. secrets/operator.env
-export TMMU_TOKEN
-export TMMU_COORDINATORS=http://127.0.0.1:18081,http://127.0.0.1:18082,http://127.0.0.1:18083
+# The operator's credentials, as paths (make secrets writes them).
+export TMMU_CA_FILE=$PWD/secrets/ca.crt TMMU_TOKEN_FILE=$PWD/secrets/operator/api-token
+export TMMU_COORDINATORS=https://127.0.0.1:18081,https://127.0.0.1:18082,https://127.0.0.1:18083
 deadline=$((SECONDS + ${WAIT_SECONDS:-180}))
 while :; do
   if st=$(bin/tmmu status -o json --timeout 5s 2>/dev/null) &&
