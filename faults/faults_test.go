@@ -57,17 +57,7 @@ func writeSecrets(t *testing.T, dir string) {
 			workers = append(workers, fmt.Sprintf("%s-%d", j, i))
 		}
 	}
-	_, err := trust.Generate(dir, trust.Plan{Coordinators: []string{"c1", "c2", "c3"}, Workers: workers}, func(users []trust.NATSUser) ([]byte, error) {
-		var out []transport.NATSUser
-		for _, u := range users {
-			p := transport.WorkerPermissions(u.ID)
-			if u.Role == trust.RoleCoordinator {
-				p = transport.CoordinatorPermissions()
-			}
-			out = append(out, transport.NATSUser{Nkey: u.Nkey, Permissions: p})
-		}
-		return transport.NATSAuthorization(out), nil
-	})
+	_, err := trust.Generate(dir, trust.Plan{Coordinators: []string{"c1", "c2", "c3"}, Workers: workers}, transport.NATSAuthorizationOf)
 	if err != nil {
 		t.Fatal(err)
 	}

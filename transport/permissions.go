@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/tmmu/tmmu/trust"
 )
 
 // Permissions are what a NATS user may publish and subscribe to
@@ -90,6 +92,21 @@ type NATSUser struct {
 	Nkey        string
 	Permissions Permissions
 	Comment     string
+}
+
+// NATSAuthorizationOf renders the NATS users trust.Generate found in a
+// credentials layout (its natsAuth callback): coordinators with
+// CoordinatorPermissions, each worker with its WorkerPermissions.
+func NATSAuthorizationOf(users []trust.NATSUser) ([]byte, error) {
+	out := make([]NATSUser, 0, len(users))
+	for _, u := range users {
+		p := WorkerPermissions(u.ID)
+		if u.Role == trust.RoleCoordinator {
+			p = CoordinatorPermissions()
+		}
+		out = append(out, NATSUser{Nkey: u.Nkey, Permissions: p, Comment: u.Role + " " + u.ID})
+	}
+	return NATSAuthorization(out), nil
 }
 
 // NATSAuthorization renders users as a nats-server configuration block

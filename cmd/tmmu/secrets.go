@@ -43,7 +43,7 @@ func runSecrets(c *command, e *env, args []string) error {
 	}
 	plan := trust.Plan{Coordinators: split(*coords), Workers: split(*workers), Operators: split(*operators), Hosts: split(*hosts),
 		ValidFor: *valid, FilesReadable: *readable}
-	users, err := trust.Generate(pos[0], plan, natsAuthorization)
+	users, err := trust.Generate(pos[0], plan, transport.NATSAuthorizationOf)
 	if err != nil {
 		return err
 	}
@@ -55,18 +55,4 @@ func runSecrets(c *command, e *env, args []string) error {
 			fmt.Fprintf(w, "  %-12s %-16s nkey %s\n", u.Role, u.ID, u.Nkey)
 		}
 	})
-}
-
-// natsAuthorization renders the NATS users of the layout: coordinators
-// with every permission, each worker scoped to its own identity.
-func natsAuthorization(users []trust.NATSUser) ([]byte, error) {
-	var out []transport.NATSUser
-	for _, u := range users {
-		p := transport.WorkerPermissions(u.ID)
-		if u.Role == trust.RoleCoordinator {
-			p = transport.CoordinatorPermissions()
-		}
-		out = append(out, transport.NATSUser{Nkey: u.Nkey, Permissions: p, Comment: u.Role + " " + u.ID})
-	}
-	return transport.NATSAuthorization(out), nil
 }
