@@ -133,7 +133,9 @@ func Run(ctx context.Context, t Target) ([]Result, error) {
 		return nil, err
 	}
 	api := coord.NewClient(t.Coordinators...)
-	api.HTTP, api.Token = t.HTTP, t.APIToken
+	// The client's own HTTP client keeps the token across a follower's
+	// redirect to the leader; it takes t.HTTP's transport (the CA).
+	api.HTTP.Transport, api.Token = t.HTTP.Transport, t.APIToken
 	p := &prober{t: t, nc: nc, js: js, api: api}
 	var out []Result
 	for _, a := range attacks {
@@ -505,11 +507,29 @@ func (p *prober) readySteps(ctx context.Context, j *coord.Job) (uint64, error) {
 	return top, nil
 }
 
+// sum adds up a metric over every coordinator (absent counts 0).
+func (p *prober) sum(ctx context.Context, name, label string) float64 {
+	var total float64
+	for _, u := range p.t.Coordinators {
+		if v, err := metric(ctx, p.t.HTTP, u+"/metrics", name, label); err == nil {
+			total += v
+		}
+	}
+	return total
+}
+
+// answers counts the coordinators' API answers with status code.
+func (p *prober) answers(ctx context.Context, code int) float64 {
+	return p.sum(ctx, "tmmu_coordinator_http_responses_total", fmt.Sprintf(`code="%d"`, code))
+}
+
 func (p *prober) raftVote(ctx context.Context) (string, error) {
 	before, err := p.api.Status(ctx)
 	if err != nil {
 		return "", err
 	}
+	const refusedMetric = "tmmu_coordinator_raft_refused_connections_total"
+	refusedBefore := p.sum(ctx, refusedMetric, "")
 	trans, err := raft.NewTCPTransport("127.0.0.1:0", nil, 1, 3*time.Second, io.Discard)
 	if err != nil {
 		return "", err
@@ -549,7 +569,12 @@ func (p *prober) raftVote(ctx context.Context) (string, error) {
 	if after.Term != before.Term || after.Leader != before.Leader {
 		return "", fmt.Errorf("leadership moved: %s term %d → %s term %d", before.Leader, before.Term, after.Leader, after.Term)
 	}
-	return fmt.Sprintf("%v refused the vote request (no certificate) and a worker's certificate; leader %s, term %d unchanged", refused, after.Leader, after.Term), nil
+	refusedAfter := p.sum(ctx, refusedMetric, "")
+	if refusedAfter <= refusedBefore {
+		return "", fmt.Errorf("the coordinators counted no refused raft connection (%s %v)", refusedMetric, refusedAfter)
+	}
+	return fmt.Sprintf("%v refused the vote request (no certificate) and a worker's certificate (%s %v → %v); leader %s, term %d unchanged",
+		refused, refusedMetric, refusedBefore, refusedAfter, after.Leader, after.Term), nil
 }
 
 func (p *prober) etcd(ctx context.Context) (string, error) {
@@ -619,6 +644,7 @@ func (p *prober) bigSubmission(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	counted := p.answers(ctx, http.StatusRequestEntityTooLarge)
 	// 100 MB: a valid prefix, then padding inside the IR's name.
 	const size = 100 << 20
 	body := io.MultiReader(strings.NewReader(`{"name": "probe-big", "steps": 1, "shard_spec": {"world_size": 1}, "ir": {"name": "`),
@@ -638,7 +664,11 @@ func (p *prober) bigSubmission(ctx context.Context) (string, error) {
 	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
 		after, err := p.job(ctx)
 		if err == nil && after.LastStep > before.LastStep {
-			return fmt.Sprintf("%d %s; job %s went on from step %d to %d", status, trimAnswer(answer), p.t.Job, before.LastStep, after.LastStep), nil
+			if now := p.answers(ctx, http.StatusRequestEntityTooLarge); now <= counted {
+				return "", fmt.Errorf("413 answers counted %v → %v", counted, now)
+			}
+			return fmt.Sprintf("%d %s (413 answers counted %v → %v); job %s went on from step %d to %d", status, trimAnswer(answer),
+				counted, p.answers(ctx, http.StatusRequestEntityTooLarge), p.t.Job, before.LastStep, after.LastStep), nil
 		}
 	}
 	return "", fmt.Errorf("job %s committed no step after the 100 MB submission (at %d)", p.t.Job, before.LastStep)
@@ -666,6 +696,7 @@ func (p *prober) bogusVoter(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	counted := p.answers(ctx, http.StatusBadRequest)
 	status, answer, err := p.post(ctx, "/v1/voters", strings.NewReader(`{"id": "probe", "raft_addr": "not-an-addr"}`))
 	if err != nil {
 		return "", err
@@ -680,10 +711,15 @@ func (p *prober) bogusVoter(ctx context.Context) (string, error) {
 	if len(after.Voters) != len(before.Voters) {
 		return "", fmt.Errorf("voters %d → %d", len(before.Voters), len(after.Voters))
 	}
-	return fmt.Sprintf("%d %s; still %d voters", status, trimAnswer(answer), len(after.Voters)), nil
+	now := p.answers(ctx, http.StatusBadRequest)
+	if now <= counted {
+		return "", fmt.Errorf("400 answers counted %v → %v", counted, now)
+	}
+	return fmt.Sprintf("%d %s (400 answers counted %v → %v); still %d voters", status, trimAnswer(answer), counted, now, len(after.Voters)), nil
 }
 
 func (p *prober) hugeWindow(ctx context.Context) (string, error) {
+	counted := p.answers(ctx, http.StatusBadRequest)
 	body := fmt.Sprintf(`{"name": "probe-window", "steps": 1, "window": %d, "shard_spec": {"world_size": 1}, "ir": {"name": "x", "tensors": [], "nodes": [], "execution_order": []}}`, uint64(math.MaxUint64))
 	status, answer, err := p.post(ctx, "/v1/jobs", bytes.NewReader([]byte(body)))
 	if err != nil {
@@ -695,10 +731,16 @@ func (p *prober) hugeWindow(ctx context.Context) (string, error) {
 	if _, err := p.api.Job(ctx, "probe-window"); !errors.Is(err, coord.ErrNotFound) {
 		return "", fmt.Errorf("job probe-window: %v, want not found", err)
 	}
-	return fmt.Sprintf("%d %s", status, trimAnswer(answer)), nil
+	now := p.answers(ctx, http.StatusBadRequest)
+	if now <= counted {
+		return "", fmt.Errorf("400 answers counted %v → %v", counted, now)
+	}
+	return fmt.Sprintf("%d %s (400 answers counted %v → %v); no job probe-window", status, trimAnswer(answer), counted, now), nil
 }
 
 func (p *prober) tokenlessReads(ctx context.Context) (string, error) {
+	const unauthorized = "tmmu_coordinator_unauthorized_requests_total"
+	before := p.sum(ctx, unauthorized, "")
 	var refused []string
 	for _, path := range []string{"/v1/jobs", "/v1/status", "/v1/jobs/" + p.t.Job, "/v1/jobs/" + p.t.Job + "/ir", "/v1/jobs/" + p.t.Job + "/ranks/0/plan"} {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, p.t.Coordinators[0]+path, nil)
@@ -712,5 +754,9 @@ func (p *prober) tokenlessReads(ctx context.Context) (string, error) {
 		}
 		refused = append(refused, path)
 	}
-	return fmt.Sprintf("401 for %s", strings.Join(refused, ", ")), nil
+	after := p.sum(ctx, unauthorized, "")
+	if after < before+float64(len(refused)) {
+		return "", fmt.Errorf("%s counted %v → %v for %d refusals", unauthorized, before, after, len(refused))
+	}
+	return fmt.Sprintf("401 for %s (%s %v → %v)", strings.Join(refused, ", "), unauthorized, before, after), nil
 }
