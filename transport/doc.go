@@ -17,22 +17,41 @@
 // Job names are 1 to MaxJobLen characters from [A-Za-z0-9_-] (ValidJob),
 // so a job is one NATS subject token and one KV key token.
 //
-//	tmmu.<job>.outcome    leader  -> workers  Outcome          (OutcomeSubject)
-//	tmmu.<job>.replan     workers -> leader   ReplanRequest    (ReplanSubject)
-//	tmmu.<job>.recover    workers -> leader   RecoveryRequest  (RecoverSubject)
-//	tmmu.<job>.announce   leader  -> workers  Announcement     (AnnounceSubject)
+//	tmmu.<job>.outcome          leader  -> workers  Outcome, signed        (OutcomeSubject)
+//	tmmu.<job>.replan.<token>   workers -> leader   ReplanRequest          (ReplanSubject)
+//	tmmu.<job>.recover.<token>  workers -> leader   RecoveryRequest        (RecoverSubject)
+//	tmmu.<job>.announce         leader  -> workers  Announcement, signed   (AnnounceSubject)
 //
-//	KV tmmu_agree    (Bucket)            <job>.<epoch>.<rank>         PlanReport, created once
-//	KV tmmu_steps    (StepsBucket)       <job>.<epoch>.<rank>         StepReport, the latest
-//	KV tmmu_progress (ProgressBucket)    <job>.<identity id>          StepDone, the latest
-//	KV tmmu_coll     (CollectiveBucket)  <job>.<key>.<rank>.<part>    collective data, 10 minutes
-//	KV tmmu_ckpt     (CheckpointBucket)  <job>.<step>.<epoch>.<rank>  CheckpointReport
+//	KV tmmu_agree    (Bucket)            <job>.<epoch>.<rank>.<token>         PlanReport, created once
+//	KV tmmu_steps    (StepsBucket)       <job>.<epoch>.<rank>.<token>         StepReport, the latest
+//	KV tmmu_progress (ProgressBucket)    <job>.<token>                        StepDone, the latest
+//	KV tmmu_coll     (CollectiveBucket)  <job>.<key>.<rank>.<part>.<token>    collective data, 10 minutes
+//	KV tmmu_ckpt     (CheckpointBucket)  <job>.<step>.<epoch>.<rank>.<token>  CheckpointReport
 //
-// Epoch and rank are written in decimal without leading zeros; the
-// progress key holds a digest of the worker identity. The buckets keep one
-// revision per key (history 1); New creates them if absent, on file
-// storage by default (WithStorage picks memory), with MaxValueSize-byte
-// values, and otherwise uses them as configured.
+// Epoch and rank are written in decimal without leading zeros; <token> is
+// the IdentityToken of the worker identity that wrote the key or sent the
+// request (24 hex digits of its SHA-256). The buckets keep one revision
+// per key (history 1); New creates them if absent (OpenOnly: waits for
+// them instead, for a worker's credentials), on file storage by default
+// (WithStorage picks memory), with MaxValueSize-byte values, and
+// otherwise uses them as configured.
+//
+// # Trust
+//
+// A report can come only from the identity its key names: each worker
+// identity has its own NATS user whose permissions (WorkerPermissions,
+// rendered into nats-server's configuration by NATSAuthorization) let it
+// write only the keys and request subjects that end in its own token, and
+// manage no stream (nothing can be republished, mirrored or sourced into
+// the coordinators' subjects). Which identity counts for a rank is the
+// coordinators' decision: a plan report only from the identity that held
+// the rank's etcd claim at the revision it names (ClaimRevision), one
+// rank per identity (Tally), and the committed Outcome names those
+// holders; step, progress and checkpoint reports and collective
+// contributions count only from them. Outcomes and announcements carry
+// the coordinators' ed25519 signature over their canonical CBOR
+// (WithSigner) and the job's Incarnation; a subscriber WithVerifier drops
+// and counts (Rejected) anything unsigned or wrongly signed.
 //
 // The subjects are core NATS: at-most-once, no persistence. What they carry
 // is either committed by raft already (outcomes, announcements, which a
@@ -50,15 +69,15 @@
 // are rejected), then validated. Hashes are 32-byte byte strings in CBOR and
 // 64 hex digits in JSON. Empty lists and empty optional strings are omitted.
 //
-//	PlanReport    {job, epoch, rank, identity, plan_hash}
-//	Outcome       {job, epoch, agreed, start_step, mismatches?, missing?, reason?}
+//	PlanReport    {job, epoch, rank, identity, plan_hash, claim_revision?}
+//	Outcome       {job, epoch, agreed, start_step, mismatches?, missing?, reason?, holders?, incarnation?, sig?}
 //	  Mismatch    {rank, expected, got}
-//	StepReport    {job, epoch, rank, step, plan_hash}
-//	StepDone      {job, epoch, rank, step, nanos, identity?}
-//	ReplanRequest {job, epoch, rank, step, reason, dedupe_id, dims?}
-//	Announcement  {job, epoch, kind: "epoch"|"replan"|"abort"|"grant"|"checkpoint"|"hold", start_step, reason?}
-//	CheckpointReport {job, step, epoch, rank, identity, digest, state_hash, bytes, nanos}
-//	RecoveryRequest  {job, kind: "stateless"|"corrupt"|"mismatch"|"store_full", epoch, rank, identity, step, detail?}
+//	StepReport    {job, epoch, rank, step, plan_hash, identity, claim_revision?}
+//	StepDone      {job, epoch, rank, step, nanos, identity, claim_revision?}
+//	ReplanRequest {job, epoch, rank, step, reason, dedupe_id, dims?, identity, claim_revision?}
+//	Announcement  {job, epoch, kind: "epoch"|"replan"|"abort"|"grant"|"checkpoint"|"hold", start_step, reason?, incarnation?, sig?}
+//	CheckpointReport {job, step, epoch, rank, identity, digest, state_hash, bytes, nanos, claim_revision?}
+//	RecoveryRequest  {job, kind: "stateless"|"corrupt"|"mismatch"|"store_full", epoch, rank, identity, step, detail?, claim_revision?}
 //
 // Each type has a Validate method; Encode refuses, and Decode reports, a
 // value that fails it. Subscribers drop (and count, see Transport.Dropped)
@@ -68,18 +87,19 @@
 // # Protocol
 //
 //  1. The leader commits H[e,·] for job J through raft and announces the
-//     epoch. It opens WatchReports(J, e) and feeds every report into
-//     NewTally(J, e, H[e,·]).
+//     epoch. It opens WatchReports(J, e) and feeds every report whose
+//     identity held its rank's claim into NewTally(J, e, H[e,·]).
 //  2. Each worker computes its plan and calls Report(PlanReport{J, e, r,
-//     identity, hash}). The KV Create makes the first report for (J, e, r)
-//     the only one: retrying the byte-identical report is a no-op (a lost
-//     ack is safe to retry), while any different report (another hash, or
-//     the same hash from another identity) fails with ErrConflict and
-//     leaves the stored one in place. The Tally applies the same rule to
-//     what it is fed: the first report per rank stands, duplicates,
+//     identity, hash, claim revision}). The KV Create makes the first
+//     report of an identity for (J, e, r) the only one: retrying the
+//     byte-identical report (or the same hash under a later claim of the
+//     rank) is a no-op (a lost ack is safe to retry), while another hash
+//     fails with ErrConflict and leaves the stored one in place. The
+//     Tally applies the same rule to what it is fed: the first report per
+//     rank stands, one identity stands for one rank, duplicates,
 //     conflicting reports, other jobs' and other epochs' reports and
 //     out-of-range ranks are ignored, so its Outcome is a function of the
-//     set of stored reports, not of delivery order or repetition.
+//     stored reports, not of repetition.
 //  3. When the Tally is Done, the leader commits its Outcome through raft
 //     and publishes it. Agreed means every rank reported exactly its
 //     expected hash; otherwise Mismatches lists (rank, expected, got).

@@ -31,6 +31,18 @@
 //     from which the leader commits progress, and at a checkpoint step
 //     (recovery.Due) stores its shard (package checkpoint) and reports it.
 //
+// # Trust
+//
+// Every report names the etcd revision of the worker's claim of its rank
+// (the leader counts a plan report only from the claim's holder), and is
+// stored under the worker identity's own token (its NATS credentials
+// write nothing else). The barrier counts a rank's step reports only from
+// the identity the epoch's committed outcome names as its holder, and the
+// collectives only that identity's contributions. Outcomes and grants
+// that arrive on NATS act only if they are of this incarnation of the job
+// and, with a transport WithVerifier, signed by the coordinators (others
+// are dropped and counted).
+//
 // # Faults
 //
 // No transient fault ends a worker. NATS: the client reconnects, puts are

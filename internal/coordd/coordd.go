@@ -144,7 +144,8 @@ func run(args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Addr: *httpAddr, Handler: node.Handler(), ReadHeaderTimeout: 10 * time.Second, TLSConfig: apiTLS}
+	srv := &http.Server{Addr: *httpAddr, Handler: node.Handler(), ReadHeaderTimeout: 10 * time.Second, TLSConfig: apiTLS,
+		ErrorLog: slog.NewLogLogger(log.With("component", "http").Handler(), slog.LevelDebug)}
 	errc := make(chan error, 1)
 	go func() {
 		if apiTLS != nil {
