@@ -234,11 +234,15 @@ func (a *agreement) agree(ctx context.Context, job string, e Epoch) {
 		return
 	}
 	tally := transport.NewTally(job, e.Epoch, e.Expected)
+	var members []string // the epoch's ranks' identities, for an elastic world
+	if s, _ := a.n.applied(); s.Jobs[job] != nil {
+		_, members = s.Jobs[job].World(e.Epoch)
+	}
 	var unsure []transport.PlanReport // etcd could not tell yet
 	retry := time.NewTicker(time.Second)
 	defer retry.Stop()
-	add := func(j *Job, r transport.PlanReport) {
-		ok, why, err := a.bindPlan(ctx, j, r)
+	add := func(r transport.PlanReport) {
+		ok, why, err := a.bindPlan(ctx, members, r)
 		switch {
 		case err != nil:
 			unsure = append(unsure, r)
@@ -256,23 +260,12 @@ func (a *agreement) agree(ctx context.Context, job string, e Epoch) {
 			if !ok {
 				return
 			}
-			s, _ := a.n.applied()
-			if j := s.Jobs[job]; j != nil {
-				add(j, r)
-			}
+			add(r)
 		case <-retry.C:
-			if len(unsure) == 0 {
-				continue
-			}
-			s, _ := a.n.applied()
-			j := s.Jobs[job]
-			if j == nil {
-				return
-			}
 			again := unsure
 			unsure = nil
 			for _, r := range again {
-				add(j, r)
+				add(r)
 			}
 		}
 		if !tally.Done() {
@@ -330,6 +323,7 @@ func (a *agreement) progress(ctx context.Context, job string) {
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	for {
+		var got *transport.StepDone
 		select {
 		case <-ctx.Done():
 			return
@@ -338,17 +332,20 @@ func (a *agreement) progress(ctx context.Context, job string) {
 				a.forgetKey(job + "/progress")
 				return
 			}
-			if s, _ := a.n.applied(); s.Jobs[job] != nil && !s.Jobs[job].HolderOf(d.Epoch, d.Rank, d.Identity) {
+			got = &d
+		case <-tick.C:
+		}
+		s, _ := a.n.applied()
+		j := s.Jobs[job]
+		if d := got; d != nil && j != nil {
+			if !j.HolderOf(d.Epoch, d.Rank, d.Identity) {
 				a.forged(ForgedProgress, job, d.Epoch, d.Rank, d.Identity, "not the rank's holder under the epoch")
 				continue
 			}
 			if r, seen := latest[d.Identity]; !seen || d.Epoch > r.epoch || (d.Epoch == r.epoch && d.Step > r.step) {
 				latest[d.Identity] = rec{d.Rank, d.Step, d.Epoch}
 			}
-		case <-tick.C:
 		}
-		s, _ := a.n.applied()
-		j := s.Jobs[job]
 		if j == nil || j.Final() {
 			continue
 		}

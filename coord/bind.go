@@ -74,11 +74,11 @@ func (a *agreement) forged(kind, job string, epoch, rank uint64, identity, why s
 }
 
 // bindPlan says whether a plan report comes from the identity that held
-// its rank: the epoch's member for an elastic world, else the holder of
+// its rank: the epoch's member (members, for an elastic world), else the holder of
 // the rank's etcd claim at the revision the report names. ok false with
 // a nil error is a forgery; an error means etcd could not tell yet.
-func (a *agreement) bindPlan(ctx context.Context, j *Job, r transport.PlanReport) (ok bool, why string, err error) {
-	if _, members := j.World(r.Epoch); members != nil {
+func (a *agreement) bindPlan(ctx context.Context, members []string, r transport.PlanReport) (ok bool, why string, err error) {
+	if members != nil {
 		if r.Rank < uint64(len(members)) && members[r.Rank] == r.Identity {
 			return true, "", nil
 		}

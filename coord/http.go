@@ -148,7 +148,7 @@ func newMetrics(n *Node) *metrics {
 //	                            epoch 0; 201 (200 for a retry) within SubmitWait, else 202 (followers redirect, 307)
 //	GET  /v1/submissions/{name} a submission being planned (202), or its answer
 //	GET  /v1/jobs               job summaries
-//	GET  /v1/jobs/{name}        a job with its epochs, expected plan hashes and checkpoints (?expected=recent: the hashes of the last two epochs only, no checkpoint's shards)
+//	GET  /v1/jobs/{name}        a job with its epochs, expected plan hashes and checkpoints (?expected=recent: the hashes and holders of the last two epochs only, no checkpoint's shards)
 //	GET  /v1/jobs/{name}/ir     the job's global IR (canonical CBOR) under the latest epoch, or ?epoch=E
 //	GET  /v1/jobs/{name}/ranks/{rank}/plan
 //	                            a rank's plan under the current epoch (planned on request)
@@ -194,12 +194,15 @@ func (n *Node) Handler() http.Handler {
 			return
 		}
 		if r.URL.Query().Get("expected") == "recent" {
-			// Workers need the expected hashes of the last two epochs
-			// only, and which checkpoints are committed, not their
-			// shards (a restore fetches the job whole): a long history
-			// or a large world would make every poll large.
+			// Workers need the expected hashes and holders of the last
+			// two epochs only, and which checkpoints are committed, not
+			// their shards (a restore fetches the job whole): a long
+			// history or a large world would make every poll large.
 			for i := range len(j.Epochs) - 2 {
 				j.Epochs[i].Expected = nil
+				if o := j.Epochs[i].Outcome; o != nil {
+					o.Holders = nil // j is a copy (State clones outcomes)
+				}
 			}
 			for i := range j.Checkpoints {
 				j.Checkpoints[i].Shards = nil

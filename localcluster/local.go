@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"net/url"
 	"path/filepath"
 	"strings"
@@ -78,6 +79,9 @@ type Local struct {
 	agreeW      sync.WaitGroup
 	conns       []*nats.Conn
 	users       map[string]bool // NATS identities the server knows
+	// api is the HTTP transport of the clients of the coordinators' API.
+	api     http.RoundTripper
+	apiOnce sync.Once
 	// connecting is held while a connection authenticates and while the
 	// server reloads its users: nats-server closes a client that is
 	// half way through connecting when its users are reloaded.
@@ -279,9 +283,11 @@ func (l *Local) client(token string) *coord.Client {
 	c := coord.NewClient(l.Coord.URLs()...)
 	c.Token = token
 	if l.secure {
-		rt, err := cli.CoordinatorTransport(trust.TLSFiles{CA: l.Secrets.CACert()})
-		if err == nil {
-			c.HTTP.Transport = rt
+		// One transport for every client: its connections (and their
+		// TLS sessions) are kept and reused.
+		l.apiOnce.Do(func() { l.api, _ = cli.CoordinatorTransport(trust.TLSFiles{CA: l.Secrets.CACert()}) })
+		if l.api != nil {
+			c.HTTP.Transport = l.api
 		}
 	}
 	return c

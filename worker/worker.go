@@ -854,6 +854,15 @@ func (w *run) ready(ctx context.Context, job *coord.Job, step uint64) (*epochPla
 	w.standby = time.Time{}
 	outcome := e.Outcome
 	holders := job.Holders(e.Epoch)
+	if holders == nil && outcome != nil && outcome.Agreed && e.Epoch+2 < uint64(len(job.Epochs)) && !p.barrier.hasHolders() {
+		// A job fetched with the recent epochs' holders only, and an
+		// older epoch to run: fetch it whole.
+		full, err := w.cfg.Coordinator.Job(ctx, w.cfg.Job)
+		if err != nil {
+			return p, false, transient(err)
+		}
+		holders = full.Holders(e.Epoch)
+	}
 	if outcome == nil {
 		w.mu.Lock()
 		if o, ok := w.agreed[e.Epoch]; ok && o.Agreed {
@@ -1114,6 +1123,13 @@ func (b *barrier) setHolders(h []string) {
 		b.holders = h
 		b.signal()
 	}
+}
+
+// hasHolders says whether the barrier knows its ranks' holders.
+func (b *barrier) hasHolders() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.holders != nil
 }
 
 // reported says whether identity reported any step for rank.

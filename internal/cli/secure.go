@@ -145,5 +145,8 @@ func CoordinatorTransport(files trust.TLSFiles) (http.RoundTripper, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &http.Transport{TLSClientConfig: cfg, ForceAttemptHTTP2: true, MaxIdleConnsPerHost: 4, IdleConnTimeout: 90 * time.Second}, nil
+	// Connections are kept for every caller that shares the transport
+	// (the workers of an in-process cluster): a TLS handshake per
+	// request would cost more than the request.
+	return &http.Transport{TLSClientConfig: cfg, ForceAttemptHTTP2: true, MaxIdleConns: 256, MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second}, nil
 }
