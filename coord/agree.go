@@ -320,6 +320,10 @@ func (a *agreement) progress(ctx context.Context, job string) {
 	}
 	type rec struct{ rank, step, epoch uint64 }
 	latest := map[string]rec{}
+	// undecided holds, by identity, the latest report of an epoch whose
+	// holders this node does not know yet (it trails the log): checked
+	// again on every pass, not dropped.
+	undecided := map[string]transport.StepDone{}
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	for {
@@ -337,8 +341,19 @@ func (a *agreement) progress(ctx context.Context, job string) {
 		}
 		s, _ := a.n.applied()
 		j := s.Jobs[job]
-		if d := got; d != nil && j != nil {
-			if !j.HolderOf(d.Epoch, d.Rank, d.Identity) {
+		if got != nil {
+			undecided[got.Identity] = *got
+		}
+		for id, d := range undecided {
+			if j == nil {
+				break
+			}
+			ok, decided := j.HolderOf(d.Epoch, d.Rank, d.Identity)
+			if !decided {
+				continue
+			}
+			delete(undecided, id)
+			if !ok {
 				a.forged(ForgedProgress, job, d.Epoch, d.Rank, d.Identity, "not the rank's holder under the epoch")
 				continue
 			}

@@ -316,13 +316,16 @@ func (j *Job) Holders(i uint64) []string {
 // HolderOf says whether identity may report for rank under epoch i: it
 // is the rank's holder. Under an epoch that is not agreed yet (no step
 // runs under it) nobody may, and under one whose outcome was committed
-// before holders were recorded anybody may.
-func (j *Job) HolderOf(i, rank uint64, identity string) bool {
+// before holders were recorded anybody may. decided is false when the
+// epoch's holders are not known here yet (no such epoch, or no outcome):
+// a node that trails the log may learn them later.
+func (j *Job) HolderOf(i, rank uint64, identity string) (ok, decided bool) {
 	h := j.Holders(i)
 	if h == nil {
-		return i < uint64(len(j.Epochs)) && j.Epochs[i].Outcome != nil
+		known := i < uint64(len(j.Epochs)) && j.Epochs[i].Outcome != nil
+		return known, known
 	}
-	return rank < uint64(len(h)) && h[rank] == identity
+	return rank < uint64(len(h)) && h[rank] == identity, true
 }
 
 // Horizon returns the last step ranks may run under epoch i: the

@@ -79,7 +79,11 @@ func (a *agreement) watchCheckpoints(ctx context.Context, job string) {
 		if j == nil {
 			return
 		}
-		if !j.HolderOf(r.Epoch, r.Rank, r.Identity) {
+		if ok, _ := j.HolderOf(r.Epoch, r.Rank, r.Identity); !ok {
+			// (Undecided too: a checkpoint's step ran under an agreed
+			// epoch, and the leader applied every outcome committed
+			// before it led before it started watching (State's
+			// barrier); it commits the later ones itself.)
 			a.forged(ForgedCheckpoint, job, r.Epoch, r.Rank, r.Identity, "not the rank's holder under the epoch")
 			continue
 		}
@@ -162,9 +166,11 @@ func (a *agreement) handleRecovery(q transport.RecoveryRequest) {
 	if j == nil {
 		return
 	}
-	if !j.HolderOf(q.Epoch, q.Rank, q.Identity) {
-		a.forged(ForgedRecovery, q.Job, q.Epoch, q.Rank, q.Identity, "not the rank's holder under the epoch")
-		return
+	if ok, decided := j.HolderOf(q.Epoch, q.Rank, q.Identity); !ok {
+		if decided {
+			a.forged(ForgedRecovery, q.Job, q.Epoch, q.Rank, q.Identity, "not the rank's holder under the epoch")
+		}
+		return // undecided: the rank asks again
 	}
 	d := recovery.Decide(recoveryJob(j), recovery.Request{Kind: recovery.RequestKind(q.Kind), Rank: q.Rank, Identity: q.Identity, Epoch: q.Epoch, Step: q.Step, Detail: q.Detail})
 	a.n.metrics.recoveries.WithLabelValues(q.Kind, string(d.Kind)).Inc()

@@ -187,9 +187,13 @@ func (a *agreement) handleReplan(ev replanEvent) {
 	}
 	var ack replan.Ack
 	step := j.LastStep
-	if w := ev.worker; w != nil && !j.HolderOf(w.Epoch, w.Rank, w.Identity) {
-		a.forged(ForgedReplan, ev.job, w.Epoch, w.Rank, w.Identity, "not the rank's holder under the epoch")
-		return
+	if w := ev.worker; w != nil {
+		if ok, decided := j.HolderOf(w.Epoch, w.Rank, w.Identity); !ok {
+			if decided {
+				a.forged(ForgedReplan, ev.job, w.Epoch, w.Rank, w.Identity, "not the rank's holder under the epoch")
+			}
+			return // undecided: the rank reports its exit again
+		}
 	}
 	if w := ev.worker; w != nil {
 		ack = jr.r.Observe(replan.Observation{Rank: w.Rank, Step: w.Step, Dims: w.Dims})

@@ -111,6 +111,7 @@ type prober struct {
 	t   Target
 	nc  *nats.Conn
 	js  jetstream.JetStream
+	tr  *transport.Transport // bound to the identity, as its worker's would be
 	api *coord.Client
 }
 
@@ -132,11 +133,15 @@ func Run(ctx context.Context, t Target) ([]Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	tr, err := transport.New(nc, transport.OpenOnly(), transport.WithIdentity(t.Identity))
+	if err != nil {
+		return nil, fmt.Errorf("probe: opening the buckets as %s: %w", t.Identity, err)
+	}
 	api := coord.NewClient(t.Coordinators...)
 	// The client's own HTTP client keeps the token across a follower's
 	// redirect to the leader; it takes t.HTTP's transport (the CA).
 	api.HTTP.Transport, api.Token = t.HTTP.Transport, t.APIToken
-	p := &prober{t: t, nc: nc, js: js, api: api}
+	p := &prober{t: t, nc: nc, js: js, tr: tr, api: api}
 	var out []Result
 	for _, a := range attacks {
 		actx, cancel := context.WithTimeout(ctx, 90*time.Second)
@@ -290,16 +295,12 @@ func (p *prober) forgedPlans(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	tr, err := transport.New(p.nc, transport.OpenOnly(), transport.WithIdentity(p.t.Identity))
-	if err != nil {
-		return "", err
-	}
 	e := j.Current()
 	for r, h := range e.Expected {
 		// The right hashes (the API shows them), under this identity's
 		// own keys, naming a claim revision it never had.
 		rep := transport.PlanReport{Job: name, Epoch: e.Epoch, Rank: uint64(r), Identity: p.t.Identity, PlanHash: h, ClaimRevision: int64(1 + r)}
-		if err := tr.Report(ctx, rep); err != nil {
+		if err := p.tr.Report(ctx, rep); err != nil {
 			return "", fmt.Errorf("storing a report under the identity's own key: %w", err)
 		}
 	}
@@ -327,13 +328,9 @@ func (p *prober) forgedProgress(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	tr, err := transport.New(p.nc, transport.OpenOnly(), transport.WithIdentity(p.t.Identity))
-	if err != nil {
-		return "", err
-	}
 	far := j.LastStep + 100000
 	d := transport.StepDone{Job: p.t.Job, Epoch: j.Current().Epoch, Rank: rank, Step: far, Identity: p.t.Identity}
-	if err := tr.PutProgress(ctx, d); err != nil {
+	if err := p.tr.PutProgress(ctx, d); err != nil {
 		return "", err
 	}
 	got, err := p.waitMetric(ctx, coord.ForgedProgress, before+1)
@@ -492,11 +489,7 @@ func (p *prober) deliveredGrant(ctx context.Context) (string, error) {
 // readySteps returns the highest step any rank reported ready for under
 // the job's current epoch.
 func (p *prober) readySteps(ctx context.Context, j *coord.Job) (uint64, error) {
-	tr, err := transport.New(p.nc, transport.OpenOnly())
-	if err != nil {
-		return 0, err
-	}
-	rs, err := tr.Steps(ctx, p.t.Job, j.Current().Epoch)
+	rs, err := p.tr.Steps(ctx, p.t.Job, j.Current().Epoch)
 	if err != nil {
 		return 0, err
 	}
