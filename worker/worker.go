@@ -264,9 +264,9 @@ type run struct {
 	mu      sync.Mutex
 	res     Result
 	started bool
-	// early holds the step reports of epochs not planned yet; prepare
-	// hands them to the epoch's barrier.
-	early map[uint64][]transport.StepReport
+	// early holds the step reports of epochs not planned yet, the latest
+	// per rank and identity; prepare hands them to the epoch's barrier.
+	early map[uint64]map[earlyKey]transport.StepReport
 	// running is the epoch of the steps being run: reports of older
 	// epochs are dropped.
 	running uint64
@@ -355,7 +355,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	}
 	w := &run{cfg: cfg, log: log.With("job", cfg.Job, "identity", cfg.Identity), models: map[ir.Hash]*ir.Model{},
 		plans: map[uint64]*epochPlan{}, wake: make(chan struct{}, 1), stepWake: make(chan struct{}, 1), granted: make(chan struct{}, 1), grants: map[uint64]uint64{}, agreed: map[uint64]transport.Outcome{},
-		early: map[uint64][]transport.StepReport{}, written: map[uint64]shardWritten{}, bad: map[uint64]badCheckpoint{}, asked: map[string]time.Time{},
+		early: map[uint64]map[earlyKey]transport.StepReport{}, written: map[uint64]shardWritten{}, bad: map[uint64]badCheckpoint{}, asked: map[string]time.Time{},
 		queue: make(chan shardJob, 1), store: cfg.Store}
 	wctx, stop := context.WithCancel(ctx)
 	w.watchCtx = wctx
@@ -1075,7 +1075,22 @@ func (w *run) stepReport(r transport.StepReport) {
 		}
 		return
 	}
-	w.early[r.Epoch] = append(w.early[r.Epoch], r)
+	// No rank reports a step of an epoch past the next one this worker
+	// knows of (every epoch's agreement waits for this worker's report):
+	// what claims to is dropped, so nobody can make early grow.
+	if w.job != nil && r.Epoch > uint64(len(w.job.Epochs)) {
+		return
+	}
+	if w.early[r.Epoch] == nil {
+		w.early[r.Epoch] = map[earlyKey]transport.StepReport{}
+	}
+	w.early[r.Epoch][earlyKey{r.Rank, r.Identity}] = r // the stream's latest is the stored one
+}
+
+// earlyKey is a rank and the identity that reported for it.
+type earlyKey struct {
+	rank     uint64
+	identity string
 }
 
 // barrier is the go/no-go barrier before each step of one epoch: rank r
