@@ -1,0 +1,300 @@
+// Package families generates offline dynamic storage allocation instances
+// by family, so that packing is measured, tuned and tested on instances no
+// one picked by hand: every family is a generator with a size and a seed,
+// never a fixed file.
+//
+//   - perfect: rectangles cut from a box H bytes tall and T ticks wide by
+//     random guillotine cuts, in bytes or in time, until n pieces remain.
+//     The pieces tile the box, so H bytes are live at every tick: the
+//     lower bound is H and a placement at the lower bound exists (the
+//     box itself). Greedy placers end 20 % to 60 % above it.
+//   - transformer: the activations of GPT-2-shaped and Llama-shaped
+//     models with 1 to 96 layers, in train_full under the planner's own
+//     schedule and liveness, plus per-op temporaries as a compiler's
+//     memory pass (MindSpore's SOMAS) sees them: a workspace of each
+//     matmul and attention kernel and a scratch row buffer of each
+//     normalisation and softmax, live at their op only.
+//   - mixed: a training-step pattern with sizes spread over five orders
+//     of magnitude: long-lived buffers (weights, optimizer state, caches)
+//     that start and end at random, activations saved in the forward pass
+//     and freed in reverse in the backward pass, and short-lived
+//     temporaries around every step.
+//
+// Instances are dsa.Instance values, so they plan through the same path
+// as the public CSV instances (dsa.Instance.Model, dsa.ArenaConfig), and
+// Write saves one as a CSV for other tools. The same family, size and
+// seed give the same instance on every machine.
+package families
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/tmmu/tmmu/dsa"
+	"github.com/tmmu/tmmu/ir"
+	"github.com/tmmu/tmmu/models"
+	"github.com/tmmu/tmmu/planner"
+)
+
+// Names lists the families.
+var Names = []string{"perfect", "transformer", "mixed"}
+
+// rng returns the generator of one instance: PCG seeded by the family and
+// the seed, so instances of different families never share a stream.
+func rng(family string, seed uint64) *rand.Rand {
+	var h uint64 = 14695981039346656037
+	for _, c := range []byte(family) {
+		h = (h ^ uint64(c)) * 1099511628211
+	}
+	return rand.New(rand.NewPCG(h, seed))
+}
+
+// PerfectHeight is the height of the box perfect packings are cut from:
+// their lower bound and optimum.
+const PerfectHeight = 1 << 20
+
+// perfectGrain is the granularity of byte cuts: sizes are multiples of it,
+// as tensor sizes are multiples of an element or a vector width.
+const perfectGrain = 64
+
+// Perfect cuts n pieces from a box PerfectHeight bytes tall and 4n ticks
+// wide (n ≥ 1). Each cut takes a piece at random, weighted by its area,
+// and splits it at a uniform point in time or in bytes (the longer side
+// relative to the box, so pieces stay of every shape); a piece too thin to
+// split in the chosen direction is split in the other one, or left whole.
+// The optimum is PerfectHeight, the lower bound.
+func Perfect(n int, seed uint64) *dsa.Instance {
+	r := rng("perfect", seed)
+	type rect struct {
+		t0, t1 int64  // ticks
+		b0, b1 uint64 // bytes
+	}
+	width := int64(4 * max(n, 1))
+	rects := []rect{{0, width, 0, PerfectHeight}}
+	area := func(x rect) float64 { return float64(x.t1-x.t0) * float64(x.b1-x.b0) }
+	total := area(rects[0])
+	for len(rects) < n {
+		// Pick a piece with probability proportional to its area.
+		at, k := r.Float64()*total, 0
+		for k < len(rects)-1 && at >= area(rects[k]) {
+			at -= area(rects[k])
+			k++
+		}
+		x := rects[k]
+		relT := float64(x.t1-x.t0) / float64(width)
+		relB := float64(x.b1-x.b0) / PerfectHeight
+		inTime := r.Float64()*(relT+relB) < relT
+		canT, canB := x.t1-x.t0 >= 2, x.b1-x.b0 >= 2*perfectGrain
+		if inTime && !canT || !inTime && !canB {
+			inTime = !inTime
+		}
+		if inTime && !canT || !inTime && !canB {
+			continue // a unit piece: the area weighting picks it rarely
+		}
+		var a, b rect
+		if inTime {
+			cut := x.t0 + 1 + r.Int64N(x.t1-x.t0-1)
+			a, b = rect{x.t0, cut, x.b0, x.b1}, rect{cut, x.t1, x.b0, x.b1}
+		} else {
+			grains := (x.b1 - x.b0) / perfectGrain
+			cut := x.b0 + perfectGrain*(1+r.Uint64N(grains-1))
+			if x.b1-cut < perfectGrain {
+				cut = x.b1 - perfectGrain
+			}
+			a, b = rect{x.t0, x.t1, x.b0, cut}, rect{x.t0, x.t1, cut, x.b1}
+		}
+		rects[k] = a
+		rects = append(rects, b)
+	}
+	// Shuffle, so that file order says nothing about the tiling.
+	r.Shuffle(len(rects), func(i, j int) { rects[i], rects[j] = rects[j], rects[i] })
+	in := &dsa.Instance{Name: fmt.Sprintf("perfect-%d-s%d", n, seed), Buffers: make([]dsa.Buffer, len(rects))}
+	for i, x := range rects {
+		in.Buffers[i] = dsa.Buffer{ID: strconv.Itoa(i), Lower: x.t0, Upper: x.t1, Size: x.b1 - x.b0}
+	}
+	return in
+}
+
+// Transformer returns the activations arena of a transformer in
+// train_full with the given layers (1 to 96), under the planner's schedule
+// and liveness, plus SOMAS-like per-op temporaries. Even seeds take
+// GPT-2's shape, odd ones Llama's (RMSNorm, SwiGLU, bf16); the seed also
+// picks the width, batch and sequence among realistic ones.
+func Transformer(layers int, seed uint64) (*dsa.Instance, error) {
+	if layers < 1 || layers > 96 {
+		return nil, fmt.Errorf("families: transformer layers %d outside 1..96", layers)
+	}
+	r := rng("transformer", seed)
+	var m *ir.Model
+	var err error
+	shape := "gpt2"
+	if seed%2 == 0 {
+		c := models.DefaultGPT2Config()
+		c.Layers, c.Train = uint64(layers), true
+		c.Hidden = []uint64{256, 512, 768, 1024}[r.IntN(4)]
+		c.Heads = c.Hidden / 64
+		c.Seq = []uint64{128, 256, 512, 1024}[r.IntN(4)]
+		c.Context, c.Batch = c.Seq, uint64(1+r.IntN(4))
+		c.Vocab = 8192 + uint64(r.IntN(4))*8192
+		m, err = models.GPT2(c)
+	} else {
+		shape = "llama"
+		c := models.DefaultLlamaConfig()
+		c.Layers, c.Train = uint64(layers), true
+		c.Hidden = []uint64{256, 512, 1024}[r.IntN(3)]
+		c.Heads = c.Hidden / 64
+		c.KVHeads = c.Heads
+		c.Intermediate = c.Hidden * 8 / 3 / 64 * 64
+		c.Seq = []uint64{128, 256, 512}[r.IntN(3)]
+		c.Batch = uint64(1 + r.IntN(2))
+		c.Vocab = 8192 + uint64(r.IntN(4))*8192
+		m, err = models.Llama(c)
+	}
+	if err != nil {
+		return nil, err
+	}
+	g, err := ir.Compile(m)
+	if err != nil {
+		return nil, err
+	}
+	l, err := planner.AnalyzeLiveness(g, planner.TrainFull)
+	if err != nil {
+		return nil, err
+	}
+	in := &dsa.Instance{Name: fmt.Sprintf("transformer-%s-%dL-s%d", shape, layers, seed)}
+	act := ir.ArenaIndex(ir.ArenaActivations)
+	for _, t := range l.Tensors {
+		if g.Root[t] != t || int(g.Arena[t]) != act || l.StorageBirth[t] < 0 {
+			continue
+		}
+		in.Buffers = append(in.Buffers, dsa.Buffer{ID: g.Tensors[t].ID, Lower: int64(l.StorageBirth[t]), Upper: int64(l.StorageDeath[t]) + 1, Size: g.StorageBytes[t]})
+	}
+	// Per-op temporaries, live at their op's position only.
+	for p, n := range l.Order {
+		var out uint64
+		for _, t := range g.Outputs(n) {
+			out = max(out, g.Bytes[t])
+		}
+		var ws uint64
+		switch op := g.Nodes[n].Op; {
+		case isAny(op, "matmul", "attention", "embedding"):
+			// A GEMM or attention workspace: split-K partials or a tile
+			// of scores, a quarter to all of the output, 512-byte aligned.
+			ws = (out/4 + uint64(r.IntN(4))*out/4 + 511) / 512 * 512
+		case isAny(op, "layernorm", "rmsnorm", "cross_entropy"):
+			ws = max(out/64, 256) / 256 * 256 // per-row statistics
+		}
+		if ws > 0 {
+			in.Buffers = append(in.Buffers, dsa.Buffer{ID: fmt.Sprintf("ws%d", p), Lower: int64(p), Upper: int64(p) + 1, Size: ws})
+		}
+	}
+	return in, nil
+}
+
+// isAny reports whether op contains one of the names (forward and
+// backward ops alike: matmul_backward holds a workspace too).
+func isAny(op string, names ...string) bool {
+	return slices.ContainsFunc(names, func(n string) bool { return strings.Contains(op, n) })
+}
+
+// Mixed returns a training-step-like instance of about n buffers (n ≥ 10)
+// with sizes spread from 256 bytes to 256 MiB: a tenth long-lived (start
+// and end at random, most spanning much of the step), the rest split
+// between activations saved in a forward pass and freed in reverse order
+// in the backward pass, and temporaries live for one to three ticks.
+func Mixed(n int, seed uint64) *dsa.Instance {
+	n = max(n, 10)
+	r := rng("mixed", seed)
+	size := func(lo, hi float64) uint64 { // log-uniform in [2^lo, 2^hi), 256-byte multiples
+		v := uint64(1) << uint(lo+r.Float64()*(hi-lo))
+		v += r.Uint64N(v)
+		return max(v/256*256, 256)
+	}
+	steps := int64(n / 3)
+	horizon := 2*steps + 2
+	in := &dsa.Instance{Name: fmt.Sprintf("mixed-%d-s%d", n, seed)}
+	add := func(lo, hi int64, sz uint64) {
+		in.Buffers = append(in.Buffers, dsa.Buffer{ID: strconv.Itoa(len(in.Buffers)), Lower: lo, Upper: hi, Size: sz})
+	}
+	long := n / 10
+	for range long {
+		a, b := r.Int64N(horizon), r.Int64N(horizon)
+		if r.IntN(2) == 0 { // most span much of the step
+			a, b = r.Int64N(horizon/8+1), horizon-r.Int64N(horizon/8+1)
+		}
+		add(min(a, b), max(a, b)+1, size(16, 28))
+	}
+	saved := (n - long) / 2
+	for k := range saved {
+		// Forward tick f, freed at the mirrored backward tick.
+		f := int64(k) * steps / int64(max(saved, 1))
+		add(f, 2*steps+1-f, size(10, 24))
+	}
+	for len(in.Buffers) < n {
+		t := r.Int64N(horizon - 3)
+		add(t, t+1+r.Int64N(3), size(8, 26))
+	}
+	return in
+}
+
+// Spec names one generated instance.
+type Spec struct {
+	Family string
+	// Size is the buffers of a perfect or mixed instance, or the layers of
+	// a transformer.
+	Size int
+	Seed uint64
+}
+
+func (s Spec) String() string { return fmt.Sprintf("%s-%d-s%d", s.Family, s.Size, s.Seed) }
+
+// Generate builds the instance a Spec names.
+func Generate(s Spec) (*dsa.Instance, error) {
+	switch s.Family {
+	case "perfect":
+		if s.Size < 1 {
+			return nil, fmt.Errorf("families: perfect needs at least 1 buffer, not %d", s.Size)
+		}
+		return Perfect(s.Size, s.Seed), nil
+	case "transformer":
+		return Transformer(s.Size, s.Seed)
+	case "mixed":
+		if s.Size < 10 {
+			return nil, fmt.Errorf("families: mixed needs at least 10 buffers, not %d", s.Size)
+		}
+		return Mixed(s.Size, s.Seed), nil
+	}
+	return nil, fmt.Errorf("families: unknown family %q (families: perfect, transformer, mixed)", s.Family)
+}
+
+// Suite lists the bench's family instances: perfect packings of 100 to
+// 10,000 buffers, transformers of 1 to 96 layers, mixed instances of 300
+// to 20,000 buffers, two seeds each. maxBuffers > 0 leaves out perfect and
+// mixed instances larger than it (transformers are kept: their buffer
+// count depends on the shape the seed picks).
+func Suite(maxBuffers int) []Spec {
+	var out []Spec
+	for _, n := range []int{100, 300, 1000, 2000, 5000, 10000} {
+		for seed := range uint64(2) {
+			if maxBuffers <= 0 || n <= maxBuffers {
+				out = append(out, Spec{"perfect", n, seed})
+			}
+		}
+	}
+	for _, layers := range []int{1, 4, 12, 24, 48, 96} {
+		for seed := range uint64(2) {
+			out = append(out, Spec{"transformer", layers, seed})
+		}
+	}
+	for _, n := range []int{300, 2000, 20000} {
+		for seed := range uint64(2) {
+			if maxBuffers <= 0 || n <= maxBuffers {
+				out = append(out, Spec{"mixed", n, seed})
+			}
+		}
+	}
+	return out
+}

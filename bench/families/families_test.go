@@ -1,0 +1,99 @@
+package families_test
+
+import (
+	"fmt"
+	"reflect"
+	"testing"
+
+	"github.com/tmmu/tmmu/bench/families"
+	"github.com/tmmu/tmmu/planner/pack"
+)
+
+// TestPerfectIsTight: the pieces tile the box, so the lower bound is the
+// box's height, and the same seed gives the same instance.
+func TestPerfectIsTight(t *testing.T) {
+	for _, n := range []int{1, 2, 100, 1000} {
+		in := families.Perfect(n, 7)
+		if len(in.Buffers) != n {
+			t.Fatalf("perfect %d: %d buffers", n, len(in.Buffers))
+		}
+		p := in.Problem()
+		lb, _ := pack.LowerBound(p.Buffers)
+		if lb != families.PerfectHeight {
+			t.Fatalf("perfect %d: lower bound %d, want the box height %d", n, lb, families.PerfectHeight)
+		}
+		// Every tick of the box is full: the live bytes never dip.
+		var area float64
+		for _, b := range p.Buffers {
+			area += float64(b.End-b.Start) * float64(b.Size)
+		}
+		if want := float64(4*n) * families.PerfectHeight; area != want {
+			t.Fatalf("perfect %d: pieces cover %.0f byte-ticks, the box %.0f", n, area, want)
+		}
+		if again := families.Perfect(n, 7); !reflect.DeepEqual(in, again) {
+			t.Fatalf("perfect %d: two runs with one seed differ", n)
+		}
+	}
+}
+
+func TestGenerateRejects(t *testing.T) {
+	for _, s := range []families.Spec{{Family: "perfect", Size: 0}, {Family: "transformer", Size: 97}, {Family: "mixed", Size: 3}, {Family: "nope", Size: 10}} {
+		if _, err := families.Generate(s); err == nil {
+			t.Errorf("%v: no error", s)
+		}
+	}
+}
+
+// TestPackedNeverLosesToGreedy is the guarantee over every family
+// instance of up to 5,000 buffers, at both efforts: a valid placement no
+// higher than GreedySize's. The exact effort runs under a small budget
+// here; the guarantee does not depend on it.
+func TestPackedNeverLosesToGreedy(t *testing.T) {
+	for _, spec := range families.Suite(5000) {
+		in, err := families.Generate(spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(in.Buffers) > 5000 {
+			continue
+		}
+		t.Run(in.Name, func(t *testing.T) {
+			p := in.Problem()
+			g, err := pack.GreedySize(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, o := range []pack.Options{{Effort: pack.Fast}, {Effort: pack.Exact, Budget: 1 << 22}} {
+				r, err := pack.Pack(p, o)
+				if err != nil {
+					t.Fatal(err)
+				}
+				peak, err := pack.Check(p, r.Offsets)
+				if err != nil {
+					t.Fatalf("%s: %v", o.Effort, err)
+				}
+				if peak != r.Peak || r.Peak > g.Peak || r.Peak < r.LowerBound {
+					t.Fatalf("%s: peak %d (checked %d), greedy-size %d, lower bound %d", o.Effort, r.Peak, peak, g.Peak, r.LowerBound)
+				}
+				if o.Budget > 0 && r.Work > o.Budget+int64(10*len(p.Buffers)) {
+					t.Fatalf("%s: spent %d work on a budget of %d", o.Effort, r.Work, o.Budget)
+				}
+			}
+		})
+	}
+}
+
+func ExampleSuite() {
+	for _, s := range families.Suite(300) {
+		if s.Family != "transformer" {
+			fmt.Println(s)
+		}
+	}
+	// Output:
+	// perfect-100-s0
+	// perfect-100-s1
+	// perfect-300-s0
+	// perfect-300-s1
+	// mixed-300-s0
+	// mixed-300-s1
+}
