@@ -24,21 +24,34 @@
 //
 // # Portfolio
 //
-// Pack first runs a fixed portfolio of greedy placements: buffers taken in
-// one order (by conflict pressure, by the busiest instant they live at, by
+// Pack first runs a portfolio of greedy placements: buffers taken in one
+// order (by conflict pressure, by the busiest instant they live at, by
 // birth, size, lifetime or area), each put in the smallest gap it fits
 // (best fit) or the lowest (first fit) among the buffers already placed
-// that it meets. Finding those gaps is the hot path: a segment tree over
-// time keeps, per node, the merged byte ranges of the buffers placed in its
-// subtree and of those covering it, so a query merges O(log T) short sets
-// instead of visiting every buffer met (28,526 buffers with 43 million
-// overlapping pairs take about 0.2 s per placement). Members run while the
-// work spent, counted in byte ranges merged, stays under the effort's
-// budget; the largest instances get the first member only.
+// that it meets. Two members always run: best fit by conflict pressure
+// and GreedySize, so packed is never worse than the baseline, on any
+// instance and at any effort. Finding those gaps is the hot path: a
+// segment tree over time keeps, per node, the merged byte ranges of the
+// buffers placed in its subtree and of those covering it, so a query
+// merges O(log T) short sets instead of visiting every buffer met (28,526
+// buffers with 43 million overlapping pairs take about 0.12 s per
+// placement). The other members run while they fit the budget.
+//
+// # Skyline
+//
+// Then, on instances without Conflicts, a skyline placer fills the lowest
+// point of the skyline with a buffer that starts there and fits the
+// valley, as strip packers do (see skySearch): a dive without
+// backtracking when its cost fits the budget, and, on instances still
+// more than 1 % above the lower bound, depth-first restarts that aim at
+// the goal itself and cut a branch as soon as some valley can be neither
+// covered nor raised. It finds exact fits that order-driven placers miss
+// (iopddl-S_1 at the lower bound, perfect packings of up to a few hundred
+// buffers).
 //
 // # Search
 //
-// When the portfolio stays above the lower bound on an instance small
+// When the best peak is still above the lower bound on an instance small
 // enough, a depth-first search over canonical placements takes over (the
 // approach of Moffitt's MiniMalloc, ASPLOS 2023, implemented anew): buffers
 // go down in nondecreasing offset order, each at the lowest offset its
@@ -49,17 +62,25 @@
 // out of preorder and placements that leave some section unable to hold
 // its remaining bytes are cut; a section boundary no unplaced buffer
 // crosses splits the rest into independent parts. It first asks for the
-// lower bound, then bisects between it and the best peak found. Its work
-// is counted in nodes.
+// lower bound, then bisects between it and the best peak found. A
+// complete search below a peak proves it optimal (Result.Optimal).
 //
-// Effort Fast (the default) stops the portfolio once its members have
-// merged 2^20 byte ranges and gives the search 20,000 nodes on instances of
-// up to 1,024 buffers that the portfolio leaves more than 1 % above the
-// lower bound; Exact runs the whole portfolio (up to 2^27 ranges) and gives
-// the search 1,000,000 nodes on any instance above the lower bound whose
-// overlapping pairs fit in memory (2^24). Result.Optimal tells whether the peak is
-// proven optimal: equal to the lower bound, or with every placement below
-// it explored.
+// # Budgets
+//
+// Work is counted in deterministic units (a section or a candidate looked
+// at; a byte range merged by a placer counts 8), never in time, so every
+// machine returns the same offsets. Everything after the two mandatory
+// members runs within a work budget (Result.Work, Result.Budget) that
+// grows with the instance: Fast (the default) allows 2^26 units plus 512
+// per buffer and section, gives the skyline restarts 2^23 plus 1,024 per
+// buffer and section, and the canonical search 20,000 nodes on instances
+// of up to 1,024 buffers that are more than 1 % above the lower bound;
+// Exact allows DefaultExactBudget (2^32 units, about 15 s here), a
+// sixteenth of it to the skyline restarts and the rest to the canonical
+// search on any instance whose overlapping pairs fit in memory (2^24).
+// Options.Budget replaces either effort's total. Pack stops within one
+// search node of the budget and returns the best placement found, its
+// lower bound, Result.Gap and whether it proved optimality.
 //
 // GreedySize is the classic baseline (largest first, first fit), kept for
 // comparison.

@@ -2,6 +2,8 @@ package pack
 
 import (
 	"fmt"
+	"math/rand/v2"
+	"slices"
 	"strings"
 )
 
@@ -27,25 +29,52 @@ var Efforts = []Effort{Fast, Exact}
 // Options tune Pack.
 type Options struct {
 	Effort Effort
-	// Nodes overrides the effort's search node budget when positive.
+	// Nodes overrides the canonical search's node budget when positive.
 	Nodes int64
+	// Budget overrides the effort's work budget when positive (see
+	// Result.Work): it bounds everything Pack does after the two greedy
+	// placements every result starts from.
+	Budget int64
 }
 
-// budgets per effort.
+// mergeCost weighs a byte range merged by a placer against the searches'
+// unit of work (a section or a candidate looked at): about the ratio of
+// their times.
+const mergeCost = 8
+
+// budget is what an effort may spend on an instance of n buffers.
 type budget struct {
-	portfolio  int64 // byte ranges the placers may merge before members are skipped
-	nodes      int64 // search nodes
-	maxBuffers int   // search only instances this small
-	maxPairs   int   // ... whose overlapping pairs fit in memory
-	// above: search only when the portfolio's peak exceeds the lower bound
-	// by more than this many parts per million.
+	work      int64 // total work after the mandatory members
+	portfolio int64 // byte ranges the optional members may merge
+	sky       int64 // work of the skyline restarts
+	nodes     int64 // canonical search nodes
+	// The canonical search runs on instances this small whose
+	// overlapping pairs fit in memory...
+	maxBuffers, maxPairs int
+	// ... when the best peak exceeds the goal by more than this many
+	// parts per million (the skyline restarts too).
 	above uint64
 }
 
-var budgets = map[Effort]budget{
-	Fast:  {portfolio: 1 << 20, nodes: 20_000, maxBuffers: 1024, maxPairs: 1 << 20, above: 10_000},
-	Exact: {portfolio: 1 << 27, nodes: 1_000_000, maxBuffers: 1 << 20, maxPairs: 1 << 24},
+// budgetOf scales the effort's budget with the instance: every part grows
+// with the buffers (n) and the positions they span, so large instances
+// are not cut hardest. The numbers are work units, never time: every
+// machine spends the same.
+func budgetOf(e Effort, n int, positions int32) budget {
+	size := int64(n) + int64(positions)
+	switch e {
+	case Exact:
+		return budget{work: DefaultExactBudget, portfolio: 1 << 40, sky: DefaultExactBudget / 16, nodes: 1 << 40,
+			maxBuffers: 1 << 20, maxPairs: 1 << 24}
+	default:
+		return budget{work: 1<<27 + 512*size, portfolio: 1<<20 + 32*size, sky: 1<<23 + 1024*size, nodes: 20_000,
+			maxBuffers: 1024, maxPairs: 1 << 20, above: 10_000}
+	}
 }
+
+// DefaultExactBudget is the exact effort's work budget: about 15 s on one
+// core of a 2020s server for any instance, whatever its size.
+const DefaultExactBudget = 1 << 32
 
 // Result is a placement.
 type Result struct {
@@ -54,13 +83,28 @@ type Result struct {
 	// Peak is the highest end; LowerBound the most bytes live at once.
 	Peak, LowerBound uint64
 	// Method names what produced the placement, e.g. "best-fit by
-	// conflict" or "search by total,width,area".
+	// conflict", "skyline dive" or "search by total,width,area".
 	Method string
-	// Merged counts byte ranges the placers merged; Nodes search nodes.
+	// Merged counts byte ranges the placers merged; Nodes canonical
+	// search nodes.
 	Merged, Nodes int64
+	// Work is what was spent after the two mandatory greedy placements,
+	// in the searches' units (a section or a candidate looked at; a byte
+	// range merged by a placer counts mergeCost); Budget is what was
+	// allowed. Work passes Budget by at most one search node's worth.
+	Work, Budget int64
 	// Optimal is true when no placement has a smaller peak: Peak equals
 	// LowerBound, or the search explored every placement below Peak.
 	Optimal bool
+}
+
+// Gap is how far the peak may be above the optimum, as a fraction of the
+// lower bound: 0 when the placement is proven optimal.
+func (r *Result) Gap() float64 {
+	if r.Optimal || r.LowerBound == 0 {
+		return 0
+	}
+	return float64(r.Peak)/float64(r.LowerBound) - 1
 }
 
 // member is one placement of the portfolio: an order and a fit.
@@ -87,6 +131,7 @@ func keyNames(keys []key) string {
 // real graphs first, so that a budget cut on a large instance keeps them.
 var portfolio = []member{
 	{[]key{byConflict}, bestFit},
+	greedySize, // always run: packed is never worse than the baseline
 	{[]key{byTotal, byLength, bySize}, bestFit},
 	{[]key{byStart, bySize}, bestFit},
 	{[]key{bySize, byLength}, bestFit},
@@ -95,7 +140,6 @@ var portfolio = []member{
 	{[]key{byArea}, bestFit},
 	{[]key{byTotal, byLength, bySize}, firstFit},
 	{[]key{byArea}, firstFit},
-	{[]key{bySize, byLength}, firstFit},
 	{[]key{byTotal, bySize}, firstFit},
 	{[]key{byConflict}, firstFit},
 }
@@ -130,6 +174,9 @@ var preorders = []preorder{
 // planner of TensorFlow Lite Micro).
 var greedySize = member{[]key{bySize, byLength}, firstFit}
 
+// mandatory is how many members of portfolio run whatever the budget.
+const mandatory = 2
+
 // GreedySize places the buffers largest first, each at the lowest offset
 // where it fits: the classic baseline. Capacity is not enforced.
 func GreedySize(p *Problem) (*Result, error) {
@@ -150,35 +197,54 @@ func GreedySize(p *Problem) (*Result, error) {
 // the same problem and options give the same offsets on every machine.
 // When the best peak found exceeds a non-zero Capacity it returns
 // ErrCapacity (wrapped, with the peak).
+//
+// Its steps, each kept only when it lowers the peak: the portfolio's
+// mandatory members (best fit by conflict pressure, and GreedySize, so
+// the result is never worse than the baseline), the other members within
+// the portfolio budget, a skyline dive, skyline search restarts at the
+// goal, and the canonical search bisecting below the best peak; all but
+// the mandatory members within the work budget.
 func Pack(p *Problem, o Options) (*Result, error) {
 	if o.Effort == "" {
 		o.Effort = Fast
 	}
-	b, ok := budgets[o.Effort]
-	if !ok {
+	if !slices.Contains(Efforts, o.Effort) {
 		return nil, fmt.Errorf("%w: unknown effort %q (efforts: fast, exact)", ErrInvalid, o.Effort)
-	}
-	if o.Nodes > 0 {
-		b.nodes = o.Nodes
 	}
 	in, err := newInstance(p)
 	if err != nil {
 		return nil, err
 	}
-	res := &Result{LowerBound: in.lb}
+	b := budgetOf(o.Effort, len(in.bufs), in.positions)
+	if o.Nodes > 0 {
+		b.nodes = o.Nodes
+	}
+	if o.Budget > 0 {
+		b.work, b.sky = o.Budget, o.Budget/16
+		b.nodes = max(b.nodes, 1<<40) // the work bounds the search
+	}
+	res := &Result{LowerBound: in.lb, Budget: b.work}
 	if len(in.bufs) == 0 {
 		res.Optimal = true
 		return res, nil
 	}
 	f := in.features()
 	pl := newPlacer(in)
+	var spent int64 // work after the mandatory members
+	left := func() int64 { return b.work - spent }
 	for k, m := range portfolio {
-		if k > 0 && (pl.merged >= b.portfolio || res.Peak <= in.goal) {
+		// An optional member runs when it is expected to fit: a member
+		// costs about what the mandatory ones cost each.
+		if k >= mandatory && (res.Peak <= in.goal || pl.merged >= b.portfolio || mergeCost*pl.merged/mandatory > left()) {
 			break
 		}
+		before := pl.merged
 		peak, err := pl.run(in.order(f, m.keys...), m.fit)
 		if err != nil {
 			return nil, err
+		}
+		if k >= mandatory {
+			spent += mergeCost * (pl.merged - before)
 		}
 		if res.Offsets == nil || peak < res.Peak {
 			res.Offsets = append(res.Offsets[:0], pl.offsets...)
@@ -186,35 +252,85 @@ func Pack(p *Problem, o Options) (*Result, error) {
 		}
 	}
 	res.Merged = pl.merged
+	far := func() bool { return res.Peak > in.goal && res.Peak-in.goal > in.lb/1_000_000*b.above }
+	if in.partners == nil && res.Peak > in.goal {
+		if err := skyline(in, b, res, &spent); err != nil {
+			return nil, err
+		}
+	}
 	res.Optimal = res.Peak <= in.goal
 	target := res.Peak
 	if p.Capacity > 0 && p.Capacity < target {
 		target = p.Capacity + 1 // the search must get within the capacity
 	}
-	far := target > in.goal && target-in.goal > in.lb/1_000_000*b.above
-	if far && len(in.bufs) <= b.maxBuffers {
+	if target > in.goal && (far() || target < res.Peak) && len(in.bufs) <= b.maxBuffers && left() > 0 {
 		if adj, ok := in.adjacency(b.maxPairs); ok {
-			improve(in, adj, f, b.nodes, target, res)
+			spent += int64(len(in.bufs)) + improve(in, adj, f, b.nodes, left(), target, res)
 		}
 	}
+	res.Work = spent
 	if p.Capacity > 0 && res.Peak > p.Capacity {
 		return res, fmt.Errorf("%w: the best placement found peaks at %d bytes, capacity %d", ErrCapacity, res.Peak, p.Capacity)
 	}
 	return res, nil
 }
 
+// skyline runs the skyline dive when its cost fits the budget, then
+// skyline search restarts at the goal on instances still far from it.
+func skyline(in *instance, b budget, res *Result, spent *int64) error {
+	s := newSkySearch(in)
+	keep := func(method string) {
+		peak := uint64(0)
+		for i, off := range s.offsets {
+			peak = max(peak, off+in.bufs[i].Size)
+		}
+		if peak < res.Peak {
+			res.Offsets = append(res.Offsets[:0], s.offsets...)
+			res.Peak, res.Method = peak, method
+		}
+	}
+	var width int64
+	for i := range in.bufs {
+		width += int64(in.end[i] - in.start[i])
+	}
+	// A dive covers every buffer once and most of them again on trial;
+	// it is abandoned if it overruns the budget anyway.
+	if 4*width+int64(in.positions) <= b.work-*spent && s.dive(in.goal, b.work-*spent) {
+		keep("skyline dive")
+	}
+	far := res.Peak > in.goal && res.Peak-in.goal > in.lb/1_000_000*b.above
+	if r := min(b.sky, b.work-*spent-s.work); far && r > 0 {
+		// Restarts at the goal, ties shuffled by a fixed seed each, with
+		// a share of the budget that grows as restarts fail.
+		from := s.work
+		per := max(r/64, 64*int64(len(in.bufs)))
+		for k := uint64(0); s.work-from < r && res.Peak > in.goal; k++ {
+			s.rng = rand.New(rand.NewPCG(k, uint64(len(in.bufs))))
+			if s.solve(in.goal, min(per, r-(s.work-from))) {
+				keep("skyline search")
+				res.Optimal = true
+			}
+			per += per / 4
+		}
+	}
+	*spent += s.work
+	return nil
+}
+
 // improve searches for placements below target (a peak already reached,
 // or one more than a capacity to meet), first at the lower bound, then by
 // bisection, within nodes search nodes; it updates res with every
 // improvement.
-func improve(in *instance, adj [][]int32, f *features, nodes int64, target uint64, res *Result) {
+func improve(in *instance, adj [][]int32, f *features, nodes, work int64, target uint64, res *Result) int64 {
 	s := newSearcher(in, adj)
 	left := nodes
-	// attempt decides capacity c with up to spend nodes: round robin over
-	// the preorders with doubling node limits, as MiniMalloc does.
-	attempt := func(c uint64, spend int64) (found, complete bool) {
+	// attempt decides capacity c with up to spend nodes and share work:
+	// round robin over the preorders with doubling node limits, as
+	// MiniMalloc does.
+	attempt := func(c uint64, spend, share int64) (found, complete bool) {
+		s.maxWork = min(s.work+share, work)
 		limit := int64(len(in.bufs))
-		for spend > 0 {
+		for spend > 0 && s.work < s.maxWork {
 			limit *= 2
 			for _, po := range preorders {
 				l := min(limit, spend)
@@ -234,7 +350,7 @@ func improve(in *instance, adj [][]int32, f *features, nodes int64, target uint6
 				if complete {
 					return false, true
 				}
-				if spend <= 0 {
+				if spend <= 0 || s.work >= s.maxWork {
 					return false, false
 				}
 			}
@@ -247,17 +363,17 @@ func improve(in *instance, adj [][]int32, f *features, nodes int64, target uint6
 	proven := in.goal
 	settle := func() { res.Optimal = res.Optimal || res.Peak <= proven }
 	lo, hi := in.goal, target-1
-	if found, complete := attempt(lo, left/2); found {
+	if found, complete := attempt(lo, left/2, (work-s.work)/2); found {
 		res.Optimal = true
-		return
+		return s.work
 	} else if complete {
 		proven = lo + 1
 		settle()
 	}
 	lo++
-	for lo <= hi && left > 0 {
+	for lo <= hi && left > 0 && s.work < work {
 		mid := lo + (hi-lo)/2
-		found, complete := attempt(mid, left/2+1)
+		found, complete := attempt(mid, left/2+1, (work-s.work)/2+1)
 		switch {
 		case found:
 			hi = res.Peak - 1
@@ -269,4 +385,5 @@ func improve(in *instance, adj [][]int32, f *features, nodes int64, target uint6
 		}
 		settle()
 	}
+	return s.work
 }

@@ -39,6 +39,8 @@ type searcher struct {
 	total    []uint64 // per position: sizes of unplaced buffers live there
 	nodes    int64
 	limit    int64
+	work     int64 // sections scanned and nodes, over every solve
+	maxWork  int64 // solve aborts once work reaches it
 	aborted  bool
 	changes  []offChange
 	fchanges []floorChange
@@ -265,11 +267,12 @@ func (s *searcher) scratch(depth, n int) []int32 {
 // On success every buffer of part has its offset in s.offsets and the
 // search state is restored.
 func (s *searcher) search(part partition, parent []int32, lastOff uint64, lastPre int32, depth int) bool {
-	if s.nodes >= s.limit {
+	if s.nodes >= s.limit || s.work >= s.maxWork {
 		s.aborted = true
 		return false
 	}
 	s.nodes++
+	s.work += int64(len(parent)) + 1
 	// Drop placed buffers, then restore the order: minimum offsets only
 	// grew, so an insertion sort is cheap.
 	cands := s.scratch(depth, len(parent))
@@ -383,6 +386,7 @@ func (s *searcher) place(i int32, off uint64) (int, int) {
 	end := off + s.in.bufs[i].Size
 	s.placed[i] = true
 	c0, f0 := len(s.changes), len(s.fchanges)
+	s.work += int64(len(s.adj[i])) + int64(s.in.end[i]-s.in.start[i])
 	for _, j := range s.adj[i] {
 		if !s.placed[j] && s.minOff[j] < end {
 			s.changes = append(s.changes, offChange{j, s.minOff[j]})
@@ -467,6 +471,7 @@ func (s *searcher) cutsAfter(i int32, part partition) []partition {
 // unplaced buffers live there stack above the higher of the last placed
 // offset and the section's floor; that stack must fit the capacity.
 func (s *searcher) feasible(part partition, lastOff uint64) bool {
+	s.work += int64(part.hi - part.lo)
 	for p := part.lo; p < part.hi; p++ {
 		if t := s.total[p]; t > 0 && max(s.floor[p], lastOff)+t > s.capacity {
 			return false
@@ -480,6 +485,7 @@ func (s *searcher) feasible(part partition, lastOff uint64) bool {
 // that spares most failing candidates the cost of place.
 func (s *searcher) feasibleWith(part partition, i int32, off uint64) bool {
 	end, size := off+s.in.bufs[i].Size, s.in.bufs[i].Size
+	s.work += int64(part.hi - part.lo)
 	for p := part.lo; p < part.hi; p++ {
 		t, f := s.total[p], max(s.floor[p], off)
 		if p >= s.in.start[i] && p < s.in.end[i] {
