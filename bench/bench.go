@@ -21,6 +21,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tmmu/tmmu/bench/families"
 	"github.com/tmmu/tmmu/dsa"
 	"github.com/tmmu/tmmu/ir"
 	"github.com/tmmu/tmmu/models"
@@ -47,6 +48,7 @@ type Instance struct {
 type Method struct {
 	Strategy planner.Strategy
 	Effort   pack.Effort
+	Budget   int64 // packed: the work budget, 0 for the effort's
 }
 
 func (m Method) String() string {
@@ -92,6 +94,9 @@ func ParseMethods(list string) ([]Method, error) {
 // order. An empty dir means the embedded suite: its DSA instances, then
 // the generated graphs.
 func Suite(dir string) ([]Instance, error) {
+	if dir == FamiliesSuite {
+		return Families(0)
+	}
 	var fsys fs.FS = embedded
 	root := "dsa"
 	if dir != "" {
@@ -144,6 +149,29 @@ func Suite(dir string) ([]Instance, error) {
 	return out, nil
 }
 
+// FamiliesSuite is the name Suite takes for the generated families.
+const FamiliesSuite = "families"
+
+// Families returns the instances of families.Suite(maxBuffers): perfect
+// packings, transformer activations with per-op temporaries and mixed
+// training-step instances, each planned as a DSA instance.
+func Families(maxBuffers int) ([]Instance, error) {
+	var out []Instance
+	for _, spec := range families.Suite(maxBuffers) {
+		in, err := families.Generate(spec)
+		if err != nil {
+			return nil, err
+		}
+		g, err := ir.Compile(in.Model())
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", in.Name, err)
+		}
+		opts := in.Options(g)
+		out = append(out, Instance{Name: in.Name, Kind: "family", Graph: g, Mode: opts.Mode, Arenas: opts.Arenas, Times: opts.PositionTimes})
+	}
+	return out, nil
+}
+
 // Generated returns the suite's generated graphs: GPT-2 small and
 // Llama-2-7B (bf16, sequence 2048), each in train_full and inference.
 func Generated() ([]Instance, error) {
@@ -188,9 +216,11 @@ type Run struct {
 	OverLB     float64 `json:"over_lower_bound"` // peak / lower bound - 1
 	// TimeNs is the wall time of planner.PlanMemory (liveness, placement,
 	// metrics and plan hash) on the compiled graph.
-	TimeNs   int64  `json:"plan_time_ns"`
-	Verified bool   `json:"verified"`
-	Error    string `json:"error,omitempty"`
+	TimeNs   int64 `json:"plan_time_ns"`
+	Verified bool  `json:"verified"`
+	// Optimal: every arena's peak is proven optimal.
+	Optimal bool   `json:"proven_optimal"`
+	Error   string `json:"error,omitempty"`
 }
 
 // Result is every method on one instance.
@@ -208,7 +238,7 @@ func Measure(in Instance, methods []Method) Result {
 	res := Result{Instance: in.Name, Kind: in.Kind}
 	for _, m := range methods {
 		opts := planner.DefaultOptions(in.Graph)
-		opts.Mode, opts.Arenas, opts.Strategy, opts.Effort, opts.PositionTimes = in.Mode, in.Arenas, m.Strategy, m.Effort, in.Times
+		opts.Mode, opts.Arenas, opts.Strategy, opts.Effort, opts.Budget, opts.PositionTimes = in.Mode, in.Arenas, m.Strategy, m.Effort, m.Budget, in.Times
 		start := time.Now()
 		p, err := planner.PlanMemory(in.Graph, opts)
 		el := time.Since(start)
@@ -216,6 +246,10 @@ func Measure(in Instance, methods []Method) Result {
 		if err == nil {
 			err = planner.Verify(in.Graph, p)
 			run.Verified = err == nil
+			run.Optimal = true
+			for _, a := range p.Arenas {
+				run.Optimal = run.Optimal && (a.PeakBytes <= a.LowerBoundBytes || a.Packing != nil && a.Packing.Optimal)
+			}
 			run.Peak, run.LowerBound = p.Metrics.PeakBytes, p.Metrics.LowerBoundBytes
 			if run.LowerBound > 0 {
 				run.OverLB = float64(run.Peak)/float64(run.LowerBound) - 1

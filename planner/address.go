@@ -15,6 +15,9 @@ type ArenaLayout struct {
 	// PeakBytes is the end of the last slot; ReservedBytes rounds it up to
 	// the page size.
 	PeakBytes, ReservedBytes uint64
+	// Packing reports how the packed and greedy-size strategies placed
+	// the arena; nil for the slots strategy.
+	Packing *Packing
 }
 
 // MapToVirtualAddresses lays out each arena's slots by aligned prefix sum

@@ -228,6 +228,9 @@ type Options struct {
 	// Effort is the packed strategy's effort (pack.Fast when empty); the
 	// other strategies ignore it.
 	Effort pack.Effort
+	// Budget overrides the effort's work budget when positive (see
+	// pack.Options.Budget); the other strategies ignore it.
+	Budget int64
 	// ReplayToken is the 32-byte replay token (spec 0.B). It enters the
 	// plan hash through the slot assignment table; layouts do not depend
 	// on it.
@@ -278,12 +281,16 @@ func (o Options) normalize() (Options, error) {
 			fmt.Sprintf("unknown strategy %q (strategies: %s)", o.Strategy, joinStrategies()), "strategy", o.Strategy)
 	}
 	if o.Strategy != Packed {
-		o.Effort = ""
+		o.Effort, o.Budget = "", 0
 	} else if o.Effort == "" {
 		o.Effort = pack.Fast
 	} else if !slices.Contains(pack.Efforts, o.Effort) {
 		return o, failure.New(failure.InvalidOptions, OpPlan,
 			fmt.Sprintf("unknown effort %q (efforts: fast, exact)", o.Effort), "effort", o.Effort)
+	}
+	if o.Budget < 0 {
+		return o, failure.New(failure.InvalidOptions, OpPlan,
+			fmt.Sprintf("budget %d is negative (0 means the effort's default)", o.Budget), "budget", o.Budget)
 	}
 	if o.WorldSize == 0 {
 		o.WorldSize = 1

@@ -68,14 +68,15 @@ func packArenas(g *ir.Graph, l *Liveness, o Options) (*SlotAssignment, []ArenaLa
 				err = pack.ErrCapacity
 			}
 		} else {
-			res, err = pack.Pack(p, pack.Options{Effort: o.Effort})
+			res, err = pack.Pack(p, pack.Options{Effort: o.Effort, Budget: o.Budget})
 		}
+		how := ""
 		if spec != nil && (err == nil || errors.Is(err, pack.ErrCapacity)) {
 			if lay, lerr := layoutSlots(&spec.Arenas[ai], cfg); lerr == nil && lay.PeakBytes < res.Peak {
 				for k, r := range as.Storages {
 					res.Offsets[k] = lay.SlotOffset[spec.Slot[r]]
 				}
-				res.Peak = lay.PeakBytes
+				res.Peak, how = lay.PeakBytes, "slots"
 				if p.Capacity == 0 || res.Peak <= p.Capacity {
 					err = nil
 				}
@@ -101,12 +102,12 @@ func packArenas(g *ir.Graph, l *Liveness, o Options) (*SlotAssignment, []ArenaLa
 				}
 				fit, peak, ok := fitRegions(p, res.Offsets, r)
 				if ok && peak <= lay.PeakBytes {
-					res.Offsets, res.Peak = fit, peak
+					res.Offsets, res.Peak, how = fit, peak, res.Method+", refit to regions"
 				} else {
 					for k, r := range as.Storages {
 						res.Offsets[k] = lay.SlotOffset[spec.Slot[r]]
 					}
-					res.Peak = lay.PeakBytes
+					res.Peak, how = lay.PeakBytes, "slots"
 				}
 			}
 		}
@@ -135,6 +136,14 @@ func packArenas(g *ir.Graph, l *Liveness, o Options) (*SlotAssignment, []ArenaLa
 			as.SlotAlign[s] = max(as.SlotAlign[s], p.Buffers[k].Align)
 		}
 		lay.PeakBytes = res.Peak
+		lay.Packing = &Packing{Method: res.Method, Optimal: res.Optimal, Work: res.Work, Budget: res.Budget}
+		if how != "" {
+			lay.Packing.Method = how
+			lay.Packing.Optimal = res.Peak <= res.LowerBound
+		}
+		if !lay.Packing.Optimal && res.LowerBound > 0 {
+			lay.Packing.Gap = float64(res.Peak)/float64(res.LowerBound) - 1
+		}
 		reserved, ok := alignUp(res.Peak, max(uint64(cfg.PageSize), 1))
 		if !ok {
 			return nil, nil, overflow(as.Name, "rounding to page size", len(offs))

@@ -30,6 +30,7 @@ type Plan struct {
 	Mode               Mode        `json:"mode" cbor:"mode"`
 	Strategy           Strategy    `json:"strategy" cbor:"strategy"`
 	Effort             pack.Effort `json:"effort,omitempty" cbor:"effort,omitempty"` // packed only
+	Budget             int64       `json:"budget,omitempty" cbor:"budget,omitempty"` // packed only: the work budget, when not the effort's default
 	Rank               uint64      `json:"rank" cbor:"rank"`
 	WorldSize          uint64      `json:"world_size" cbor:"world_size"`
 	Positions          int         `json:"positions" cbor:"positions"` // executed nodes
@@ -61,8 +62,29 @@ type ArenaPlan struct {
 	// LowerBoundBytes is the most storage bytes live at one position: no
 	// placement of this arena can use fewer.
 	LowerBoundBytes uint64 `json:"lower_bound_bytes" cbor:"lower_bound_bytes"`
+	// Packing says how the arena was packed (packed and greedy-size
+	// strategies; never hashed).
+	Packing *Packing `json:"packing,omitempty" cbor:"packing,omitempty"`
 	Ratios
 	Slots []Slot `json:"slots" cbor:"slots"`
+}
+
+// Packing is what the packer reports for one arena.
+type Packing struct {
+	// Method names the placement kept, e.g. "best-fit by conflict",
+	// "skyline dive", "search by total,width,area" or "slots" (the spec's
+	// layout, when no packing was smaller).
+	Method string `json:"method" cbor:"method"`
+	// Optimal is true when no placement of the arena peaks lower: the
+	// peak meets the lower bound or a complete search proved it.
+	Optimal bool `json:"proven_optimal" cbor:"proven_optimal"`
+	// Gap bounds how far the peak is above the optimum, as a fraction of
+	// the lower bound (0 when proven optimal).
+	Gap float64 `json:"gap" cbor:"gap"`
+	// Work is the work spent and Budget the work allowed after the
+	// mandatory greedy placements, in the packer's deterministic units.
+	Work   int64 `json:"work" cbor:"work"`
+	Budget int64 `json:"budget" cbor:"budget"`
 }
 
 // Ratios are derived from the integer metrics (never hashed).
@@ -176,6 +198,7 @@ func PlanMemory(g *ir.Graph, opts Options) (*Plan, error) {
 		Mode:               o.Mode,
 		Strategy:           o.Strategy,
 		Effort:             o.Effort,
+		Budget:             o.Budget,
 		Rank:               o.Rank,
 		WorldSize:          o.WorldSize,
 		Positions:          live.Positions(),
@@ -229,6 +252,7 @@ func PlanMemory(g *ir.Graph, opts Options) (*Plan, error) {
 			PeakBytes:       layouts[ai].PeakBytes,
 			ReservedBytes:   layouts[ai].ReservedBytes,
 			LowerBoundBytes: lb,
+			Packing:         layouts[ai].Packing,
 			Slots:           make([]Slot, len(as.SlotSize)),
 		}
 		for k := range as.SlotSize {

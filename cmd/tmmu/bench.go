@@ -13,13 +13,14 @@ import (
 var benchCmd = &command{
 	name:    "bench",
 	summary: "Compare placement strategies on a suite: peak bytes, % over the lower bound and planning time; every plan verified.",
-	usage:   "bench [--suite DIR] [--strategies LIST] [-o text|json]",
+	usage:   "bench [--suite DIR|families] [--strategies LIST] [--budget N] [-o text|json]",
 	run:     runBench,
 }
 
 func runBench(c *command, e *env, args []string) error {
 	fs := newFlags(e, c)
-	suite := fs.String("suite", "", "directory of instances: *.csv (DSA: id,lower,upper,size) and *.json/*.cbor (IR graphs); default: the built-in suite (minimalloc A-F, somas-resnet50, iopddl G_1 and S_1, GPT-2 small and Llama-2-7B in train_full and inference)")
+	suite := fs.String("suite", "", "directory of instances: *.csv (DSA: id,lower,upper,size) and *.json/*.cbor (IR graphs); \"families\": the generated families (perfect packings of 100 to 10,000 buffers, transformers of 1 to 96 layers with per-op temporaries, mixed training steps; see package bench/families); default: the built-in suite (minimalloc A-F, somas-resnet50, iopddl G_1 and S_1, GPT-2 small and Llama-2-7B in train_full and inference)")
+	budget := fs.Int64("budget", 0, "work budget of the packed methods (0: each effort's own)")
 	list := fs.String("strategies", "slots,greedy-size,packed", "comma-separated methods: slots, greedy-size, packed, packed:exact")
 	out := fs.String("o", "text", "output: text or json")
 	pos, err := parse(fs, args)
@@ -35,6 +36,14 @@ func runBench(c *command, e *env, args []string) error {
 	methods, err := bench.ParseMethods(*list)
 	if err != nil {
 		return usagef("--strategies: %v", err)
+	}
+	if *budget < 0 {
+		return usagef("--budget %d is negative", *budget)
+	}
+	for k := range methods {
+		if methods[k].Strategy == planner.Packed {
+			methods[k].Budget = *budget
+		}
 	}
 	insts, err := bench.Suite(*suite)
 	if err != nil {
@@ -69,8 +78,8 @@ func runBench(c *command, e *env, args []string) error {
 }
 
 func printBench(w io.Writer, results []bench.Result, methods []bench.Method) {
-	t := &table{align: "lrrlrrrl"}
-	t.add("INSTANCE", "BUFFERS", "LOWER BOUND", "STRATEGY", "PEAK", "OVER LB", "TIME", "VERIFIED")
+	t := &table{align: "lrrlrrlrl"}
+	t.add("INSTANCE", "BUFFERS", "LOWER BOUND", "STRATEGY", "PEAK", "OVER LB", "PROVEN", "TIME", "VERIFIED")
 	for _, r := range results {
 		for k, run := range r.Runs {
 			name, bufs, lb := r.Instance, fmt.Sprint(r.Buffers), planner.FormatBytes(r.LowerBound)
@@ -81,7 +90,11 @@ func printBench(w io.Writer, results []bench.Result, methods []bench.Method) {
 			if !run.Verified {
 				verified = "NO: " + run.Error
 			}
-			t.add(name, bufs, lb, run.Method, planner.FormatBytes(run.Peak), fmt.Sprintf("%+.2f%%", 100*run.OverLB), fmtDuration(run.TimeNs), verified)
+			proven := ""
+			if run.Optimal {
+				proven = "optimal"
+			}
+			t.add(name, bufs, lb, run.Method, planner.FormatBytes(run.Peak), fmt.Sprintf("%+.2f%%", 100*run.OverLB), proven, fmtDuration(run.TimeNs), verified)
 		}
 	}
 	t.write(w)

@@ -22,7 +22,7 @@ import (
 var planCmd = &command{
 	name:    "plan",
 	summary: "Plan tensor memory for a graph or a DSA instance (CSV): liveness, offsets per arena and the plan hash.",
-	usage: "plan IR|-|CSV [--format auto|ir|dsa] [--mode MODE] [--strategy S] [--effort E] [--arena-config FILE] [--replay-token HEX] [-o text|json|cbor|csv] [--trace FILE] [--tensors]\n" +
+	usage: "plan IR|-|CSV [--format auto|ir|dsa] [--mode MODE] [--strategy S] [--effort E] [--budget N] [--arena-config FILE] [--replay-token HEX] [-o text|json|cbor|csv] [--trace FILE] [--tensors]\n" +
 		"       tmmu plan IR --shard-spec SPEC (--rank R | --all-ranks) [flags]",
 	run: runPlan,
 }
@@ -31,7 +31,8 @@ func runPlan(c *command, e *env, args []string) error {
 	fs := newFlags(e, c)
 	mode := fs.String("mode", "", "inference, forward, backward or train_full (default: train_full if the graph has backward nodes, else inference)")
 	strategy := fs.String("strategy", string(planner.Packed), "placement strategy: "+strategyList()+" (packed aims at the lower bound; slots is the spec's layout; greedy-size the classic baseline)")
-	effort := fs.String("effort", string(pack.Fast), "packed strategy effort: fast, or exact (a search over canonical placements with a deterministic node budget)")
+	effort := fs.String("effort", string(pack.Fast), "packed strategy effort: fast, or exact (searches until it proves the peak optimal or spends its work budget; reports the gap)")
+	budget := fs.Int64("budget", 0, "packed strategy: work budget in deterministic units, instead of the effort's (exact: 4294967296, about 15 s here); 0 keeps the effort's")
 	arenaFile := fs.String("arena-config", "", "JSON file {arena: {capacity_bytes, alignment_bytes, page_size}}; sizes may be numbers or strings like \"80GiB\"")
 	token := fs.String("replay-token", "", "replay token, 64 hex digits (default all zeros)")
 	out := fs.String("o", "text", "output: text, json, cbor (the CBOR plan is the checkpoint form), or csv for a DSA instance (id,lower,upper,size,offset); JSON of a DSA instance lists offsets by buffer id")
@@ -60,7 +61,7 @@ func runPlan(c *command, e *env, args []string) error {
 		if *out == "csv" || *format == "dsa" {
 			return usagef("--shard-spec plans IR graphs; --format dsa and -o csv do not apply")
 		}
-		opts := planner.Options{Mode: planner.Mode(*mode), Strategy: planner.Strategy(*strategy), Effort: pack.Effort(*effort)}
+		opts := planner.Options{Mode: planner.Mode(*mode), Strategy: planner.Strategy(*strategy), Effort: pack.Effort(*effort), Budget: *budget}
 		if err := commonOptions(e, &opts, *token, *arenaFile); err != nil {
 			return err
 		}
@@ -81,7 +82,7 @@ func runPlan(c *command, e *env, args []string) error {
 	if *mode != "" {
 		opts.Mode = planner.Mode(*mode)
 	}
-	opts.Strategy, opts.Effort = planner.Strategy(*strategy), pack.Effort(*effort)
+	opts.Strategy, opts.Effort, opts.Budget = planner.Strategy(*strategy), pack.Effort(*effort), *budget
 	if err := commonOptions(e, &opts, *token, *arenaFile); err != nil {
 		return err
 	}
@@ -290,6 +291,15 @@ func printPlan(w io.Writer, p *planner.Plan, listTensors bool) {
 	at.add("total", "", m.Tensors, m.PeakLogicalSlots, m.MaxLive, planner.FormatBytes(m.PeakBytes),
 		planner.FormatBytes(m.LowerBoundBytes), overLB(m.PeakBytes, m.LowerBoundBytes), planner.FormatBytes(m.ReservedBytes))
 	at.write(w)
+	for _, a := range p.Arenas {
+		if k := a.Packing; k != nil && a.LowerBoundBytes > 0 && a.PeakBytes > 0 {
+			proof := fmt.Sprintf("not proven optimal, gap ≤ %.2f%%", 100*k.Gap)
+			if k.Optimal {
+				proof = "proven optimal"
+			}
+			fmt.Fprintf(w, "%s: %s, %s, work %d of budget %d\n", a.Name, k.Method, proof, k.Work, k.Budget)
+		}
+	}
 	fmt.Fprintf(w, "\nreuse %.1f%%  fragmentation %.1f%%  activation retention %.1f%%  planned in %s\n",
 		100*m.MemoryReuseRatio, 100*m.InternalFragmentationRatio, 100*m.ActivationRetentionRatio, time.Duration(m.AllocationTimeNs))
 	if !listTensors {
