@@ -71,7 +71,7 @@
 // at; a byte range merged by a placer counts 8), never in time, so every
 // machine returns the same offsets. Everything after the two mandatory
 // members runs within a work budget (Result.Work, Result.Budget) that
-// grows with the instance: Fast (the default) allows 2^26 units plus 512
+// grows with the instance: Fast (the default) allows 2^27 units plus 512
 // per buffer and section, gives the skyline restarts 2^23 plus 1,024 per
 // buffer and section, and the canonical search 20,000 nodes on instances
 // of up to 1,024 buffers that are more than 1 % above the lower bound;
