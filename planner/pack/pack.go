@@ -252,18 +252,15 @@ func Pack(p *Problem, o Options) (*Result, error) {
 		}
 	}
 	res.Merged = pl.merged
-	far := func() bool { return res.Peak > in.goal && res.Peak-in.goal > in.lb/1_000_000*b.above }
 	if in.partners == nil && res.Peak > in.goal {
-		if err := skyline(in, b, res, &spent); err != nil {
-			return nil, err
-		}
+		skyline(in, b, res, &spent)
 	}
 	res.Optimal = res.Peak <= in.goal
 	target := res.Peak
 	if p.Capacity > 0 && p.Capacity < target {
 		target = p.Capacity + 1 // the search must get within the capacity
 	}
-	if target > in.goal && (far() || target < res.Peak) && len(in.bufs) <= b.maxBuffers && left() > 0 {
+	if target > in.goal && (in.far(res.Peak, b.above) || target < res.Peak) && len(in.bufs) <= b.maxBuffers && left() > 0 {
 		if adj, ok := in.adjacency(b.maxPairs); ok {
 			spent += int64(len(in.bufs)) + improve(in, adj, f, b.nodes, left(), target, res)
 		}
@@ -275,16 +272,27 @@ func Pack(p *Problem, o Options) (*Result, error) {
 	return res, nil
 }
 
+// far reports whether peak is above the goal by more than ppm parts per
+// million of the lower bound.
+func (in *instance) far(peak, ppm uint64) bool {
+	return peak > in.goal && peak-in.goal > in.lb/1_000_000*ppm
+}
+
+// peakOf returns the highest end of a placement.
+func (in *instance) peakOf(offsets []uint64) uint64 {
+	var peak uint64
+	for i, off := range offsets {
+		peak = max(peak, off+in.bufs[i].Size)
+	}
+	return peak
+}
+
 // skyline runs the skyline dive when its cost fits the budget, then
 // skyline search restarts at the goal on instances still far from it.
-func skyline(in *instance, b budget, res *Result, spent *int64) error {
+func skyline(in *instance, b budget, res *Result, spent *int64) {
 	s := newSkySearch(in)
 	keep := func(method string) {
-		peak := uint64(0)
-		for i, off := range s.offsets {
-			peak = max(peak, off+in.bufs[i].Size)
-		}
-		if peak < res.Peak {
+		if peak := in.peakOf(s.offsets); peak < res.Peak {
 			res.Offsets = append(res.Offsets[:0], s.offsets...)
 			res.Peak, res.Method = peak, method
 		}
@@ -298,8 +306,7 @@ func skyline(in *instance, b budget, res *Result, spent *int64) error {
 	if 4*width+int64(in.positions) <= b.work-*spent && s.dive(in.goal, b.work-*spent) {
 		keep("skyline dive")
 	}
-	far := res.Peak > in.goal && res.Peak-in.goal > in.lb/1_000_000*b.above
-	if r := min(b.sky, b.work-*spent-s.work); far && r > 0 {
+	if r := min(b.sky, b.work-*spent-s.work); in.far(res.Peak, b.above) && r > 0 {
 		// Restarts at the goal, ties shuffled by a fixed seed each, with
 		// a share of the budget that grows as restarts fail.
 		from := s.work
@@ -314,7 +321,6 @@ func skyline(in *instance, b budget, res *Result, spent *int64) error {
 		}
 	}
 	*spent += s.work
-	return nil
 }
 
 // improve searches for placements below target (a peak already reached,
@@ -339,12 +345,8 @@ func improve(in *instance, adj [][]int32, f *features, nodes, work int64, target
 				left -= s.nodes
 				res.Nodes += s.nodes
 				if found {
-					peak := uint64(0)
-					for i, off := range s.offsets {
-						peak = max(peak, off+in.bufs[i].Size)
-					}
 					res.Offsets = append(res.Offsets[:0], s.offsets...)
-					res.Peak, res.Method = peak, "search by "+po.String()
+					res.Peak, res.Method = in.peakOf(s.offsets), "search by "+po.String()
 					return true, false
 				}
 				if complete {
