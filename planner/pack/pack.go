@@ -216,12 +216,12 @@ func Pack(p *Problem, o Options) (*Result, error) {
 		return nil, err
 	}
 	b := budgetOf(o.Effort, len(in.bufs), in.positions)
-	if o.Nodes > 0 {
-		b.nodes = o.Nodes
-	}
 	if o.Budget > 0 {
 		b.work, b.sky = o.Budget, o.Budget/16
-		b.nodes = max(b.nodes, 1<<40) // the work bounds the search
+		b.nodes = 1 << 40 // the work bounds the search
+	}
+	if o.Nodes > 0 {
+		b.nodes = o.Nodes
 	}
 	res := &Result{LowerBound: in.lb, Budget: b.work}
 	if len(in.bufs) == 0 {
