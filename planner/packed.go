@@ -70,13 +70,16 @@ func packArenas(g *ir.Graph, l *Liveness, o Options) (*SlotAssignment, []ArenaLa
 		} else {
 			res, err = pack.Pack(p, pack.Options{Effort: o.Effort, Budget: o.Budget})
 		}
-		how := ""
+		// takeSlots puts the storages at the spec's slot layout lay.
+		takeSlots := func(lay ArenaLayout) {
+			for k, r := range as.Storages {
+				res.Offsets[k] = lay.SlotOffset[spec.Slot[r]]
+			}
+			res.Peak, res.Method, res.Optimal = lay.PeakBytes, "slots", lay.PeakBytes <= res.LowerBound
+		}
 		if spec != nil && (err == nil || errors.Is(err, pack.ErrCapacity)) {
 			if lay, lerr := layoutSlots(&spec.Arenas[ai], cfg); lerr == nil && lay.PeakBytes < res.Peak {
-				for k, r := range as.Storages {
-					res.Offsets[k] = lay.SlotOffset[spec.Slot[r]]
-				}
-				res.Peak, how = lay.PeakBytes, "slots"
+				takeSlots(lay)
 				if p.Capacity == 0 || res.Peak <= p.Capacity {
 					err = nil
 				}
@@ -102,12 +105,10 @@ func packArenas(g *ir.Graph, l *Liveness, o Options) (*SlotAssignment, []ArenaLa
 				}
 				fit, peak, ok := fitRegions(p, res.Offsets, r)
 				if ok && peak <= lay.PeakBytes {
-					res.Offsets, res.Peak, how = fit, peak, res.Method+", refit to regions"
+					res.Offsets, res.Peak, res.Method = fit, peak, res.Method+", refit to regions"
+					res.Optimal = peak <= res.LowerBound
 				} else {
-					for k, r := range as.Storages {
-						res.Offsets[k] = lay.SlotOffset[spec.Slot[r]]
-					}
-					res.Peak, how = lay.PeakBytes, "slots"
+					takeSlots(lay)
 				}
 			}
 		}
@@ -136,14 +137,7 @@ func packArenas(g *ir.Graph, l *Liveness, o Options) (*SlotAssignment, []ArenaLa
 			as.SlotAlign[s] = max(as.SlotAlign[s], p.Buffers[k].Align)
 		}
 		lay.PeakBytes = res.Peak
-		lay.Packing = &Packing{Method: res.Method, Optimal: res.Optimal, Work: res.Work, Budget: res.Budget}
-		if how != "" {
-			lay.Packing.Method = how
-			lay.Packing.Optimal = res.Peak <= res.LowerBound
-		}
-		if !lay.Packing.Optimal && res.LowerBound > 0 {
-			lay.Packing.Gap = float64(res.Peak)/float64(res.LowerBound) - 1
-		}
+		lay.Packing = &Packing{Method: res.Method, Optimal: res.Optimal, Gap: res.Gap(), Work: res.Work, Budget: res.Budget}
 		reserved, ok := alignUp(res.Peak, max(uint64(cfg.PageSize), 1))
 		if !ok {
 			return nil, nil, overflow(as.Name, "rounding to page size", len(offs))
