@@ -297,7 +297,10 @@ func printPlan(w io.Writer, p *planner.Plan, listTensors bool) {
 			if k.Optimal {
 				proof = "proven optimal"
 			}
-			fmt.Fprintf(w, "%s: %s, %s, work %d of budget %d\n", a.Name, k.Method, proof, k.Work, k.Budget)
+			if k.Budget > 0 { // greedy-size has no budget
+				proof += fmt.Sprintf(", work %d of budget %d", k.Work, k.Budget)
+			}
+			fmt.Fprintf(w, "%s: %s, %s\n", a.Name, k.Method, proof)
 		}
 	}
 	fmt.Fprintf(w, "\nreuse %.1f%%  fragmentation %.1f%%  activation retention %.1f%%  planned in %s\n",
