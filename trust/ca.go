@@ -171,17 +171,9 @@ func LoadCA(certFile, keyFile string) (*CA, error) {
 	if !cert.IsCA {
 		return nil, fmt.Errorf("trust: %s is not a CA certificate", certFile)
 	}
-	der, err := readPEM(keyFile, "PRIVATE KEY")
+	key, err := readKey[*ecdsa.PrivateKey](keyFile, "an ECDSA")
 	if err != nil {
 		return nil, err
-	}
-	parsed, err := x509.ParsePKCS8PrivateKey(der)
-	if err != nil {
-		return nil, fmt.Errorf("trust: %s: %w", keyFile, err)
-	}
-	key, ok := parsed.(*ecdsa.PrivateKey)
-	if !ok {
-		return nil, fmt.Errorf("trust: %s holds a %T, want an ECDSA key", keyFile, parsed)
 	}
 	if !key.PublicKey.Equal(cert.PublicKey) {
 		return nil, fmt.Errorf("trust: %s is not the key of %s", keyFile, certFile)
@@ -308,6 +300,25 @@ func readPEM(file, typ string) ([]byte, error) {
 		return nil, fmt.Errorf("trust: %s holds a PEM %q block, want %q", file, b.Type, typ)
 	}
 	return b.Bytes, nil
+}
+
+// readKey parses the PKCS #8 key in file's PEM "PRIVATE KEY" block, which
+// must be a K (kind names it in the error).
+func readKey[K any](file, kind string) (K, error) {
+	var key K
+	der, err := readPEM(file, "PRIVATE KEY")
+	if err != nil {
+		return key, err
+	}
+	parsed, err := x509.ParsePKCS8PrivateKey(der)
+	if err != nil {
+		return key, fmt.Errorf("trust: %s: %w", file, err)
+	}
+	key, ok := parsed.(K)
+	if !ok {
+		return key, fmt.Errorf("trust: %s holds a %T, want %s key", file, parsed, kind)
+	}
+	return key, nil
 }
 
 // readCert parses the first PEM certificate in file.

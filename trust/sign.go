@@ -39,17 +39,9 @@ func NewSigner() (*Signer, error) {
 // LoadSigner reads a key written by PrivatePEM: a PEM "PRIVATE KEY" block
 // holding a PKCS #8 ed25519 key.
 func LoadSigner(file string) (*Signer, error) {
-	der, err := readPEM(file, "PRIVATE KEY")
+	key, err := readKey[ed25519.PrivateKey](file, "an ed25519")
 	if err != nil {
 		return nil, err
-	}
-	parsed, err := x509.ParsePKCS8PrivateKey(der)
-	if err != nil {
-		return nil, fmt.Errorf("trust: %s: %w", file, err)
-	}
-	key, ok := parsed.(ed25519.PrivateKey)
-	if !ok {
-		return nil, fmt.Errorf("trust: %s holds a %T, want an ed25519 key", file, parsed)
 	}
 	return &Signer{key: key}, nil
 }
