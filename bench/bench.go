@@ -95,7 +95,7 @@ func ParseMethods(list string) ([]Method, error) {
 // the generated graphs.
 func Suite(dir string) ([]Instance, error) {
 	if dir == FamiliesSuite {
-		return Families(0)
+		return Families()
 	}
 	var fsys fs.FS = embedded
 	root := "dsa"
@@ -152,12 +152,12 @@ func Suite(dir string) ([]Instance, error) {
 // FamiliesSuite is the name Suite takes for the generated families.
 const FamiliesSuite = "families"
 
-// Families returns the instances of families.Suite(maxBuffers): perfect
-// packings, transformer activations with per-op temporaries and mixed
-// training-step instances, each planned as a DSA instance.
-func Families(maxBuffers int) ([]Instance, error) {
+// Families returns the instances of families.Suite: perfect packings,
+// transformer activations with per-op temporaries and mixed training-step
+// instances, each planned as a DSA instance.
+func Families() ([]Instance, error) {
 	var out []Instance
-	for _, spec := range families.Suite(maxBuffers) {
+	for _, spec := range families.Suite(0) {
 		in, err := families.Generate(spec)
 		if err != nil {
 			return nil, err
