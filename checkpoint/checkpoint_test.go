@@ -6,14 +6,13 @@ import (
 	"fmt"
 	"slices"
 	"testing"
-	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"pgregory.net/rapid"
 
 	"github.com/tmmu/tmmu/failure"
+	"github.com/tmmu/tmmu/internal/natstest"
 	"github.com/tmmu/tmmu/ir"
 	"github.com/tmmu/tmmu/models"
 	"github.com/tmmu/tmmu/shard"
@@ -303,15 +302,7 @@ func TestDirStore(t *testing.T) {
 }
 
 func startNATS(t testing.TB) jetstream.JetStream {
-	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats not ready")
-	}
-	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	s := natstest.JetStream(t)
 	nc, err := nats.Connect(s.ClientURL())
 	if err != nil {
 		t.Fatal(err)

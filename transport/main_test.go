@@ -4,12 +4,12 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"testing"
-	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"go.uber.org/goleak"
 
+	"github.com/tmmu/tmmu/internal/natstest"
 	"github.com/tmmu/tmmu/ir"
 )
 
@@ -23,28 +23,7 @@ func TestMain(m *testing.M) {
 // and shuts it down when tb ends.
 func startServer(tb testing.TB) *server.Server {
 	tb.Helper()
-	s, err := server.NewServer(&server.Options{
-		Host:      "127.0.0.1",
-		Port:      -1,
-		JetStream: true,
-		StoreDir:  tb.TempDir(),
-		NoLog:     true,
-		NoSigs:    true,
-	})
-	if err != nil {
-		tb.Fatalf("nats-server: %v", err)
-	}
-	go s.Start()
-	if !s.ReadyForConnections(5 * time.Second) {
-		s.Shutdown()
-		s.WaitForShutdown()
-		tb.Fatal("nats-server not ready for connections")
-	}
-	tb.Cleanup(func() {
-		s.Shutdown()
-		s.WaitForShutdown()
-	})
-	return s
+	return natstest.JetStream(tb)
 }
 
 // connect opens a connection to s, closed when tb ends (before the server

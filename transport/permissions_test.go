@@ -15,6 +15,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
+
+	"github.com/tmmu/tmmu/internal/natstest"
 )
 
 // authServer runs nats-server from a configuration that includes the
@@ -53,16 +55,7 @@ func authServer(t *testing.T) (*server.Server, map[string][]byte) {
 		t.Fatal(err)
 	}
 	o.Host, o.Port, o.NoLog, o.NoSigs = "127.0.0.1", -1, true, true
-	s, err := server.NewServer(o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	go s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats-server not ready")
-	}
-	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
-	return s, seeds
+	return natstest.Start(t, o), seeds
 }
 
 // connectAs connects with an identity's nkey; permission errors go to

@@ -20,6 +20,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tmmu/tmmu/checkpoint"
+	"github.com/tmmu/tmmu/internal/natstest"
 	"github.com/tmmu/tmmu/ir"
 	"github.com/tmmu/tmmu/transport"
 	"github.com/tmmu/tmmu/trust"
@@ -66,16 +67,7 @@ func startNATS(t *testing.T) (trust.Layout, *server.Server) {
 		t.Fatal(err)
 	}
 	o.Host, o.Port, o.HTTPPort, o.StoreDir, o.NoLog, o.NoSigs = "127.0.0.1", -1, -1, t.TempDir(), true, true
-	s, err := server.NewServer(o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	go s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats-server did not start")
-	}
-	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
-	return l, s
+	return l, natstest.Start(t, o)
 }
 
 // A client is what a connection presents: TLS with these files (none
