@@ -5,14 +5,13 @@ import (
 	"crypto/tls"
 	"fmt"
 	"log/slog"
-	"os"
 	"time"
 
 	natsserver "github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nkeys"
 
 	"github.com/tmmu/tmmu/checkpoint"
 	"github.com/tmmu/tmmu/coord"
+	"github.com/tmmu/tmmu/internal/cli"
 	"github.com/tmmu/tmmu/transport"
 	"github.com/tmmu/tmmu/trust"
 )
@@ -35,10 +34,10 @@ func (l *Local) secrets(dir string, coordinators int) error {
 	if l.verifier, err = trust.LoadVerifier(l.Secrets.VerifyKey()); err != nil {
 		return err
 	}
-	if l.apiToken, err = readFile(l.Secrets.APIToken()); err != nil {
+	if l.apiToken, err = cli.ReadSecret(l.Secrets.APIToken()); err != nil {
 		return err
 	}
-	if l.readToken, err = readFile(l.Secrets.ReadToken()); err != nil {
+	if l.readToken, err = cli.ReadSecret(l.Secrets.ReadToken()); err != nil {
 		return err
 	}
 	tc, err := l.Secrets.TLS(trust.RoleNATS, trust.RoleNATS).Server(true)
@@ -47,7 +46,7 @@ func (l *Local) secrets(dir string, coordinators int) error {
 	}
 	l.natsOpts.TLSConfig, l.natsOpts.TLS, l.natsOpts.TLSVerify, l.natsOpts.TLSTimeout = tc, true, true, 5
 	for _, id := range ids {
-		pub, err := l.nkey(trust.RoleCoordinator, id)
+		pub, err := l.Secrets.PublicNkey(trust.RoleCoordinator, id)
 		if err != nil {
 			return err
 		}
@@ -61,28 +60,8 @@ func (l *Local) secrets(dir string, coordinators int) error {
 // credentials, for nodes a test adds as voters (coord.Cluster.Grow).
 const spareCoordinators = 3
 
-func readFile(path string) (string, error) {
-	b, err := os.ReadFile(path)
-	return string(b), err
-}
-
-// nkey returns the public key of (role, id)'s generated nkey.
-func (l *Local) nkey(role, id string) (string, error) {
-	seed, err := os.ReadFile(l.Secrets.Nkey(role, id))
-	if err != nil {
-		return "", err
-	}
-	kp, err := nkeys.FromSeed(seed)
-	if err != nil {
-		return "", err
-	}
-	return kp.PublicKey()
-}
-
-// NkeyUser returns nats-server's user for an nkey with transport's
+// nkeyUser returns nats-server's user for an nkey with transport's
 // permissions.
-func NkeyUser(pub string, p transport.Permissions) *natsserver.NkeyUser { return nkeyUser(pub, p) }
-
 func nkeyUser(pub string, p transport.Permissions) *natsserver.NkeyUser {
 	return &natsserver.NkeyUser{Nkey: pub, Permissions: &natsserver.Permissions{
 		Publish:   &natsserver.SubjectPermission{Allow: p.PublishAllow, Deny: p.PublishDeny},
@@ -100,7 +79,7 @@ func (l *Local) identity(role, id string) (string, error) {
 		if _, err := trust.Generate(l.Secrets.Dir, trust.Plan{Workers: []string{id}}, nil); err != nil {
 			return "", fmt.Errorf("localcluster: worker %q: %w", id, err)
 		}
-		pub, err := l.nkey(role, id)
+		pub, err := l.Secrets.PublicNkey(role, id)
 		if err != nil {
 			return "", err
 		}

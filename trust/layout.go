@@ -373,13 +373,9 @@ func (g *generator) users() ([]NATSUser, error) {
 			if err := checkID(id); err != nil {
 				return nil, fmt.Errorf("trust: %s: %w", file, err)
 			}
-			seed, err := os.ReadFile(file)
+			pub, err := g.l.PublicNkey(role, id)
 			if err != nil {
-				return nil, fmt.Errorf("trust: %w", err)
-			}
-			pub, err := userNkey(bytes.TrimSpace(seed))
-			if err != nil {
-				return nil, fmt.Errorf("trust: %s: %w", file, err)
+				return nil, err
 			}
 			users = append(users, NATSUser{Role: role, ID: id, Nkey: pub})
 		}
@@ -388,6 +384,20 @@ func (g *generator) users() ([]NATSUser, error) {
 		return cmp.Or(cmp.Compare(a.Role, b.Role), cmp.Compare(a.ID, b.ID))
 	})
 	return users, nil
+}
+
+// PublicNkey returns the public key of (role, id)'s nkey seed file.
+func (l Layout) PublicNkey(role, id string) (string, error) {
+	file := l.Nkey(role, id)
+	seed, err := os.ReadFile(file)
+	if err != nil {
+		return "", fmt.Errorf("trust: %w", err)
+	}
+	pub, err := userNkey(bytes.TrimSpace(seed))
+	if err != nil {
+		return "", fmt.Errorf("trust: %s: %w", file, err)
+	}
+	return pub, nil
 }
 
 // exists reports whether file exists.
