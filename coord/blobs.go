@@ -116,7 +116,7 @@ func (n *Node) model(ctx context.Context, ref ModelRef) ([]byte, error) {
 		return nil, fmt.Errorf("coord: reading the IR %s: %w", ref.Digest.Short(), err)
 	}
 	if ir.Hash(sha256.Sum256(b)) != ref.Digest {
-		return nil, failure.New(failure.InvalidEncoding, "tmmu.coordinator", "the IR store holds other bytes under an IR's digest", "digest", ref.Digest.String())
+		return nil, failure.New(failure.InvalidEncoding, OpCoordinator, "the IR store holds other bytes under an IR's digest", "digest", ref.Digest.String())
 	}
 	n.irCache.put(ref.Digest, b)
 	return b, nil

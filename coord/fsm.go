@@ -452,7 +452,7 @@ func (s *State) Apply(c *Command) Result {
 			if len(differ) == 0 {
 				return Result{} // a retry
 			}
-			return Result{Err: failure.New(failure.InvalidOptions, "tmmu.coordinator",
+			return Result{Err: failure.New(failure.InvalidOptions, OpCoordinator,
 				fmt.Sprintf("job %q exists and this submission differs in %s: delete the job first, or submit under another name", c.Job, strings.Join(differ, ", ")),
 				"fields", strings.Join(differ, ","))}
 		}

@@ -348,7 +348,7 @@ var peerID = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
 // answer is one failure closer to a cluster that stops.
 func CheckPeer(p Peer, probe time.Duration) error {
 	bad := func(format string, args ...any) error {
-		return failure.New(failure.InvalidOptions, "tmmu.coordinator", fmt.Sprintf("voter: "+format, args...))
+		return failure.New(failure.InvalidOptions, OpCoordinator, fmt.Sprintf("voter: "+format, args...))
 	}
 	if !peerID.MatchString(p.ID) {
 		return bad("id %q: use 1 to 64 of A-Z a-z 0-9 _ . -", p.ID)
@@ -388,7 +388,7 @@ func (n *Node) AddVoter(p Peer, timeout time.Duration) error {
 	}
 	for _, sv := range cf.Configuration().Servers {
 		if string(sv.ID) == p.ID && string(sv.Address) != p.RaftAddr {
-			return failure.New(failure.InvalidOptions, "tmmu.coordinator",
+			return failure.New(failure.InvalidOptions, OpCoordinator,
 				fmt.Sprintf("voter %s is at %s, not %s: remove it before adding it at another address", p.ID, sv.Address, p.RaftAddr))
 		}
 	}

@@ -40,21 +40,32 @@ type SubmitRequest struct {
 
 var jobName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 
+// OpCoordinator names the coordinator in its failures.
+const OpCoordinator = "tmmu.coordinator"
+
+// checkJobName refuses a job name that is not 1 to 64 of A-Z a-z 0-9 _ -.
+func checkJobName(name string) error {
+	if !jobName.MatchString(name) {
+		return failure.New(failure.InvalidOptions, OpCoordinator, fmt.Sprintf("job name %q: use 1 to 64 of A-Z a-z 0-9 _ -", name))
+	}
+	return nil
+}
+
 // PrepareSubmit validates a submission and plans every rank of it: the
 // command to replicate carries the expected plan hash of every rank (the
 // coordinator computes them all; planning is pure).
 func PrepareSubmit(req *SubmitRequest) (*Command, *shard.GlobalPlan, error) {
-	if !jobName.MatchString(req.Name) {
-		return nil, nil, failure.New(failure.InvalidOptions, "tmmu.coordinator", fmt.Sprintf("job name %q: use 1 to 64 of A-Z a-z 0-9 _ -", req.Name))
+	if err := checkJobName(req.Name); err != nil {
+		return nil, nil, err
 	}
 	var m *ir.Model
 	var err error
 	switch {
 	case (req.IR == nil) == (req.Model == nil):
-		return nil, nil, failure.New(failure.InvalidOptions, "tmmu.coordinator", "a submission has either an ir or a model source")
+		return nil, nil, failure.New(failure.InvalidOptions, OpCoordinator, "a submission has either an ir or a model source")
 	case req.Model != nil:
 		if err := req.Model.Validate(); err != nil {
-			return nil, nil, failure.New(failure.InvalidOptions, "tmmu.coordinator", err.Error())
+			return nil, nil, failure.New(failure.InvalidOptions, OpCoordinator, err.Error())
 		}
 		m, err = req.Model.Generate(req.Model.Envelope())
 	default:
@@ -64,7 +75,7 @@ func PrepareSubmit(req *SubmitRequest) (*Command, *shard.GlobalPlan, error) {
 		return nil, nil, err
 	}
 	if len(m.Tensors) > MaxIRTensors || len(m.Nodes) > MaxIRTensors {
-		return nil, nil, failure.New(failure.InvalidOptions, "tmmu.coordinator",
+		return nil, nil, failure.New(failure.InvalidOptions, OpCoordinator,
 			fmt.Sprintf("ir has %d tensors and %d nodes; a submission may have at most %d of each", len(m.Tensors), len(m.Nodes), MaxIRTensors), "field", "ir")
 	}
 	spec, err := shard.Decode(req.ShardSpec)
@@ -80,12 +91,12 @@ func PrepareSubmit(req *SubmitRequest) (*Command, *shard.GlobalPlan, error) {
 		policy = ReplanAtSafepoint
 	}
 	if policy != ReplanAtSafepoint && policy != ReplanAbort {
-		return nil, nil, failure.New(failure.InvalidOptions, "tmmu.coordinator", fmt.Sprintf("replan_policy %q: want %s or %s", policy, ReplanAtSafepoint, ReplanAbort))
+		return nil, nil, failure.New(failure.InvalidOptions, OpCoordinator, fmt.Sprintf("replan_policy %q: want %s or %s", policy, ReplanAtSafepoint, ReplanAbort))
 	}
 	switch req.DataMode {
 	case "", DataStandard, DataConfidential, DataRegulated:
 	default:
-		return nil, nil, failure.New(failure.InvalidOptions, "tmmu.coordinator", fmt.Sprintf("data_mode %q: want %s, %s or %s", req.DataMode, DataStandard, DataConfidential, DataRegulated))
+		return nil, nil, failure.New(failure.InvalidOptions, OpCoordinator, fmt.Sprintf("data_mode %q: want %s, %s or %s", req.DataMode, DataStandard, DataConfidential, DataRegulated))
 	}
 	js := &JobSpec{Name: req.Name, ShardSpec: *rs, ArenaConfig: req.ArenaConfig, Mode: req.Mode, Strategy: req.Strategy,
 		ReplanPolicy: policy, Steps: req.Steps, Window: req.Window, Source: req.Model, Elastic: req.Elastic, DataMode: req.DataMode,
@@ -107,7 +118,7 @@ func PrepareSubmit(req *SubmitRequest) (*Command, *shard.GlobalPlan, error) {
 	}
 	if req.ReplayToken != "" {
 		if js.ReplayToken, err = ir.ParseHash(req.ReplayToken); err != nil {
-			return nil, nil, failure.New(failure.InvalidOptions, "tmmu.coordinator", "replay_token: "+err.Error())
+			return nil, nil, failure.New(failure.InvalidOptions, OpCoordinator, "replay_token: "+err.Error())
 		}
 	}
 	if js.Model, err = m.EncodeCBOR(); err != nil {
@@ -181,7 +192,7 @@ func checkBounds(js *JobSpec) error {
 		{"checkpoint_keep", js.CheckpointKeep, MaxCheckpointKeep},
 	} {
 		if b.v > b.max {
-			return failure.New(failure.InvalidOptions, "tmmu.coordinator",
+			return failure.New(failure.InvalidOptions, OpCoordinator,
 				fmt.Sprintf("%s %d is above its bound %d", b.field, b.v, b.max), "field", b.field)
 		}
 	}

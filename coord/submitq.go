@@ -66,12 +66,12 @@ func (n *Node) pendingDigests() []ir.Hash {
 func readBody(w http.ResponseWriter, r *http.Request, limit int64, what string) ([]byte, bool) {
 	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	if tooBig := new(http.MaxBytesError); errors.As(err, &tooBig) {
-		writeError(w, http.StatusRequestEntityTooLarge, failure.New(failure.InvalidEncoding, "tmmu.coordinator",
+		writeError(w, http.StatusRequestEntityTooLarge, failure.New(failure.InvalidEncoding, OpCoordinator,
 			fmt.Sprintf("%s: the body is larger than %d bytes", what, limit)))
 		return nil, false
 	}
 	if err != nil {
-		writeError(w, http.StatusBadRequest, failure.New(failure.InvalidEncoding, "tmmu.coordinator", what+": "+err.Error()))
+		writeError(w, http.StatusBadRequest, failure.New(failure.InvalidEncoding, OpCoordinator, what+": "+err.Error()))
 		return nil, false
 	}
 	return b, true
@@ -95,8 +95,8 @@ func (n *Node) handleSubmit(w http.ResponseWriter, r *http.Request) {
 	if !decodeJSON(w, body, "submission", &req) {
 		return
 	}
-	if !jobName.MatchString(req.Name) {
-		writeError(w, http.StatusBadRequest, failure.New(failure.InvalidOptions, "tmmu.coordinator", fmt.Sprintf("job name %q: use 1 to 64 of A-Z a-z 0-9 _ -", req.Name)))
+	if err := checkJobName(req.Name); err != nil {
+		writeError(w, http.StatusBadRequest, err)
 		return
 	}
 	sum := sha256.Sum256(body)
@@ -111,7 +111,7 @@ func (n *Node) handleSubmit(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case sub != nil && sub.finished.IsZero() && sub.body != sum:
 		n.subMu.Unlock()
-		writeError(w, http.StatusConflict, failure.New(failure.InvalidOptions, "tmmu.coordinator",
+		writeError(w, http.StatusConflict, failure.New(failure.InvalidOptions, OpCoordinator,
 			fmt.Sprintf("another submission of job %q is being planned: wait for its answer (GET /v1/submissions/%s)", req.Name, req.Name)))
 		return
 	case sub == nil || !sub.finished.IsZero():
@@ -220,7 +220,7 @@ func decodeJSON(w http.ResponseWriter, body []byte, what string, v any) bool {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		writeError(w, http.StatusBadRequest, failure.New(failure.InvalidEncoding, "tmmu.coordinator", what+": "+err.Error()))
+		writeError(w, http.StatusBadRequest, failure.New(failure.InvalidEncoding, OpCoordinator, what+": "+err.Error()))
 		return false
 	}
 	return true
