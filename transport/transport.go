@@ -112,14 +112,14 @@ func New(nc *nats.Conn, opts ...Option) (*Transport, error) {
 		return nil, errors.New("transport: nil connection")
 	}
 	o := options{storage: jetstream.FileStorage, replicas: 1, timeout: 10 * time.Second}
-	if o.identity != "" {
-		if err := checkText("identity", o.identity, MaxIdentityLen, true); err != nil {
-			return nil, fmt.Errorf("transport: %w", err)
-		}
-	}
 	for _, opt := range opts {
 		if opt != nil {
 			opt(&o)
+		}
+	}
+	if o.identity != "" {
+		if err := checkText("identity", o.identity, MaxIdentityLen, true); err != nil {
+			return nil, fmt.Errorf("transport: %w", err)
 		}
 	}
 	js, err := jetstream.New(nc)

@@ -53,6 +53,12 @@ func TestNewCreatesAndReusesBucket(t *testing.T) {
 	if _, err := New(nil); err == nil {
 		t.Fatal("New(nil) succeeded")
 	}
+	// An identity the reports could not carry is refused up front.
+	for _, id := range []string{"w\x00", strings.Repeat("w", MaxIdentityLen+1)} {
+		if _, err := New(connect(t, s), WithIdentity(id)); err == nil || !strings.Contains(err.Error(), "identity") {
+			t.Fatalf("New with identity %q: %v", id, err)
+		}
+	}
 }
 
 func TestReportCreateOnce(t *testing.T) {
