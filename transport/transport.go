@@ -560,12 +560,18 @@ func publishRequest[T asker](t *Transport, subjectOf func(string) (string, error
 	return publish(t, subj+"."+IdentityToken(v.asker()), v)
 }
 
-// subscribe calls h with every valid message on subj for job; check,
-// when set, drops (and counts in Rejected) what it refuses.
+// subscribe calls h with every valid message for job on subjectOf(job)
+// followed by suffix; check, when set, drops (and counts in Rejected)
+// what it refuses.
 func subscribe[T any, PT interface {
 	*T
 	message
-}](t *Transport, subj, job string, check func(PT, *nats.Msg) bool, h func(T)) (*nats.Subscription, error) {
+}](t *Transport, subjectOf func(string) (string, error), suffix, job string, check func(PT, *nats.Msg) bool, h func(T)) (*nats.Subscription, error) {
+	subj, err := subjectOf(job)
+	if err != nil {
+		return nil, err
+	}
+	subj += suffix
 	if h == nil {
 		return nil, errors.New("transport: nil handler")
 	}
@@ -619,11 +625,7 @@ func (t *Transport) PublishOutcome(o Outcome) error { return publishDecision(t, 
 // valid Outcome published for job (each one whose signature verifies,
 // WithVerifier).
 func (t *Transport) SubscribeOutcomes(job string, h func(Outcome)) (*nats.Subscription, error) {
-	subj, err := OutcomeSubject(job)
-	if err != nil {
-		return nil, err
-	}
-	return subscribe(t, subj, job, verified[*Outcome](t), h)
+	return subscribe(t, OutcomeSubject, "", job, verified[*Outcome](t), h)
 }
 
 // PublishReplanRequest validates r and publishes it on
@@ -636,11 +638,7 @@ func (t *Transport) PublishReplanRequest(r ReplanRequest) error {
 // for job on the subject of the identity it names (others are dropped and
 // counted in Rejected).
 func (t *Transport) SubscribeReplanRequests(job string, h func(ReplanRequest)) (*nats.Subscription, error) {
-	subj, err := ReplanSubject(job)
-	if err != nil {
-		return nil, err
-	}
-	return subscribe(t, subj+".*", job, fromAsker[*ReplanRequest], h)
+	return subscribe(t, ReplanSubject, ".*", job, fromAsker[*ReplanRequest], h)
 }
 
 // PublishAnnouncement validates a, signs it (WithSigner) and publishes it
@@ -652,11 +650,7 @@ func (t *Transport) PublishAnnouncement(a Announcement) error {
 // SubscribeAnnouncements calls h with each valid Announcement published for
 // job (each one whose signature verifies, WithVerifier).
 func (t *Transport) SubscribeAnnouncements(job string, h func(Announcement)) (*nats.Subscription, error) {
-	subj, err := AnnounceSubject(job)
-	if err != nil {
-		return nil, err
-	}
-	return subscribe(t, subj, job, verified[*Announcement](t), h)
+	return subscribe(t, AnnounceSubject, "", job, verified[*Announcement](t), h)
 }
 
 // PublishRecovery validates r and publishes it on
@@ -668,9 +662,5 @@ func (t *Transport) PublishRecovery(r RecoveryRequest) error {
 // SubscribeRecovery calls h with each valid RecoveryRequest published for
 // job on the subject of the identity it names.
 func (t *Transport) SubscribeRecovery(job string, h func(RecoveryRequest)) (*nats.Subscription, error) {
-	subj, err := RecoverSubject(job)
-	if err != nil {
-		return nil, err
-	}
-	return subscribe(t, subj+".*", job, fromAsker[*RecoveryRequest], h)
+	return subscribe(t, RecoverSubject, ".*", job, fromAsker[*RecoveryRequest], h)
 }
