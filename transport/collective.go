@@ -45,7 +45,6 @@ func collectiveChunk(nc *nats.Conn) int {
 // stored before.
 type Group struct {
 	t       *Transport
-	kv      jetstream.KeyValue
 	job     string
 	token   string // this rank's identity's
 	rank    int
@@ -104,7 +103,7 @@ func (t *Transport) NewGroup(job string, rank, size int, timeout time.Duration) 
 		stop()
 		return nil, fmt.Errorf("transport: watching %s collectives: %w", job, err)
 	}
-	g := &Group{t: t, kv: t.coll, job: job, token: IdentityToken(t.o.identity), rank: rank, size: size, chunk: collectiveChunk(t.nc), timeout: timeout, stop: stop,
+	g := &Group{t: t, job: job, token: IdentityToken(t.o.identity), rank: rank, size: size, chunk: collectiveChunk(t.nc), timeout: timeout, stop: stop,
 		done: make(chan struct{}), changed: make(chan struct{}), pending: map[string]*gathering{}}
 	go func() {
 		defer close(g.done)
@@ -228,7 +227,7 @@ func (g *Group) Exchange(ctx context.Context, key string, data []byte) ([][]byte
 			// Each attempt is bounded: a request sent while the
 			// connection was down may never be answered.
 			actx, cancel := context.WithTimeout(ctx, AttemptTimeout)
-			_, err := g.kv.Put(actx, k, v)
+			_, err := g.t.coll.Put(actx, k, v)
 			cancel()
 			if err == nil {
 				break
