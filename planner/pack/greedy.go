@@ -355,15 +355,20 @@ func (pl *placer) place(i int32, f fit) error {
 	return nil
 }
 
-// run places every buffer in order and returns the peak.
-func (pl *placer) run(order []int32, f fit) (uint64, error) {
+// run places every buffer in order and returns the peak. It stops early,
+// with complete false, once the peak reaches stop (when stop is not 0):
+// the placement cannot end below stop any more.
+func (pl *placer) run(order []int32, f fit, stop uint64) (peak uint64, complete bool, err error) {
 	pl.reset()
 	for _, i := range order {
 		if err := pl.place(i, f); err != nil {
-			return 0, err
+			return 0, false, err
+		}
+		if stop > 0 && pl.peak >= stop {
+			return pl.peak, false, nil
 		}
 	}
-	return pl.peak, nil
+	return pl.peak, true, nil
 }
 
 // alignUp rounds x up to a multiple of the power of two a; ok is false on

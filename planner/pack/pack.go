@@ -185,7 +185,7 @@ func GreedySize(p *Problem) (*Result, error) {
 		return nil, err
 	}
 	pl := newPlacer(in)
-	peak, err := pl.run(in.order(in.features(), greedySize.keys...), greedySize.fit)
+	peak, _, err := pl.run(in.order(in.features(), greedySize.keys...), greedySize.fit, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -239,14 +239,17 @@ func Pack(p *Problem, o Options) (*Result, error) {
 			break
 		}
 		before := pl.merged
-		peak, err := pl.run(in.order(f, m.keys...), m.fit)
+		// A member is abandoned as soon as its peak reaches the best so
+		// far: it can no longer win, and its final peak would be no
+		// lower, so the best stays no worse than every member.
+		peak, complete, err := pl.run(in.order(f, m.keys...), m.fit, res.Peak)
 		if err != nil {
 			return nil, err
 		}
 		if k >= mandatory {
 			spent += mergeCost * (pl.merged - before)
 		}
-		if res.Offsets == nil || peak < res.Peak {
+		if complete && (res.Offsets == nil || peak < res.Peak) {
 			res.Offsets = append(res.Offsets[:0], pl.offsets...)
 			res.Peak, res.Method = peak, m.String()
 		}
@@ -336,7 +339,7 @@ func improve(in *instance, adj [][]int32, f *features, nodes, work int64, target
 	attempt := func(c uint64, spend, share int64) (found, complete bool) {
 		s.maxWork = min(s.work+share, work)
 		limit := int64(len(in.bufs))
-		for spend > 0 && s.work < s.maxWork {
+		for spend > 0 && s.affords() {
 			limit *= 2
 			for _, po := range preorders {
 				l := min(limit, spend)
@@ -352,7 +355,7 @@ func improve(in *instance, adj [][]int32, f *features, nodes, work int64, target
 				if complete {
 					return false, true
 				}
-				if spend <= 0 || s.work >= s.maxWork {
+				if spend <= 0 || !s.affords() {
 					return false, false
 				}
 			}

@@ -150,12 +150,25 @@ type partition struct {
 	lo, hi int32
 }
 
+// setup is the work solve spends before its first node: it scans every
+// buffer's sections.
+func (s *searcher) setup() int64 { return int64(len(s.in.bufs)) + int64(s.secOff[s.in.positions]) }
+
+// affords reports whether the work left pays for a solve's setup and a
+// node; solve is not started otherwise.
+func (s *searcher) affords() bool { return s.work+s.setup() < s.maxWork }
+
 // solve searches for a placement with peak ≤ capacity under the preorder
 // by keys, spending at most limit nodes. It returns found (the placement is
 // in s.offsets), or (false, complete) where complete means the whole tree
 // was explored: no such placement exists.
 func (s *searcher) solve(capacity uint64, f *features, po preorder, limit int64) (found, complete bool) {
 	s.capacity, s.limit, s.nodes, s.aborted = capacity, limit, 0, false
+	if !s.affords() {
+		s.aborted = true
+		return false, false
+	}
+	s.work += s.setup()
 	s.keys, s.resorted, s.pressure = po.keys, po.resorted, f.pressure
 	order := s.in.order(f, po.keys...)
 	for r, i := range order {
@@ -299,6 +312,10 @@ func (s *searcher) search(part partition, parent []int32, lastOff uint64, lastPr
 		minTop = min(minTop, s.minOff[i]+s.in.bufs[i].Size)
 	}
 	for _, i := range cands {
+		if s.work >= s.maxWork {
+			s.aborted = true // within one candidate of the budget
+			return false
+		}
 		off := s.minOff[i]
 		if off < lastOff || off == lastOff && s.pre[i] < lastPre {
 			continue // not canonical
