@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/tmmu/tmmu/ir"
@@ -155,10 +156,7 @@ func writeModel(e *env, m *ir.Model, format, file string) error {
 		return err
 	}
 	if file != "" {
-		if err := os.WriteFile(file, data, 0o644); err != nil {
-			return ioError(err, file)
-		}
-		return nil
+		return writeFileAtomic(file, data)
 	}
 	_, err = e.stdout.Write(data)
 	return err
@@ -169,4 +167,29 @@ func genUsage(e *env, c *command) {
 	for _, m := range genModels {
 		fmt.Fprintf(e.stderr, "  %-10s %s\n", m.name, m.about)
 	}
+}
+
+// writeFileAtomic writes data to a temporary file beside file and renames
+// it into place: a reader never sees half a file, and a failed write
+// leaves any previous file as it was.
+func writeFileAtomic(file string, data []byte) error {
+	f, err := os.CreateTemp(filepath.Dir(file), "."+filepath.Base(file)+".*")
+	if err != nil {
+		return ioError(err, file)
+	}
+	_, err = f.Write(data)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Chmod(f.Name(), 0o644)
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), file)
+	}
+	if err != nil {
+		os.Remove(f.Name())
+		return ioError(err, file)
+	}
+	return nil
 }

@@ -49,7 +49,7 @@ type command struct {
 var commands []*command
 
 func init() {
-	commands = []*command{genCmd, planCmd, shardCmd, verifyCmd, benchCmd, vizCmd, trainCmd, demoCmd, jobCmd, replanCmd, statusCmd, voterCmd, secretsCmd, probeCmd, healthcheckCmd}
+	commands = []*command{genCmd, importCmd, planCmd, shardCmd, verifyCmd, benchCmd, vizCmd, trainCmd, demoCmd, jobCmd, replanCmd, statusCmd, voterCmd, secretsCmd, probeCmd, healthcheckCmd}
 }
 
 // env carries the process's streams so tests can run commands in-process.

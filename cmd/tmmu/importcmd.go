@@ -1,0 +1,98 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/tmmu/tmmu/importer/onnx"
+)
+
+var importCmd = &command{
+	name:    "import",
+	summary: "Import a model as a graph (UML_Model_IR): an ONNX file for inference, or a PyTorch module for inference or training.",
+	usage: "import onnx MODEL.onnx [--batch N] [--dim NAME=N|MIN:MAX ...] [-o json|cbor] [--out FILE]\n" +
+		"       tmmu import torch MODEL [--train] [--batch N] [...]   (see tmmu import torch --help)",
+	run: runImport,
+}
+
+func runImport(c *command, e *env, args []string) error {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
+		fmt.Fprintf(e.stderr, "Usage: tmmu %s\n\n%s\n", c.usage, c.summary)
+		if len(args) == 0 {
+			return usagef("import needs a format: onnx or torch")
+		}
+		return flag.ErrHelp
+	}
+	switch args[0] {
+	case "onnx":
+		return runImportONNX(e, args[1:])
+	case "torch":
+		return runImportTorch(e, args[1:])
+	}
+	return usagef("import: unknown format %q (formats: onnx, torch)", args[0])
+}
+
+// dimFlags collects --dim NAME=N or NAME=MIN:MAX.
+type dimFlags map[string]onnx.Bound
+
+func (d dimFlags) String() string {
+	var s []string
+	for k, v := range d {
+		s = append(s, fmt.Sprintf("%s=%d:%d", k, v.Min, v.Max))
+	}
+	sort.Strings(s)
+	return strings.Join(s, ",")
+}
+
+func (d dimFlags) Set(s string) error {
+	name, val, ok := strings.Cut(s, "=")
+	if !ok || name == "" {
+		return fmt.Errorf("%q: want NAME=N or NAME=MIN:MAX", s)
+	}
+	b, err := onnx.ParseBound(val)
+	if err != nil {
+		return err
+	}
+	d[name] = b
+	return nil
+}
+
+func runImportONNX(e *env, args []string) error {
+	c := &command{name: "import onnx", usage: "import onnx MODEL.onnx [--batch N] [--dim NAME=N|MIN:MAX ...] [-o json|cbor] [--out FILE]",
+		summary: "Import an ONNX model for inference: nodes, integer attributes, initializers as parameters, shapes from value_info or inferred. " +
+			"Dynamic dimensions must be bound (a range plans at its maximum and is kept as a shape_envelope). " +
+			"ONNX holds no backward pass: import training graphs from PyTorch (tmmu import torch --train)."}
+	fs := newFlags(e, c)
+	batch := fs.Uint64("batch", 0, "bind the leading dynamic dimension of the graph inputs (and every use of its name)")
+	dims := dimFlags{}
+	fs.Var(dims, "dim", "bind a named dynamic dimension: NAME=N, or NAME=MIN:MAX for a range (repeatable)")
+	name := fs.String("name", "", "the graph's name (default: the ONNX graph's)")
+	out := fs.String("o", "json", "encoding: json or cbor")
+	file := fs.String("out", "", "write to FILE instead of standard output (written whole or not at all)")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return usagef("import onnx takes one ONNX file, got %d arguments", len(pos))
+	}
+	if *out != "json" && *out != "cbor" {
+		return usagef("-o %s: want json or cbor", *out)
+	}
+	data, err := readInput(e, pos[0])
+	if err != nil {
+		return err
+	}
+	m, st, err := onnx.Import(data, onnx.Options{Name: *name, Batch: *batch, Dims: dims})
+	if err != nil {
+		return err
+	}
+	if err := writeModel(e, m, *out, *file); err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stderr, "imported %s (%s, opset %d): %d nodes, %d tensors, %d shapes inferred by tmmu, %d non-integer attributes not kept\n",
+		pos[0], st.Producer, st.Opset, st.Nodes, len(m.Tensors), st.Inferred, st.DroppedAttrs)
+	return nil
+}

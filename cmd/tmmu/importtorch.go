@@ -1,0 +1,5 @@
+package main
+
+func runImportTorch(e *env, args []string) error {
+	return usagef("import torch: not built yet")
+}

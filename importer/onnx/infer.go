@@ -1,0 +1,901 @@
+package onnx
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/tmmu/tmmu/failure"
+	"github.com/tmmu/tmmu/importer/onnx/onnxpb"
+	"github.com/tmmu/tmmu/ir"
+)
+
+// unary ops give each output their first input's shape and dtype.
+var unary = map[string]bool{
+	"Abs": true, "Acos": true, "Asin": true, "Atan": true, "Ceil": true, "Celu": true, "Clip": true, "Cos": true, "Cosh": true,
+	"CumSum": true, "Dropout": true, "Elu": true, "Erf": true, "Exp": true, "Floor": true, "Gelu": true, "HardSigmoid": true,
+	"HardSwish": true, "Hardmax": true, "Identity": true, "InstanceNormalization": true, "LRN": true, "LeakyRelu": true,
+	"Log": true, "LogSoftmax": true, "LpNormalization": true, "Mish": true, "Neg": true, "Not": true, "PRelu": true,
+	"Reciprocal": true, "Relu": true, "Round": true, "Selu": true, "Shrink": true, "Sigmoid": true, "Sign": true,
+	"Sin": true, "Sinh": true, "Softmax": true, "Softplus": true, "Softsign": true, "Sqrt": true, "Tan": true, "Tanh": true,
+	"ThresholdedRelu": true, "BatchNormalization": true, "LayerNormalization": true,
+}
+
+// broadcast ops give their output the inputs' broadcast shape; compare
+// ops make it bool.
+var broadcast = map[string]bool{
+	"Add": true, "Sub": true, "Mul": true, "Div": true, "Pow": true, "Max": true, "Min": true, "Sum": true, "Mean": true,
+	"Mod": true, "BitShift": true, "Where": true, "Equal": true, "Less": true, "Greater": true, "LessOrEqual": true,
+	"GreaterOrEqual": true, "And": true, "Or": true, "Xor": true,
+}
+
+var compare = map[string]bool{"Equal": true, "Less": true, "Greater": true, "LessOrEqual": true, "GreaterOrEqual": true, "And": true, "Or": true, "Xor": true}
+
+// infer resolves the shapes of node n's outputs that the model does not
+// give, for the ops it knows; any other op's outputs need a value_info.
+func (im *importer) infer(n *onnxpb.NodeProto, k int) error {
+	outs := n.GetOutput()
+	missing := false
+	for _, o := range outs {
+		if o != "" && !im.info[o].known {
+			missing = true
+		}
+	}
+	if !missing {
+		return nil
+	}
+	var in []*tensorInfo
+	for _, name := range n.GetInput() {
+		if name == "" {
+			in = append(in, nil)
+			continue
+		}
+		in = append(in, im.info[name])
+	}
+	op := n.GetOpType()
+	shapes, dtypes, err := im.rule(n, in)
+	if err != nil {
+		return im.fail(failure.InvalidIRShapes, "node %s (%s): %v", nodeName(n, k), op, err)
+	}
+	for i, o := range outs {
+		if o == "" || im.info[o].known {
+			continue
+		}
+		if i >= len(shapes) || shapes[i] == nil {
+			return im.fail(failure.InvalidIRShapes, "tensor %q (output %d of node %s, %s): no shape in the model and tmmu infers none for this op (run onnx.shape_inference.infer_shapes on the model first)", o, i, nodeName(n, k), op)
+		}
+		for d, v := range shapes[i] {
+			if v == 0 {
+				return im.fail(failure.InvalidIRShapes, "tensor %q (output of node %s, %s): dimension %d is 0 (zero-size tensors are not planned)", o, nodeName(n, k), op, d)
+			}
+		}
+		ti := im.info[o]
+		ti.shape, ti.known = shapes[i], true
+		if ti.dtype == "" {
+			ti.dtype = dtypes[i]
+		}
+		im.stats.Inferred++
+	}
+	return nil
+}
+
+// known returns the inputs' shapes, or an error naming the first input
+// whose shape is unknown.
+func known(n *onnxpb.NodeProto, in []*tensorInfo, want int) error {
+	if len(in) < want {
+		return fmt.Errorf("has %d inputs, want at least %d", len(in), want)
+	}
+	for i := range want {
+		if in[i] == nil || !in[i].known {
+			return fmt.Errorf("input %d (%q) has no known shape", i, n.GetInput()[i])
+		}
+	}
+	return nil
+}
+
+// rule computes output shapes and dtypes; a nil shape means not inferred.
+func (im *importer) rule(n *onnxpb.NodeProto, in []*tensorInfo) ([][]uint64, []ir.DType, error) {
+	op := n.GetOpType()
+	outs := len(n.GetOutput())
+	same := func(shape []uint64, dt ir.DType) ([][]uint64, []ir.DType, error) {
+		s := make([][]uint64, outs)
+		d := make([]ir.DType, outs)
+		for i := range outs {
+			s[i], d[i] = slices.Clone(shape), dt
+		}
+		return s, d, nil
+	}
+	one := func(shape []uint64, dt ir.DType) ([][]uint64, []ir.DType, error) {
+		s := make([][]uint64, outs)
+		d := make([]ir.DType, outs)
+		s[0], d[0] = shape, dt
+		return s, d, nil
+	}
+	switch {
+	case unary[op]:
+		if err := known(n, in, 1); err != nil {
+			return nil, nil, err
+		}
+		s, d, _ := same(in[0].shape, in[0].dtype)
+		if op == "Dropout" && outs > 1 {
+			d[1] = ir.Bool
+		}
+		if op == "BatchNormalization" || op == "LayerNormalization" {
+			for i := 1; i < outs; i++ {
+				s[i] = nil // statistics: from value_info only
+			}
+		}
+		return s, d, nil
+	case broadcast[op]:
+		if err := known(n, in, len(in)); err != nil {
+			return nil, nil, err
+		}
+		shape := in[0].shape
+		for _, t := range in[1:] {
+			var err error
+			if shape, err = broadcastShapes(shape, t.shape); err != nil {
+				return nil, nil, err
+			}
+		}
+		dt := in[0].dtype
+		if op == "Where" {
+			dt = in[1].dtype
+		}
+		if compare[op] {
+			dt = ir.Bool
+		}
+		return one(shape, dt)
+	}
+	switch op {
+	case "Cast":
+		if err := known(n, in, 1); err != nil {
+			return nil, nil, err
+		}
+		dt, err := im.dtype(n.GetOutput()[0], int32(attrInt(n, "to", 0)))
+		if err != nil {
+			return nil, nil, err
+		}
+		return one(in[0].shape, dt)
+	case "MatMul":
+		if err := known(n, in, 2); err != nil {
+			return nil, nil, err
+		}
+		s, err := matmulShape(in[0].shape, in[1].shape)
+		return wrap(s, in[0].dtype, outs, err)
+	case "Gemm":
+		if err := known(n, in, 2); err != nil {
+			return nil, nil, err
+		}
+		a, b := in[0].shape, in[1].shape
+		if len(a) != 2 || len(b) != 2 {
+			return nil, nil, fmt.Errorf("Gemm takes 2-D operands, got %v and %v", a, b)
+		}
+		m, ka := a[0], a[1]
+		if attrInt(n, "transA", 0) != 0 {
+			m, ka = a[1], a[0]
+		}
+		kb, nn := b[0], b[1]
+		if attrInt(n, "transB", 0) != 0 {
+			kb, nn = b[1], b[0]
+		}
+		if ka != kb {
+			return nil, nil, fmt.Errorf("Gemm inner dimensions differ: %v and %v", a, b)
+		}
+		return one([]uint64{m, nn}, in[0].dtype)
+	case "Conv", "MaxPool", "AveragePool", "LpPool":
+		if err := known(n, in, 1); err != nil {
+			return nil, nil, err
+		}
+		s, err := im.window(n, in)
+		if err != nil {
+			return nil, nil, err
+		}
+		shapes, dts, _ := same(s, in[0].dtype)
+		if op == "MaxPool" && outs > 1 {
+			dts[1] = ir.I64
+		}
+		return shapes, dts, nil
+	case "GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool":
+		if err := known(n, in, 1); err != nil {
+			return nil, nil, err
+		}
+		x := in[0].shape
+		if len(x) < 3 {
+			return nil, nil, fmt.Errorf("%s takes [N,C,...], got %v", op, x)
+		}
+		s := slices.Clone(x)
+		for i := 2; i < len(s); i++ {
+			s[i] = 1
+		}
+		return one(s, in[0].dtype)
+	case "Flatten":
+		if err := known(n, in, 1); err != nil {
+			return nil, nil, err
+		}
+		x := in[0].shape
+		axis, err := normAxis(attrInt(n, "axis", 1), len(x)+1)
+		if err != nil {
+			return nil, nil, err
+		}
+		return one([]uint64{prod(x[:axis]), prod(x[axis:])}, in[0].dtype)
+	case "Reshape":
+		if err := known(n, in, 2); err != nil {
+			return nil, nil, err
+		}
+		target, ok := im.ints(n.GetInput()[1])
+		if !ok {
+			return nil, nil, fmt.Errorf("the target shape %q is not a constant", n.GetInput()[1])
+		}
+		s, err := reshape(in[0].shape, target, attrInt(n, "allowzero", 0) != 0)
+		return wrap(s, in[0].dtype, outs, err)
+	case "Transpose":
+		if err := known(n, in, 1); err != nil {
+			return nil, nil, err
+		}
+		x := in[0].shape
+		perm := attrInts(n, "perm")
+		if perm == nil {
+			for i := len(x) - 1; i >= 0; i-- {
+				perm = append(perm, int64(i))
+			}
+		}
+		if len(perm) != len(x) {
+			return nil, nil, fmt.Errorf("perm %v does not match rank %d", perm, len(x))
+		}
+		s := make([]uint64, len(x))
+		seen := make([]bool, len(x))
+		for i, p := range perm {
+			if p < 0 || int(p) >= len(x) || seen[p] {
+				return nil, nil, fmt.Errorf("perm %v is not a permutation", perm)
+			}
+			seen[p] = true
+			s[i] = x[p]
+		}
+		return one(s, in[0].dtype)
+	case "Concat":
+		if err := known(n, in, len(in)); err != nil {
+			return nil, nil, err
+		}
+		s := slices.Clone(in[0].shape)
+		axis, err := normAxis(attrInt(n, "axis", 0), len(s))
+		if err != nil {
+			return nil, nil, err
+		}
+		for _, t := range in[1:] {
+			if len(t.shape) != len(s) {
+				return nil, nil, fmt.Errorf("Concat of ranks %d and %d", len(s), len(t.shape))
+			}
+			s[axis] += t.shape[axis]
+		}
+		return one(s, in[0].dtype)
+	case "Unsqueeze", "Squeeze":
+		if err := known(n, in, 1); err != nil {
+			return nil, nil, err
+		}
+		axes := attrInts(n, "axes")
+		if len(n.GetInput()) > 1 && n.GetInput()[1] != "" {
+			var ok bool
+			if axes, ok = im.ints(n.GetInput()[1]); !ok {
+				return nil, nil, fmt.Errorf("the axes %q are not a constant", n.GetInput()[1])
+			}
+		}
+		s, err := squeeze(in[0].shape, axes, op == "Unsqueeze")
+		return wrap(s, in[0].dtype, outs, err)
+	case "ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL2", "ReduceL1", "ReduceLogSumExp", "ReduceSumSquare":
+		if err := known(n, in, 1); err != nil {
+			return nil, nil, err
+		}
+		axes := attrInts(n, "axes")
+		if len(n.GetInput()) > 1 && n.GetInput()[1] != "" {
+			var ok bool
+			if axes, ok = im.ints(n.GetInput()[1]); !ok {
+				return nil, nil, fmt.Errorf("the axes %q are not a constant", n.GetInput()[1])
+			}
+		}
+		s, err := reduce(in[0].shape, axes, attrInt(n, "keepdims", 1) != 0)
+		return wrap(s, in[0].dtype, outs, err)
+	case "Shape":
+		if err := known(n, in, 1); err != nil {
+			return nil, nil, err
+		}
+		r := int64(len(in[0].shape))
+		start, end := attrInt(n, "start", 0), attrInt(n, "end", r)
+		start, end = clampAxis(start, r), clampAxis(end, r)
+		if end <= start {
+			return nil, nil, fmt.Errorf("Shape of an empty range [%d, %d)", start, end)
+		}
+		return one([]uint64{uint64(end - start)}, ir.I64)
+	case "Split":
+		if err := known(n, in, 1); err != nil {
+			return nil, nil, err
+		}
+		x := in[0].shape
+		axis, err := normAxis(attrInt(n, "axis", 0), len(x))
+		if err != nil {
+			return nil, nil, err
+		}
+		sizes := attrInts(n, "split")
+		if len(n.GetInput()) > 1 && n.GetInput()[1] != "" {
+			var ok bool
+			if sizes, ok = im.ints(n.GetInput()[1]); !ok {
+				return nil, nil, fmt.Errorf("the split sizes %q are not a constant", n.GetInput()[1])
+			}
+		}
+		if sizes == nil {
+			per := (int64(x[axis]) + int64(outs) - 1) / int64(outs)
+			for left := int64(x[axis]); left > 0; left -= per {
+				sizes = append(sizes, min(per, left))
+			}
+		}
+		if len(sizes) != outs {
+			return nil, nil, fmt.Errorf("%d split sizes for %d outputs", len(sizes), outs)
+		}
+		shapes, dts := make([][]uint64, outs), make([]ir.DType, outs)
+		var total int64
+		for i, sz := range sizes {
+			if sz <= 0 {
+				return nil, nil, fmt.Errorf("split size %d", sz)
+			}
+			total += sz
+			shapes[i] = slices.Clone(x)
+			shapes[i][axis], dts[i] = uint64(sz), in[0].dtype
+		}
+		if total != int64(x[axis]) {
+			return nil, nil, fmt.Errorf("split sizes %v do not add up to dimension %d of %v", sizes, axis, x)
+		}
+		return shapes, dts, nil
+	case "Slice":
+		if err := known(n, in, 3); err != nil {
+			return nil, nil, err
+		}
+		s, err := im.slice(n, in[0].shape)
+		return wrap(s, in[0].dtype, outs, err)
+	case "Expand", "ConstantOfShape":
+		if len(n.GetInput()) == 0 {
+			return nil, nil, fmt.Errorf("has no inputs")
+		}
+		target := n.GetInput()[len(n.GetInput())-1]
+		v, ok := im.ints(target)
+		if !ok {
+			return nil, nil, fmt.Errorf("the shape %q is not a constant", target)
+		}
+		s := []uint64{}
+		for _, d := range v {
+			if d <= 0 {
+				return nil, nil, fmt.Errorf("shape %v", v)
+			}
+			s = append(s, uint64(d))
+		}
+		if op == "ConstantOfShape" {
+			return one(s, ir.F32) // the value attribute's type, when it has one, comes from value_info
+		}
+		if err := known(n, in, 1); err != nil {
+			return nil, nil, err
+		}
+		s, err := broadcastShapes(in[0].shape, s)
+		return wrap(s, in[0].dtype, outs, err)
+	case "Gather":
+		if err := known(n, in, 2); err != nil {
+			return nil, nil, err
+		}
+		x := in[0].shape
+		axis, err := normAxis(attrInt(n, "axis", 0), len(x))
+		if err != nil {
+			return nil, nil, err
+		}
+		s := append(append(append([]uint64{}, x[:axis]...), in[1].shape...), x[axis+1:]...)
+		return one(s, in[0].dtype)
+	}
+	return make([][]uint64, outs), make([]ir.DType, outs), nil
+}
+
+func wrap(s []uint64, dt ir.DType, outs int, err error) ([][]uint64, []ir.DType, error) {
+	if err != nil {
+		return nil, nil, err
+	}
+	shapes := make([][]uint64, outs)
+	dts := make([]ir.DType, outs)
+	shapes[0], dts[0] = s, dt
+	return shapes, dts, nil
+}
+
+func prod(xs []uint64) uint64 {
+	p := uint64(1)
+	for _, x := range xs {
+		p *= x
+	}
+	return p
+}
+
+// normAxis maps a possibly negative axis into [0, rank).
+func normAxis(a int64, rank int) (int, error) {
+	if a < 0 {
+		a += int64(rank)
+	}
+	if a < 0 || a >= int64(rank) {
+		return 0, fmt.Errorf("axis %d out of range for rank %d", a, rank)
+	}
+	return int(a), nil
+}
+
+func clampAxis(a, r int64) int64 {
+	if a < 0 {
+		a += r
+	}
+	return min(max(a, 0), r)
+}
+
+// broadcastShapes is numpy broadcasting.
+func broadcastShapes(a, b []uint64) ([]uint64, error) {
+	n := max(len(a), len(b))
+	out := make([]uint64, n)
+	for i := range n {
+		x, y := uint64(1), uint64(1)
+		if j := len(a) - n + i; j >= 0 {
+			x = a[j]
+		}
+		if j := len(b) - n + i; j >= 0 {
+			y = b[j]
+		}
+		switch {
+		case x == y || y == 1:
+			out[i] = x
+		case x == 1:
+			out[i] = y
+		default:
+			return nil, fmt.Errorf("shapes %v and %v do not broadcast", a, b)
+		}
+	}
+	return out, nil
+}
+
+// matmulShape is numpy matmul: 1-D operands are promoted and the added
+// dimension removed, leading dimensions broadcast.
+func matmulShape(a, b []uint64) ([]uint64, error) {
+	if len(a) == 0 || len(b) == 0 {
+		return nil, fmt.Errorf("MatMul of a scalar")
+	}
+	pa, pb := slices.Clone(a), slices.Clone(b)
+	if len(pa) == 1 {
+		pa = []uint64{1, pa[0]}
+	}
+	if len(pb) == 1 {
+		pb = []uint64{pb[0], 1}
+	}
+	if pa[len(pa)-1] != pb[len(pb)-2] {
+		return nil, fmt.Errorf("MatMul inner dimensions differ: %v and %v", a, b)
+	}
+	lead, err := broadcastShapes(pa[:len(pa)-2], pb[:len(pb)-2])
+	if err != nil {
+		return nil, err
+	}
+	out := append(lead, pa[len(pa)-2], pb[len(pb)-1])
+	if len(b) == 1 {
+		out = out[:len(out)-1]
+	}
+	if len(a) == 1 {
+		out = slices.Delete(out, len(lead), len(lead)+1)
+	}
+	return out, nil
+}
+
+// window is the output shape of a convolution or pooling over [N, C, ...].
+func (im *importer) window(n *onnxpb.NodeProto, in []*tensorInfo) ([]uint64, error) {
+	x := in[0].shape
+	if len(x) < 3 {
+		return nil, fmt.Errorf("takes [N,C,...], got %v", x)
+	}
+	spatial := len(x) - 2
+	out := []uint64{x[0], x[1]}
+	kernel := attrInts(n, "kernel_shape")
+	if n.GetOpType() == "Conv" {
+		if err := known(n, in, 2); err != nil {
+			return nil, err
+		}
+		w := in[1].shape
+		if len(w) != len(x) {
+			return nil, fmt.Errorf("weight %v does not match input %v", w, x)
+		}
+		out[1] = w[0]
+		if kernel == nil {
+			for _, k := range w[2:] {
+				kernel = append(kernel, int64(k))
+			}
+		}
+	}
+	if len(kernel) != spatial {
+		return nil, fmt.Errorf("kernel_shape %v does not match input %v", kernel, x)
+	}
+	get := func(name string, size int, def int64) []int64 {
+		v := attrInts(n, name)
+		if v == nil {
+			v = make([]int64, size)
+			for i := range v {
+				v[i] = def
+			}
+		}
+		return v
+	}
+	strides, dil, pads := get("strides", spatial, 1), get("dilations", spatial, 1), get("pads", 2*spatial, 0)
+	if len(strides) != spatial || len(dil) != spatial || len(pads) != 2*spatial {
+		return nil, fmt.Errorf("strides %v, dilations %v or pads %v do not match %d spatial dimensions", strides, dil, pads, spatial)
+	}
+	autoPad := ""
+	for _, a := range n.GetAttribute() {
+		if a.GetName() == "auto_pad" {
+			autoPad = string(a.GetS())
+		}
+	}
+	ceil := attrInt(n, "ceil_mode", 0) != 0
+	for i := range spatial {
+		size := int64(x[2+i])
+		if strides[i] <= 0 || dil[i] <= 0 || kernel[i] <= 0 {
+			return nil, fmt.Errorf("non-positive kernel %v, strides %v or dilations %v", kernel, strides, dil)
+		}
+		var o int64
+		switch autoPad {
+		case "SAME_UPPER", "SAME_LOWER":
+			o = (size + strides[i] - 1) / strides[i]
+		default:
+			span := size + pads[i] + pads[i+spatial] - dil[i]*(kernel[i]-1) - 1
+			if span < 0 {
+				return nil, fmt.Errorf("kernel %v larger than the padded input %v", kernel, x)
+			}
+			if ceil {
+				o = (span+strides[i]-1)/strides[i] + 1
+			} else {
+				o = span/strides[i] + 1
+			}
+		}
+		out = append(out, uint64(o))
+	}
+	return out, nil
+}
+
+// reshape applies an ONNX Reshape target: 0 copies the input's dimension
+// (unless allowzero), -1 takes what is left.
+func reshape(x []uint64, target []int64, allowZero bool) ([]uint64, error) {
+	out := make([]uint64, len(target))
+	infer := -1
+	known := uint64(1)
+	for i, t := range target {
+		switch {
+		case t == -1:
+			if infer >= 0 {
+				return nil, fmt.Errorf("target shape %v has two -1", target)
+			}
+			infer = i
+			continue
+		case t == 0 && !allowZero:
+			if i >= len(x) {
+				return nil, fmt.Errorf("target shape %v copies dimension %d of %v", target, i, x)
+			}
+			out[i] = x[i]
+		case t <= 0:
+			return nil, fmt.Errorf("target shape %v has dimension %d", target, t)
+		default:
+			out[i] = uint64(t)
+		}
+		known *= out[i]
+	}
+	total := prod(x)
+	if infer >= 0 {
+		if known == 0 || total%known != 0 {
+			return nil, fmt.Errorf("cannot reshape %v to %v", x, target)
+		}
+		out[infer] = total / known
+	} else if known != total {
+		return nil, fmt.Errorf("cannot reshape %v (%d elements) to %v", x, total, target)
+	}
+	return out, nil
+}
+
+// squeeze removes (or, unsqueezing, inserts) dimensions of size 1.
+func squeeze(x []uint64, axes []int64, insert bool) ([]uint64, error) {
+	if insert {
+		rank := len(x) + len(axes)
+		mark := make([]bool, rank)
+		for _, a := range axes {
+			i, err := normAxis(a, rank)
+			if err != nil || mark[i] {
+				return nil, fmt.Errorf("bad Unsqueeze axes %v for rank %d", axes, len(x))
+			}
+			mark[i] = true
+		}
+		out := make([]uint64, 0, rank)
+		j := 0
+		for i := range rank {
+			if mark[i] {
+				out = append(out, 1)
+			} else {
+				out = append(out, x[j])
+				j++
+			}
+		}
+		return out, nil
+	}
+	drop := make([]bool, len(x))
+	if len(axes) == 0 {
+		for i, d := range x {
+			drop[i] = d == 1
+		}
+	}
+	for _, a := range axes {
+		i, err := normAxis(a, len(x))
+		if err != nil || x[i] != 1 {
+			return nil, fmt.Errorf("cannot squeeze axes %v of %v", axes, x)
+		}
+		drop[i] = true
+	}
+	var out []uint64
+	for i, d := range x {
+		if !drop[i] {
+			out = append(out, d)
+		}
+	}
+	if out == nil {
+		out = []uint64{}
+	}
+	return out, nil
+}
+
+// reduce is the shape of a reduction over axes (all when none).
+func reduce(x []uint64, axes []int64, keep bool) ([]uint64, error) {
+	mark := make([]bool, len(x))
+	if len(axes) == 0 {
+		for i := range mark {
+			mark[i] = true
+		}
+	}
+	for _, a := range axes {
+		i, err := normAxis(a, len(x))
+		if err != nil {
+			return nil, err
+		}
+		mark[i] = true
+	}
+	out := []uint64{}
+	for i, d := range x {
+		switch {
+		case !mark[i]:
+			out = append(out, d)
+		case keep:
+			out = append(out, 1)
+		}
+	}
+	return out, nil
+}
+
+// maxFold bounds the elements of a folded integer tensor: shape
+// computations are short vectors.
+const maxFold = 64
+
+// fold computes small integer tensors from shapes once dimensions are
+// bound, as exporters emit them for dynamic axes (Shape, Gather, Concat,
+// Unsqueeze, ... ending in a Reshape's target), so that the shapes after
+// them can be inferred. Ops it does not know, or values it cannot compute,
+// are left alone.
+func (im *importer) fold(n *onnxpb.NodeProto) {
+	if len(n.GetOutput()) != 1 {
+		return
+	}
+	out := n.GetOutput()[0]
+	var args [][]int64
+	for _, name := range n.GetInput() {
+		v, ok := im.ints(name)
+		if name == "" || !ok {
+			args = append(args, nil)
+			continue
+		}
+		args = append(args, v)
+	}
+	arg := func(i int) []int64 {
+		if i < len(args) {
+			return args[i]
+		}
+		return nil
+	}
+	var v []int64
+	switch n.GetOpType() {
+	case "Shape":
+		if len(n.GetInput()) == 0 {
+			return
+		}
+		ti := im.info[n.GetInput()[0]]
+		if ti == nil || !ti.known {
+			return
+		}
+		r := int64(len(ti.shape))
+		start, end := clampAxis(attrInt(n, "start", 0), r), clampAxis(attrInt(n, "end", r), r)
+		for _, d := range ti.shape[start:max(start, end)] {
+			v = append(v, int64(d))
+		}
+	case "Identity", "Cast", "Unsqueeze", "Squeeze", "Reshape", "Flatten":
+		v = arg(0)
+	case "Gather":
+		data, idx := arg(0), arg(1)
+		if data == nil || idx == nil || attrInt(n, "axis", 0) != 0 {
+			return
+		}
+		for _, i := range idx {
+			if i < 0 {
+				i += int64(len(data))
+			}
+			if i < 0 || i >= int64(len(data)) {
+				return
+			}
+			v = append(v, data[i])
+		}
+	case "Concat":
+		for i := range args {
+			if arg(i) == nil {
+				return
+			}
+			v = append(v, arg(i)...)
+		}
+	case "ConstantOfShape":
+		shape := arg(0)
+		if shape == nil || len(shape) > 1 || len(shape) == 1 && (shape[0] <= 0 || shape[0] > maxFold) {
+			return
+		}
+		var fill int64
+		for _, a := range n.GetAttribute() {
+			if a.GetName() == "value" {
+				t := a.GetT()
+				if t == nil {
+					return
+				}
+				im.consts[out] = t
+				val, ok := im.ints(out)
+				delete(im.consts, out)
+				if !ok || len(val) != 1 {
+					return // a float fill: not a shape computation
+				}
+				fill = val[0]
+			}
+		}
+		count := int64(1)
+		if len(shape) == 1 {
+			count = shape[0]
+		}
+		for range count {
+			v = append(v, fill)
+		}
+	case "Where":
+		c, a, b := arg(0), arg(1), arg(2)
+		if c == nil || a == nil || b == nil {
+			return
+		}
+		size := max(len(c), len(a), len(b))
+		for _, x := range [][]int64{c, a, b} {
+			if len(x) != size && len(x) != 1 {
+				return
+			}
+		}
+		for i := range size {
+			if c[min(i, len(c)-1)] != 0 {
+				v = append(v, a[min(i, len(a)-1)])
+			} else {
+				v = append(v, b[min(i, len(b)-1)])
+			}
+		}
+	case "Add", "Sub", "Mul", "Div", "Equal":
+		a, b := arg(0), arg(1)
+		if a == nil || b == nil || len(a) != len(b) && len(a) != 1 && len(b) != 1 {
+			return
+		}
+		for i := range max(len(a), len(b)) {
+			x, y := a[min(i, len(a)-1)], b[min(i, len(b)-1)]
+			switch n.GetOpType() {
+			case "Add":
+				v = append(v, x+y)
+			case "Sub":
+				v = append(v, x-y)
+			case "Mul":
+				v = append(v, x*y)
+			case "Div":
+				if y == 0 {
+					return
+				}
+				v = append(v, x/y)
+			case "Equal":
+				v = append(v, int64(boolInt(x == y)))
+			}
+		}
+	case "Slice":
+		data, starts, ends := arg(0), arg(1), arg(2)
+		if data == nil || len(starts) != 1 || len(ends) != 1 || arg(3) != nil && (len(arg(3)) != 1 || arg(3)[0] != 0) || arg(4) != nil && (len(arg(4)) != 1 || arg(4)[0] != 1) {
+			return
+		}
+		r := int64(len(data))
+		s, e := clampAxis(starts[0], r), clampAxis(ends[0], r)
+		v = data[s:max(s, e)]
+	default:
+		return
+	}
+	if v == nil || len(v) > maxFold {
+		return
+	}
+	im.vals[out] = v
+}
+
+// slice is the shape of a Slice whose starts, ends, axes and steps are
+// constants.
+func (im *importer) slice(n *onnxpb.NodeProto, x []uint64) ([]uint64, error) {
+	in := n.GetInput()
+	get := func(i int) ([]int64, bool, error) {
+		if i >= len(in) || in[i] == "" {
+			return nil, false, nil
+		}
+		v, ok := im.ints(in[i])
+		if !ok {
+			return nil, false, fmt.Errorf("slice input %q is not a constant", in[i])
+		}
+		return v, true, nil
+	}
+	starts, _, err := get(1)
+	if err != nil {
+		return nil, err
+	}
+	ends, _, err := get(2)
+	if err != nil {
+		return nil, err
+	}
+	axes, hasAxes, err := get(3)
+	if err != nil {
+		return nil, err
+	}
+	steps, hasSteps, err := get(4)
+	if err != nil {
+		return nil, err
+	}
+	if !hasAxes {
+		for i := range starts {
+			axes = append(axes, int64(i))
+		}
+	}
+	if !hasSteps {
+		for range starts {
+			steps = append(steps, 1)
+		}
+	}
+	if len(ends) != len(starts) || len(axes) != len(starts) || len(steps) != len(starts) {
+		return nil, fmt.Errorf("slice starts %v, ends %v, axes %v and steps %v differ in length", starts, ends, axes, steps)
+	}
+	out := slices.Clone(x)
+	for i, a := range axes {
+		ax, err := normAxis(a, len(x))
+		if err != nil {
+			return nil, err
+		}
+		d, st := int64(x[ax]), steps[i]
+		if st == 0 {
+			return nil, fmt.Errorf("slice step 0")
+		}
+		clamp := func(v, lo, hi int64) int64 {
+			if v < 0 {
+				v += d
+			}
+			return min(max(v, lo), hi)
+		}
+		var cnt int64
+		if st > 0 {
+			b, e := clamp(starts[i], 0, d), clamp(ends[i], 0, d)
+			cnt = max(0, (e-b+st-1)/st)
+		} else {
+			b, e := clamp(starts[i], -1, d-1), clamp(ends[i], -1, d-1)
+			cnt = max(0, (b-e-st-1)/(-st))
+		}
+		if cnt == 0 {
+			return nil, fmt.Errorf("slice of axis %d of %v is empty (zero-size tensors are not planned)", ax, x)
+		}
+		out[ax] = uint64(cnt)
+	}
+	return out, nil
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,43 @@
+package onnx
+
+// knownOps are the operators of ONNX's default domain, as ONNX 1.12 (opset
+// 17) defines them, plus those later opsets added that exporters emit.
+// Generated from onnx.defs.get_all_schemas_with_history().
+var knownOps = map[string]bool{
+	"Abs": true, "Acos": true, "Acosh": true, "Add": true, "AffineGrid": true, "And": true, "ArgMax": true,
+	"ArgMin": true, "Asin": true, "Asinh": true, "Atan": true, "Atanh": true, "AveragePool": true,
+	"BatchNormalization": true, "Bernoulli": true, "BitShift": true, "BitwiseAnd": true, "BitwiseNot": true,
+	"BitwiseOr": true, "BitwiseXor": true, "BlackmanWindow": true, "Cast": true, "CastLike": true, "Ceil": true,
+	"Celu": true, "CenterCropPad": true, "Clip": true, "Col2Im": true, "Compress": true, "Concat": true,
+	"ConcatFromSequence": true, "Constant": true, "ConstantOfShape": true, "Conv": true, "ConvInteger": true,
+	"ConvTranspose": true, "Cos": true, "Cosh": true, "CumSum": true, "DFT": true, "DeformConv": true,
+	"DepthToSpace": true, "DequantizeLinear": true, "Det": true, "Div": true, "Dropout": true,
+	"DynamicQuantizeLinear": true, "Einsum": true, "Elu": true, "Equal": true, "Erf": true, "Exp": true,
+	"Expand": true, "EyeLike": true, "Flatten": true, "Floor": true, "GRU": true, "Gather": true,
+	"GatherElements": true, "GatherND": true, "Gelu": true, "Gemm": true, "GlobalAveragePool": true,
+	"GlobalLpPool": true, "GlobalMaxPool": true, "Greater": true, "GreaterOrEqual": true, "GridSample": true,
+	"GroupNormalization": true, "HammingWindow": true, "HannWindow": true, "HardSigmoid": true,
+	"HardSwish": true, "Hardmax": true, "Identity": true, "If": true, "ImageDecoder": true,
+	"InstanceNormalization": true, "IsInf": true, "IsNaN": true, "LRN": true, "LSTM": true,
+	"LayerNormalization": true, "LeakyRelu": true, "Less": true, "LessOrEqual": true, "Log": true,
+	"LogSoftmax": true, "Loop": true, "LpNormalization": true, "LpPool": true, "MatMul": true,
+	"MatMulInteger": true, "Max": true, "MaxPool": true, "MaxRoiPool": true, "MaxUnpool": true, "Mean": true,
+	"MeanVarianceNormalization": true, "MelWeightMatrix": true, "Min": true, "Mish": true, "Mod": true,
+	"Mul": true, "Multinomial": true, "Neg": true, "NegativeLogLikelihoodLoss": true, "NonMaxSuppression": true,
+	"NonZero": true, "Not": true, "OneHot": true, "Optional": true, "OptionalGetElement": true,
+	"OptionalHasElement": true, "Or": true, "PRelu": true, "Pad": true, "Pow": true, "QLinearConv": true,
+	"QLinearMatMul": true, "QuantizeLinear": true, "RNN": true, "RandomNormal": true, "RandomNormalLike": true,
+	"RandomUniform": true, "RandomUniformLike": true, "Range": true, "Reciprocal": true, "ReduceL1": true,
+	"ReduceL2": true, "ReduceLogSum": true, "ReduceLogSumExp": true, "ReduceMax": true, "ReduceMean": true,
+	"ReduceMin": true, "ReduceProd": true, "ReduceSum": true, "ReduceSumSquare": true, "RegexFullMatch": true,
+	"Relu": true, "Reshape": true, "Resize": true, "ReverseSequence": true, "RoiAlign": true, "Round": true,
+	"STFT": true, "Scan": true, "Scatter": true, "ScatterElements": true, "ScatterND": true, "Selu": true,
+	"SequenceAt": true, "SequenceConstruct": true, "SequenceEmpty": true, "SequenceErase": true,
+	"SequenceInsert": true, "SequenceLength": true, "SequenceMap": true, "Shape": true, "Shrink": true,
+	"Sigmoid": true, "Sign": true, "Sin": true, "Sinh": true, "Size": true, "Slice": true, "Softmax": true,
+	"SoftmaxCrossEntropyLoss": true, "Softplus": true, "Softsign": true, "SpaceToDepth": true, "Split": true,
+	"SplitToSequence": true, "Sqrt": true, "Squeeze": true, "StringConcat": true, "StringNormalizer": true,
+	"StringSplit": true, "Sub": true, "Sum": true, "Tan": true, "Tanh": true, "TfIdfVectorizer": true,
+	"ThresholdedRelu": true, "Tile": true, "TopK": true, "Transpose": true, "Trilu": true, "Unique": true,
+	"Unsqueeze": true, "Upsample": true, "Where": true, "Xor": true,
+}

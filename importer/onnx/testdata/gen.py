@@ -1,0 +1,73 @@
+"""Writes the ONNX test models of package importer/onnx with PyTorch's
+exporter (Debian: apt-get install python3-torch python3-onnx; run with
+/usr/bin/python3 gen.py in this folder). The weights are random and
+small; what the tests read is the graph.
+
+  tinycnn.onnx        conv, batchnorm, relu, max pool, residual add,
+                      global average pool, flatten, gemm; dynamic batch
+                      ("batch"); with value_info from onnx's shape inference
+  tinycnn-noinfo.onnx the same graph with no value_info: tmmu infers shapes
+  tinyattn.onnx       a transformer block (layernorm, matmul, reshape,
+                      transpose, softmax, gelu) with dynamic batch and
+                      sequence ("batch", "seq"), no value_info
+"""
+import onnx
+import torch
+from torch import nn
+
+torch.manual_seed(0)
+
+
+class TinyCNN(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 8, 3, stride=2, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(8)
+        self.pool = nn.MaxPool2d(3, stride=2, padding=1)
+        self.conv2 = nn.Conv2d(8, 8, 3, padding=1)
+        self.fc = nn.Linear(8, 10)
+
+    def forward(self, x):
+        x = self.pool(torch.relu(self.bn1(self.conv1(x))))
+        x = torch.relu(self.conv2(x) + x)
+        x = nn.functional.adaptive_avg_pool2d(x, 1).flatten(1)
+        return self.fc(x)
+
+
+class TinyAttn(nn.Module):
+    def __init__(self, d=16, heads=2):
+        super().__init__()
+        self.heads = heads
+        self.ln = nn.LayerNorm(d)
+        self.qkv = nn.Linear(d, 3 * d)
+        self.proj = nn.Linear(d, d)
+        self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
+
+    def forward(self, x):
+        b, s, d = x.shape
+        q, k, v = self.qkv(self.ln(x)).split(d, dim=-1)
+        q = q.reshape(b, s, self.heads, d // self.heads).transpose(1, 2)
+        k = k.reshape(b, s, self.heads, d // self.heads).transpose(1, 2)
+        v = v.reshape(b, s, self.heads, d // self.heads).transpose(1, 2)
+        a = torch.softmax(q @ k.transpose(-1, -2) / (d // self.heads) ** 0.5, dim=-1)
+        y = (a @ v).transpose(1, 2).reshape(b, s, d)
+        x = x + self.proj(y)
+        return x + self.mlp(x)
+
+
+def export(model, args, path, names, dynamic, infer):
+    model.eval()
+    torch.onnx.export(model, args, path, input_names=names, output_names=["y"],
+                      dynamic_axes=dynamic, opset_version=13, do_constant_folding=True)
+    m = onnx.load(path)
+    if infer:
+        m = onnx.shape_inference.infer_shapes(m)
+    else:
+        del m.graph.value_info[:]
+    onnx.checker.check_model(m)
+    onnx.save(m, path)
+
+
+export(TinyCNN(), torch.randn(2, 3, 32, 32), "tinycnn.onnx", ["x"], {"x": {0: "batch"}, "y": {0: "batch"}}, True)
+export(TinyCNN(), torch.randn(2, 3, 32, 32), "tinycnn-noinfo.onnx", ["x"], {"x": {0: "batch"}, "y": {0: "batch"}}, False)
+export(TinyAttn(), torch.randn(2, 8, 16), "tinyattn.onnx", ["x"], {"x": {0: "batch", 1: "seq"}, "y": {0: "batch", 1: "seq"}}, False)
