@@ -1,5 +1,76 @@
 package main
 
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/tmmu/tmmu/importer/torch"
+	"github.com/tmmu/tmmu/planner"
+)
+
 func runImportTorch(e *env, args []string) error {
-	return usagef("import torch: not built yet")
+	c := &command{name: "import torch", usage: "import torch MODEL [--train] [--batch N] [--seq N] [--optimizer adamw|sgd] [-o json|cbor] [--out FILE] [--report FILE]",
+		summary: "Import a PyTorch module: MODEL is a torchvision model name (resnet50, vit_b_16, ...), gpt2-small (GPT-2 small's shape), or FILE.py:NAME (a class, or a function returning a module or (module, inputs, loss_fn)). " +
+			"Traces one step at the aten level with make_fx: forward for inference; forward, backward and the AdamW or SGD update with --train. " +
+			"Also runs the step eagerly and reports the peak of live tensor bytes PyTorch itself held. Needs Python 3 with torch (TMMU_PYTHON or --python picks the interpreter)."}
+	fs := newFlags(e, c)
+	var o torch.Options
+	fs.BoolVar(&o.Train, "train", false, "trace forward, backward and the optimizer update (default: inference, forward only)")
+	fs.IntVar(&o.Batch, "batch", 1, "batch size")
+	fs.IntVar(&o.Seq, "seq", 128, "tokens per sequence (gpt2-small)")
+	fs.StringVar(&o.Optimizer, "optimizer", "adamw", "optimizer of --train: adamw or sgd (momentum)")
+	fs.StringVar(&o.Name, "name", "", "the graph's name (default MODEL-MODE-bBATCH)")
+	fs.StringVar(&o.Python, "python", "", "Python interpreter (default $TMMU_PYTHON, /usr/bin/python3, python3 on PATH)")
+	fs.BoolVar(&o.NoPeak, "no-peak", false, "skip the eager run that measures PyTorch's peak")
+	out := fs.String("o", "json", "encoding: json or cbor")
+	file := fs.String("out", "", "write the graph to FILE instead of standard output (written whole or not at all)")
+	report := fs.String("report", "", "write the exporter's report (PyTorch's peak, counts) as JSON to FILE (default with --out: FILE.pytorch.json)")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return usagef("import torch takes one model, got %d arguments", len(pos))
+	}
+	if *out != "json" && *out != "cbor" {
+		return usagef("-o %s: want json or cbor", *out)
+	}
+	if o.Batch < 1 || o.Seq < 1 {
+		return usagef("--batch and --seq must be positive")
+	}
+	if o.Optimizer != "adamw" && o.Optimizer != "sgd" {
+		return usagef("--optimizer %s: want adamw or sgd", o.Optimizer)
+	}
+	o.Model = pos[0]
+	var diag bytes.Buffer
+	o.Stderr = &diag
+	m, rep, err := torch.Import(context.Background(), o)
+	if err != nil {
+		e.stderr.Write(diag.Bytes())
+		return err
+	}
+	if *report == "" && *file != "" {
+		*report = *file + ".pytorch.json"
+	}
+	if err := writeModel(e, m, *out, *file); err != nil {
+		return err
+	}
+	if *report != "" {
+		data, err := json.MarshalIndent(rep, "", " ")
+		if err != nil {
+			return err
+		}
+		if err := writeFileAtomic(*report, append(data, '\n')); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(e.stderr, "imported %s (%s, batch %d, torch %s): %d aten nodes, %d IR nodes, %d tensors, %d views folded, %d saved for backward",
+		rep.Model, rep.Mode, rep.Batch, rep.TorchVersion, rep.AtenNodes, rep.IRNodes, len(m.Tensors), rep.ViewsElided, rep.SavedForBackward)
+	if rep.PyTorchPeakBytes > 0 {
+		fmt.Fprintf(e.stderr, "; PyTorch eager peak %s (%s live before the step)", planner.FormatBytes(rep.PyTorchPeakBytes), planner.FormatBytes(rep.PyTorchPersistentBytes))
+	}
+	fmt.Fprintln(e.stderr)
+	return nil
 }

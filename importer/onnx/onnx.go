@@ -10,7 +10,7 @@
 // shape_envelope).
 //
 // Training graphs are not built from ONNX files: ONNX carries no backward
-// pass. Use the PyTorch exporter (tools/torch) for training.
+// pass. Import training graphs from PyTorch (package importer/torch).
 //
 // Every failure is a *failure.Error naming the culprit (the file, the
 // node or the tensor): INVALID_ENCODING for a file that is not an ONNX
