@@ -3,9 +3,9 @@
 
 Traces one step of the module with make_fx (aten ops, real tensors on the
 CPU): the forward pass for inference, or with --train the forward pass, the
-backward pass (torch.autograd.grad) and the optimizer update (AdamW or SGD,
-written as torch.optim's single-tensor update), and writes the graph with
-every tensor's shape, dtype and role. It also runs the same step eagerly and
+backward pass (torch.autograd.grad) and the optimizer update (AdamW or SGD:
+torch.optim's single-tensor update, one node per parameter), and writes the
+graph with every tensor's shape, dtype and role. It also runs the same step eagerly and
 records the peak of live tensor bytes PyTorch itself holds (its CPU
 allocator, read through the profiler), so that tmmu's plan can be compared
 with what PyTorch uses.
@@ -163,8 +163,42 @@ def default_target(out, loss_fn):
 
 # ------------------------------------------------------------- optimizer
 
+# The updates are ops of their own (library "tmmu"), so that each
+# parameter's update is one node reading the parameter, its gradient and
+# its state and writing the parameter and the state in place, as a fused
+# optimizer runs it and as tmmu's ZeRO pass partitions it. Their bodies are
+# torch.optim's single-tensor updates; their temporaries (one
+# parameter-sized denominator for AdamW) are not planned.
+_lib = torch.library.Library("tmmu", "DEF")
+_lib.define("adamw_(Tensor(a!) p, Tensor g, Tensor(b!) m, Tensor(c!) v, float lr, float beta1, float beta2, "
+            "float eps, float wd, int step) -> ()")
+_lib.define("sgd_(Tensor(a!) p, Tensor g, Tensor(b!) buf, float lr, float momentum, int step) -> ()")
+
+
+def _adamw(p, g, m, v, lr, b1, b2, eps, wd, step):
+    p.mul_(1 - lr * wd)
+    m.lerp_(g, 1 - b1)
+    v.mul_(b2).addcmul_(g, g.conj(), value=1 - b2)
+    bc1, bc2 = 1 - b1 ** step, 1 - b2 ** step
+    denom = (v.sqrt() / math.sqrt(bc2)).add_(eps)
+    p.addcdiv_(m, denom, value=-lr / bc1)
+
+
+def _sgd(p, g, buf, lr, momentum, step):
+    if step == 1:
+        buf.copy_(g)
+    else:
+        buf.mul_(momentum).add_(g)
+    p.add_(buf, alpha=-lr)
+
+
+_lib.impl("adamw_", _adamw, "CPU")
+_lib.impl("sgd_", _sgd, "CPU")
+OPS = {"tmmu::adamw_": "adamw", "tmmu::sgd_": "sgd"}
+
+
 class AdamW:
-    """torch.optim.AdamW's single-tensor update (foreach=False)."""
+    """torch.optim.AdamW, single-tensor update (foreach=False)."""
 
     def __init__(self, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2):
         self.lr, self.betas, self.eps, self.wd = lr, betas, eps, weight_decay
@@ -173,13 +207,8 @@ class AdamW:
         return {"exp_avg": torch.zeros_like(p), "exp_avg_sq": torch.zeros_like(p)}
 
     def update(self, p, g, st, step):
-        b1, b2 = self.betas
-        p.mul_(1 - self.lr * self.wd)
-        st["exp_avg"].lerp_(g, 1 - b1)
-        st["exp_avg_sq"].mul_(b2).addcmul_(g, g.conj(), value=1 - b2)
-        bc1, bc2 = 1 - b1 ** step, 1 - b2 ** step
-        denom = (st["exp_avg_sq"].sqrt() / math.sqrt(bc2)).add_(self.eps)
-        p.addcdiv_(st["exp_avg"], denom, value=-self.lr / bc1)
+        torch.ops.tmmu.adamw_(p, g, st["exp_avg"], st["exp_avg_sq"], self.lr, self.betas[0], self.betas[1],
+                              self.eps, self.wd, step)
 
     def torch(self, params):
         return torch.optim.AdamW(params, lr=self.lr, betas=self.betas, eps=self.eps, weight_decay=self.wd, foreach=False)
@@ -195,12 +224,7 @@ class SGD:
         return {"momentum_buffer": torch.zeros_like(p)}
 
     def update(self, p, g, st, step):
-        buf = st["momentum_buffer"]
-        if step == 1:
-            buf.copy_(g)
-        else:
-            buf.mul_(self.momentum).add_(g)
-        p.add_(buf, alpha=-self.lr)
+        torch.ops.tmmu.sgd_(p, g, st["momentum_buffer"], self.lr, self.momentum, step)
 
     def torch(self, params):
         return torch.optim.SGD(params, lr=self.lr, momentum=self.momentum, foreach=False)
@@ -326,6 +350,8 @@ def phases(gm, ngrads, train):
 
 def op_name(n):
     t = n.target
+    if isinstance(t, torch._ops.OpOverload) and f"{t.namespace}::{t.overloadpacket.__name__}" in OPS:
+        return OPS[f"{t.namespace}::{t.overloadpacket.__name__}"]
     if isinstance(t, torch._ops.OpOverload):
         return "aten::" + t.overloadpacket.__name__ if t.namespace == "aten" else f"{t.namespace}::{t.overloadpacket.__name__}"
     if isinstance(t, torch._ops.OpOverloadPacket):
