@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -382,5 +383,40 @@ func TestMemoryStatsSayWhyBytesDiffer(t *testing.T) {
 		if got := c.st.String(); !strings.HasPrefix(got, c.want) {
 			t.Errorf("%+v:\n got %s\nwant %s…", c.st, got, c.want)
 		}
+	}
+}
+
+// TestCheckOps: the generators' graphs use only ops with kernels, and a
+// graph with others is refused naming the first node and op.
+func TestCheckOps(t *testing.T) {
+	for _, train := range []bool{false, true} {
+		for _, m := range []func() (*ir.Model, error){
+			func() (*ir.Model, error) { c := models.DefaultGPT2Config(); c.Layers, c.Train = 1, train; return models.GPT2(c) },
+			func() (*ir.Model, error) { c := models.DefaultLlamaConfig(); c.Layers, c.Train = 1, train; return models.Llama(c) },
+		} {
+			model, err := m()
+			if err != nil {
+				t.Fatal(err)
+			}
+			g, err := ir.Compile(model)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := CheckOps(g); err != nil {
+				t.Errorf("%s: %v", model.Name, err)
+			}
+		}
+	}
+	c := models.DefaultGPT2Config()
+	c.Layers = 1
+	model, _ := models.GPT2(c)
+	model.Nodes[3].Op = "aten::convolution"
+	g, err := ir.Compile(model)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = CheckOps(g)
+	if failure.CodeOf(err) != failure.UnsupportedExecution || !strings.Contains(err.Error(), "node "+strconv.Quote(model.Nodes[3].ID)+": op \"aten::convolution\" has no kernel; 1 of") {
+		t.Fatalf("got %v", err)
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"sort"
+	"strings"
 
 	"github.com/tmmu/tmmu/failure"
 
@@ -49,6 +51,9 @@ func (x *Executor) Configure(s runtime.Setup) error {
 // NewExecutor builds an executor over g planned by p. ownBackend makes
 // Close close the backend too.
 func NewExecutor(g *ir.Graph, p *planner.Plan, opts Options, ownBackend bool) (*Executor, error) {
+	if err := CheckOps(g); err != nil {
+		return nil, err
+	}
 	vocab, err := vocabOf(g)
 	if err != nil {
 		return nil, err
@@ -70,6 +75,65 @@ func NewExecutor(g *ir.Graph, p *planner.Plan, opts Options, ownBackend bool) (*
 		x.closes = append(x.closes, opts.Backend.Close)
 	}
 	return x, nil
+}
+
+// kernelOps are the ops lower has kernels for (collectives aside): the
+// vocabulary of package models.
+var kernelOps = map[string]bool{
+	models.OpAdamW: true, models.OpAdd: true, models.OpCausalAttention: true, models.OpCausalAttentionBackward: true,
+	models.OpCrossEntropy: true, models.OpCrossEntropyBackward: true, models.OpEmbedding: true, models.OpEmbeddingBackward: true,
+	models.OpGelu: true, models.OpGeluBackward: true, models.OpLayerNorm: true, models.OpLayerNormBackward: true,
+	models.OpMatmul: true, models.OpMul: true, models.OpOnes: true, models.OpRMSNorm: true, models.OpRMSNormBackward: true,
+	models.OpReduceSum: true, models.OpRope: true, models.OpRopeBackward: true, models.OpSilu: true, models.OpSiluBackward: true,
+}
+
+// CheckOps refuses a graph with an op the engine has no kernel for
+// (imported graphs: aten or ONNX ops): UNSUPPORTED_EXECUTION naming the
+// first such node in execution order and its op, and how many nodes of
+// which ops there are.
+// Planning does not need kernels; only execution does.
+func CheckOps(g *ir.Graph) error {
+	count := map[string]int{}
+	first := -1
+	for _, i := range g.Order {
+		n := &g.Nodes[i]
+		if kernelOps[n.Op] || isCollective(n.Op) {
+			continue
+		}
+		if first < 0 {
+			first = int(i)
+		}
+		count[n.Op]++
+	}
+	if first < 0 {
+		return nil
+	}
+	ops := make([]string, 0, len(count))
+	for op := range count {
+		ops = append(ops, op)
+	}
+	sort.Slice(ops, func(a, b int) bool {
+		return count[ops[a]] > count[ops[b]] || count[ops[a]] == count[ops[b]] && ops[a] < ops[b]
+	})
+	var list []string
+	for k, op := range ops {
+		if k == 5 {
+			list = append(list, fmt.Sprintf("%d more", len(ops)-k))
+			break
+		}
+		list = append(list, fmt.Sprintf("%s ×%d", op, count[op]))
+	}
+	n := &g.Nodes[first]
+	return unsupported("node %q: op %q has no kernel; %d of %d nodes have ops the engine does not run (%s): it runs the ops of tmmu's model generators, and plans any graph",
+		n.ID, n.Op, sumOf(count), len(g.Nodes), strings.Join(list, ", "))
+}
+
+func sumOf(m map[string]int) int {
+	s := 0
+	for _, v := range m {
+		s += v
+	}
+	return s
 }
 
 // vocabOf is the vocabulary: the rows of the table the token embedding

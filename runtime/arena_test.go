@@ -60,3 +60,38 @@ func TestArenaExecutorIsDeterministic(t *testing.T) {
 		t.Error("no error above the byte limit")
 	}
 }
+
+// TestArenaExecutorAliasVersions: a node may write a new version of its
+// input into the same storage (an alias group, as imported in-place ops
+// are), but not over an unrelated input.
+func TestArenaExecutorAliasVersions(t *testing.T) {
+	m := &ir.Model{
+		Tensors: []ir.Tensor{
+			{ID: "x", Shape: []uint64{64}, DType: ir.F32, Role: ir.Input},
+			{ID: "a", Shape: []uint64{64}, DType: ir.F32, Role: ir.Activation, AliasGroupID: "g"},
+			{ID: "a2", Shape: []uint64{64}, DType: ir.F32, Role: ir.Activation, AliasGroupID: "g"},
+			{ID: "y", Shape: []uint64{64}, DType: ir.F32, Role: ir.Output},
+		},
+		Nodes: []ir.Node{
+			{ID: "n0", Op: "neg", Inputs: []string{"x"}, Outputs: []string{"a"}},
+			{ID: "n1", Op: "relu_", Inputs: []string{"a"}, Outputs: []string{"a2"}},
+			{ID: "n2", Op: "neg", Inputs: []string{"a2"}, Outputs: []string{"y"}},
+		},
+		ExecutionOrder: []string{"n0", "n1", "n2"},
+	}
+	g, err := ir.Compile(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := planner.PlanMemory(g, planner.DefaultOptions(g))
+	if err != nil {
+		t.Fatal(err)
+	}
+	x, err := NewArenaExecutor(g, p, 0)
+	if err != nil {
+		t.Fatalf("a version written over its own storage is refused: %v", err)
+	}
+	if _, err := x.Step(context.Background(), 0); err != nil {
+		t.Fatal(err)
+	}
+}

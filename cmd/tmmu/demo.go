@@ -59,6 +59,7 @@ func runDemo(c *command, e *env, args []string) error {
 	fs.Uint64Var(&cfg.Vocab, "vocab", cfg.Vocab, "vocabulary")
 	executor := fs.String("executor", "auto", "auto (webgpu when an adapter exists, else cpu), webgpu, cpu, arena (memory traffic only) or plan-only (for models too large to run here)")
 	dtype := fs.String("dtype", "fp32", "fp32 (trainable by the cpu and webgpu executors) or bf16 (arena and plan-only)")
+	irFile := fs.String("ir", "", "submit this graph (UML_Model_IR JSON or CBOR, e.g. from tmmu import) instead of the generated GPT-2; the executors run it if they support its ops and dtypes, else (with --executor auto) the memory-traffic executor does, and the summary says which")
 	out := fs.String("o", "text", "output: text or json")
 	verbose := fs.Bool("v", false, "log the cluster's warnings")
 	pos, err := parse(fs, args)
@@ -81,8 +82,16 @@ func runDemo(c *command, e *env, args []string) error {
 	default:
 		return usagef("--executor %q: want auto, webgpu, cpu, arena or plan-only", *executor)
 	}
-	m, err := models.GPT2(cfg)
-	if err != nil {
+	var m *ir.Model
+	if *irFile != "" {
+		data, err := readInput(e, *irFile)
+		if err != nil {
+			return err
+		}
+		if m, err = ir.Decode(data); err != nil {
+			return err
+		}
+	} else if m, err = models.GPT2(cfg); err != nil {
 		return usageError{err.Error()}
 	}
 	dir, err := os.MkdirTemp("", "tmmu-demo-")

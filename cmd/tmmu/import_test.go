@@ -38,3 +38,23 @@ func TestImportONNX(t *testing.T) {
 		t.Fatalf("--dim batch=0: exit %d, want 2", status)
 	}
 }
+
+// TestDemoImported runs an imported graph on the in-process cluster: the
+// engine has no kernels for ONNX ops, so the workers agree on the plan
+// and run it with the memory-traffic executor, and the demo says why.
+func TestDemoImported(t *testing.T) {
+	irFile := filepath.Join(t.TempDir(), "cnn.json")
+	mustRun(t, "", "import", "onnx", filepath.Join("..", "..", "importer", "onnx", "testdata", "tinycnn.onnx"), "--batch", "2", "--out", irFile)
+	status, stdout, stderr := runCLI(t, "", "demo", "--ir", irFile, "--workers", "2", "--steps", "2")
+	if status != 0 {
+		t.Fatalf("demo: exit %d\n%s\n%s", status, stdout, stderr)
+	}
+	for _, want := range []string{"epoch 0 agreed: true", "job demo: done at step 2 of 2", "executor arena: each step writes every output"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("demo output lacks %q:\n%s", want, stdout)
+		}
+	}
+	if !strings.Contains(stderr, `UNSUPPORTED_EXECUTION: node \"/conv1/Conv\": op \"Conv\" has no kernel`) {
+		t.Errorf("the demo does not say why the engine refused:\n%s", stderr)
+	}
+}
