@@ -391,8 +391,16 @@ func TestMemoryStatsSayWhyBytesDiffer(t *testing.T) {
 func TestCheckOps(t *testing.T) {
 	for _, train := range []bool{false, true} {
 		for _, m := range []func() (*ir.Model, error){
-			func() (*ir.Model, error) { c := models.DefaultGPT2Config(); c.Layers, c.Train = 1, train; return models.GPT2(c) },
-			func() (*ir.Model, error) { c := models.DefaultLlamaConfig(); c.Layers, c.Train = 1, train; return models.Llama(c) },
+			func() (*ir.Model, error) {
+				c := models.DefaultGPT2Config()
+				c.Layers, c.Train = 1, train
+				return models.GPT2(c)
+			},
+			func() (*ir.Model, error) {
+				c := models.DefaultLlamaConfig()
+				c.Layers, c.Train = 1, train
+				return models.Llama(c)
+			},
 		} {
 			model, err := m()
 			if err != nil {
