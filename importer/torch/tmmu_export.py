@@ -531,9 +531,10 @@ def eager_peak(model, inputs, loss_fn, target, train, opt):
         if target is None:
             with torch.no_grad():
                 target = default_target(model(*inputs), loss_fn)
-        # One step first, so that the optimizer holds its state, as the
-        # traced step assumes.
-        loss_fn(model(*inputs), target).backward()
+        # An update with zero gradients first, so that the optimizer holds
+        # its state, as the traced step assumes, without a pass.
+        for p in params:
+            p.grad = torch.zeros_like(p)
         o.step()
         o.zero_grad(set_to_none=True)
         state = [t for s in o.state.values() for t in s.values() if isinstance(t, torch.Tensor)]
@@ -611,9 +612,14 @@ def write(path, data):
         return
     d = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(dir=d, prefix="." + os.path.basename(path))
-    with os.fdopen(fd, "w") as f:
-        f.write(data)
-    os.replace(tmp, path)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(data)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
 
 
 if __name__ == "__main__":
