@@ -17,7 +17,7 @@ var unary = map[string]bool{
 	"Log": true, "LogSoftmax": true, "LpNormalization": true, "Mish": true, "Neg": true, "Not": true, "PRelu": true,
 	"Reciprocal": true, "Relu": true, "Round": true, "Selu": true, "Shrink": true, "Sigmoid": true, "Sign": true,
 	"Sin": true, "Sinh": true, "Softmax": true, "Softplus": true, "Softsign": true, "Sqrt": true, "Tan": true, "Tanh": true,
-	"ThresholdedRelu": true, "BatchNormalization": true, "LayerNormalization": true,
+	"ThresholdedRelu": true, "BatchNormalization": true, "LayerNormalization": true, "Trilu": true, "IsNaN": true, "IsInf": true,
 }
 
 // broadcast ops give their output the inputs' broadcast shape; compare
@@ -366,13 +366,45 @@ func (im *importer) rule(n *onnxpb.NodeProto, in []*tensorInfo) ([][]uint64, []i
 			s = append(s, uint64(d))
 		}
 		if op == "ConstantOfShape" {
-			return one(s, ir.F32) // the value attribute's type, when it has one, comes from value_info
+			dt := ir.F32 // the default fill: a float 0
+			for _, a := range n.GetAttribute() {
+				if a.GetName() == "value" && a.GetT() != nil {
+					var err error
+					if dt, err = im.dtype(n.GetOutput()[0], a.GetT().GetDataType()); err != nil {
+						return nil, nil, err
+					}
+				}
+			}
+			return one(s, dt)
 		}
 		if err := known(n, in, 1); err != nil {
 			return nil, nil, err
 		}
 		s, err := broadcastShapes(in[0].shape, s)
 		return wrap(s, in[0].dtype, outs, err)
+	case "Range":
+		if err := known(n, in, 3); err != nil {
+			return nil, nil, err
+		}
+		var v [3]int64
+		for i := range v {
+			x, ok := im.ints(n.GetInput()[i])
+			if !ok || len(x) != 1 {
+				return nil, nil, fmt.Errorf("input %q is not a constant integer scalar", n.GetInput()[i])
+			}
+			v[i] = x[0]
+		}
+		if v[2] == 0 {
+			return nil, nil, fmt.Errorf("Range with delta 0")
+		}
+		count := (v[1] - v[0] + v[2] - 1) / v[2]
+		if v[2] < 0 {
+			count = (v[0] - v[1] - v[2] - 1) / -v[2]
+		}
+		if count <= 0 {
+			return nil, nil, fmt.Errorf("Range(%d, %d, %d) is empty", v[0], v[1], v[2])
+		}
+		return one([]uint64{uint64(count)}, in[0].dtype)
 	case "Gather":
 		if err := known(n, in, 2); err != nil {
 			return nil, nil, err

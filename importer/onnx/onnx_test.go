@@ -163,3 +163,28 @@ func TestBadInput(t *testing.T) {
 		})
 	}
 }
+
+// TestTinyGPT imports the exporter's GPT-2 at toy size (embedding
+// gathers, an arange, a causal mask), with onnx's value_info and without
+// it: tmmu's inference gives the same model.
+func TestTinyGPT(t *testing.T) {
+	want, st := mustImport(t, "tinygpt.onnx", onnx.Options{Batch: 2})
+	if y := tensor(want, "logits"); y == nil || !slices.Equal(y.Shape, []uint64{2, 16, 64}) || y.Role != ir.Output {
+		t.Fatalf("logits %+v", y)
+	}
+	if st.Ops["Gather"] == 0 || st.Ops["Softmax"] != 1 {
+		t.Fatalf("ops %v", st.Ops)
+	}
+	plan(t, want)
+	bare := mutate(t, "tinygpt.onnx", func(m *onnxpb.ModelProto) { m.Graph.ValueInfo = nil })
+	got, st, err := onnx.Import(bare, onnx.Options{Batch: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Inferred == 0 {
+		t.Fatal("nothing inferred")
+	}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Fatalf("inferred shapes differ from onnx's (-onnx +tmmu):\n%s", d)
+	}
+}

@@ -563,6 +563,32 @@ def eager_peak(model, inputs, loss_fn, target, train, opt):
     return base + peak, base
 
 
+def export_onnx(model, inputs, path):
+    """torch.onnx.export with a dynamic leading dimension, then onnx's
+    shape inference when onnx is installed; written whole or not at all."""
+    model.eval()
+    names = [f"input{i}" for i in range(len(inputs))]
+    dynamic = {n: {0: "batch"} for n in names}
+    dynamic["output"] = {0: "batch"}
+    d = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=d, prefix="." + os.path.basename(path))
+    os.close(fd)
+    try:
+        torch.onnx.export(model, tuple(inputs), tmp, input_names=names, output_names=["output"],
+                          dynamic_axes=dynamic, opset_version=14)
+        try:
+            import onnx
+            onnx.save(onnx.shape_inference.infer_shapes(onnx.load(tmp)), tmp)
+        except ImportError:
+            print("tmmu_export: the onnx package is missing: no value_info added (tmmu infers the shapes it can)",
+                  file=sys.stderr)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="tmmu_export.py", description=__doc__.split("\n\n")[0])
     ap.add_argument("model")
@@ -574,12 +600,17 @@ def main(argv=None):
     ap.add_argument("--out", help="write the IR (JSON) to OUT; default standard output")
     ap.add_argument("--report", help="write the report (PyTorch's peak, counts) as JSON to REPORT")
     ap.add_argument("--no-peak", action="store_true", help="skip the eager run that measures PyTorch's peak")
+    ap.add_argument("--onnx", metavar="FILE", help="instead: export the model to ONNX (opset 14, dynamic batch "
+                    "\"batch\", shapes inferred when the onnx package is installed), for tmmu import onnx")
     a = ap.parse_args(argv)
     if a.batch < 1 or a.seq < 1:
         ap.error("--batch and --seq must be positive")
     torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
     try:
         model, inputs, loss_fn, target = load_model(a.model, a.batch, a.seq)
+        if a.onnx:
+            export_onnx(model, inputs, a.onnx)
+            return 0
         opt = AdamW() if a.optimizer == "adamw" else SGD()
         if inputs and isinstance(inputs[0], torch.Tensor) and inputs[0].dim() > 0:
             a.batch = inputs[0].shape[0]  # a FILE.py:NAME may bring its own inputs

@@ -10,7 +10,14 @@ small; what the tests read is the graph.
   tinyattn.onnx       a transformer block (layernorm, matmul, reshape,
                       transpose, softmax, gelu) with dynamic batch and
                       sequence ("batch", "seq"), no value_info
+  tinygpt.onnx        the exporter's GPT-2 (importer/torch/tmmu_export.py)
+                      at 1 layer, width 16, vocabulary 64: embedding
+                      gathers, arange (Range), a causal mask (Trilu,
+                      Where); dynamic batch, with value_info
 """
+import os
+import sys
+
 import onnx
 import torch
 from torch import nn
@@ -71,3 +78,13 @@ def export(model, args, path, names, dynamic, infer):
 export(TinyCNN(), torch.randn(2, 3, 32, 32), "tinycnn.onnx", ["x"], {"x": {0: "batch"}, "y": {0: "batch"}}, True)
 export(TinyCNN(), torch.randn(2, 3, 32, 32), "tinycnn-noinfo.onnx", ["x"], {"x": {0: "batch"}, "y": {0: "batch"}}, False)
 export(TinyAttn(), torch.randn(2, 8, 16), "tinyattn.onnx", ["x"], {"x": {0: "batch", 1: "seq"}, "y": {0: "batch", 1: "seq"}}, False)
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "torch"))
+from tmmu_export import GPT2  # noqa: E402
+
+torch.manual_seed(0)
+gpt = GPT2(layers=1, d=16, heads=2, vocab=64, context=16)
+gpt.eval()
+torch.onnx.export(gpt, (torch.randint(0, 64, (2, 16)),), "tinygpt.onnx", input_names=["idx"], output_names=["logits"],
+                  dynamic_axes={"idx": {0: "batch"}, "logits": {0: "batch"}}, opset_version=14)
+onnx.save(onnx.shape_inference.infer_shapes(onnx.load("tinygpt.onnx")), "tinygpt.onnx")
