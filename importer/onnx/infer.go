@@ -167,7 +167,7 @@ func (im *importer) rule(n *onnxpb.NodeProto, in []*tensorInfo) ([][]uint64, []i
 		}
 		a, b := in[0].shape, in[1].shape
 		if len(a) != 2 || len(b) != 2 {
-			return nil, nil, fmt.Errorf("Gemm takes 2-D operands, got %v and %v", a, b)
+			return nil, nil, fmt.Errorf("takes 2-D operands, got %v and %v", a, b)
 		}
 		m, ka := a[0], a[1]
 		if attrInt(n, "transA", 0) != 0 {
@@ -178,7 +178,7 @@ func (im *importer) rule(n *onnxpb.NodeProto, in []*tensorInfo) ([][]uint64, []i
 			kb, nn = b[1], b[0]
 		}
 		if ka != kb {
-			return nil, nil, fmt.Errorf("Gemm inner dimensions differ: %v and %v", a, b)
+			return nil, nil, fmt.Errorf("inner dimensions differ: %v and %v", a, b)
 		}
 		return one([]uint64{m, nn}, in[0].dtype)
 	case "Conv", "MaxPool", "AveragePool", "LpPool":
@@ -262,7 +262,7 @@ func (im *importer) rule(n *onnxpb.NodeProto, in []*tensorInfo) ([][]uint64, []i
 		}
 		for _, t := range in[1:] {
 			if len(t.shape) != len(s) {
-				return nil, nil, fmt.Errorf("Concat of ranks %d and %d", len(s), len(t.shape))
+				return nil, nil, fmt.Errorf("inputs of ranks %d and %d", len(s), len(t.shape))
 			}
 			s[axis] += t.shape[axis]
 		}
@@ -301,7 +301,7 @@ func (im *importer) rule(n *onnxpb.NodeProto, in []*tensorInfo) ([][]uint64, []i
 		start, end := attrInt(n, "start", 0), attrInt(n, "end", r)
 		start, end = clampAxis(start, r), clampAxis(end, r)
 		if end <= start {
-			return nil, nil, fmt.Errorf("Shape of an empty range [%d, %d)", start, end)
+			return nil, nil, fmt.Errorf("empty range [%d, %d)", start, end)
 		}
 		return one([]uint64{uint64(end - start)}, ir.I64)
 	case "Split":
@@ -395,7 +395,7 @@ func (im *importer) rule(n *onnxpb.NodeProto, in []*tensorInfo) ([][]uint64, []i
 			v[i] = x[0]
 		}
 		if v[2] == 0 {
-			return nil, nil, fmt.Errorf("Range with delta 0")
+			return nil, nil, fmt.Errorf("delta 0")
 		}
 		count := (v[1] - v[0] + v[2] - 1) / v[2]
 		if v[2] < 0 {
@@ -484,7 +484,7 @@ func broadcastShapes(a, b []uint64) ([]uint64, error) {
 // dimension removed, leading dimensions broadcast.
 func matmulShape(a, b []uint64) ([]uint64, error) {
 	if len(a) == 0 || len(b) == 0 {
-		return nil, fmt.Errorf("MatMul of a scalar")
+		return nil, fmt.Errorf("a scalar operand")
 	}
 	pa, pb := slices.Clone(a), slices.Clone(b)
 	if len(pa) == 1 {
@@ -494,7 +494,7 @@ func matmulShape(a, b []uint64) ([]uint64, error) {
 		pb = []uint64{pb[0], 1}
 	}
 	if pa[len(pa)-1] != pb[len(pb)-2] {
-		return nil, fmt.Errorf("MatMul inner dimensions differ: %v and %v", a, b)
+		return nil, fmt.Errorf("inner dimensions differ: %v and %v", a, b)
 	}
 	lead, err := broadcastShapes(pa[:len(pa)-2], pb[:len(pb)-2])
 	if err != nil {

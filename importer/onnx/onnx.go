@@ -22,7 +22,6 @@ package onnx
 import (
 	"encoding/binary"
 	"fmt"
-	"math"
 	"slices"
 	"sort"
 	"strconv"
@@ -558,12 +557,4 @@ func attrInts(n *onnxpb.NodeProto, name string) []int64 {
 		}
 	}
 	return nil
-}
-
-// mulOK multiplies dimensions, reporting overflow.
-func mulOK(a, b uint64) (uint64, bool) {
-	if a != 0 && b > math.MaxUint64/a {
-		return 0, false
-	}
-	return a * b, true
 }
