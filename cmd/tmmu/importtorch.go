@@ -48,7 +48,9 @@ func runImportTorch(e *env, args []string) error {
 	o.Stderr = &diag
 	m, rep, err := torch.Import(context.Background(), o)
 	if err != nil {
-		e.stderr.Write(diag.Bytes())
+		if bytes.Count(bytes.TrimSpace(diag.Bytes()), []byte("\n")) > 0 {
+			e.stderr.Write(diag.Bytes()) // a traceback: the error quotes only its last line
+		}
 		return err
 	}
 	if *report == "" && *file != "" {

@@ -78,15 +78,17 @@ type Report struct {
 // Python finds the interpreter to run: o.Python, $TMMU_PYTHON,
 // /usr/bin/python3 or python3 on PATH.
 func Python(o Options) (string, error) {
-	for _, p := range []string{o.Python, os.Getenv("TMMU_PYTHON"), "/usr/bin/python3"} {
-		if p != "" {
-			if _, err := os.Stat(p); err == nil {
-				return p, nil
-			}
-			if o.Python == p {
-				return "", failure.Newf(failure.InvalidOptions, OpImport, "python %q: no such file", p)
-			}
+	for _, c := range []struct{ path, from string }{{o.Python, "--python"}, {os.Getenv("TMMU_PYTHON"), "TMMU_PYTHON"}} {
+		if c.path == "" {
+			continue
 		}
+		if _, err := os.Stat(c.path); err != nil {
+			return "", failure.Newf(failure.InvalidOptions, OpImport, "python %q (%s): no such file", c.path, c.from)
+		}
+		return c.path, nil
+	}
+	if _, err := os.Stat("/usr/bin/python3"); err == nil {
+		return "/usr/bin/python3", nil
 	}
 	if p, err := exec.LookPath("python3"); err == nil {
 		return p, nil
@@ -160,7 +162,7 @@ func Import(ctx context.Context, o Options) (*ir.Model, *Report, error) {
 	}
 	data, err := os.ReadFile(irFile)
 	if err != nil {
-		return nil, nil, failure.New(failure.IOError, OpImport, err.Error())
+		return nil, nil, failure.Newf(failure.IOError, OpImport, "%s ran but wrote no graph (is it a Python 3 interpreter?): %v", py, err)
 	}
 	m, err := ir.DecodeJSON(data)
 	if err != nil {

@@ -106,9 +106,15 @@ func TestTrain(t *testing.T) {
 
 func TestBadInput(t *testing.T) {
 	_, _, err := torch.Import(context.Background(), torch.Options{Model: "resnet18", Python: "/nonexistent/python3"})
-	if !errors.Is(err, failure.InvalidOptions) || !strings.Contains(err.Error(), "no such file") {
+	if !errors.Is(err, failure.InvalidOptions) || !strings.Contains(err.Error(), `python "/nonexistent/python3" (--python): no such file`) {
 		t.Fatalf("missing python: %v", err)
 	}
+	t.Setenv("TMMU_PYTHON", "/nonexistent/python3")
+	_, _, err = torch.Import(context.Background(), torch.Options{Model: "resnet18"})
+	if !errors.Is(err, failure.InvalidOptions) || !strings.Contains(err.Error(), "(TMMU_PYTHON): no such file") {
+		t.Fatalf("missing TMMU_PYTHON: %v", err)
+	}
+	t.Setenv("TMMU_PYTHON", "")
 	needTorch(t)
 	for _, c := range []struct{ model, want string }{
 		{"no_such_model", "unknown model 'no_such_model'"},
