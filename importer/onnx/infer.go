@@ -271,12 +271,9 @@ func (im *importer) rule(n *onnxpb.NodeProto, in []*tensorInfo) ([][]uint64, []i
 		if err := known(n, in, 1); err != nil {
 			return nil, nil, err
 		}
-		axes := attrInts(n, "axes")
-		if len(n.GetInput()) > 1 && n.GetInput()[1] != "" {
-			var ok bool
-			if axes, ok = im.ints(n.GetInput()[1]); !ok {
-				return nil, nil, fmt.Errorf("the axes %q are not a constant", n.GetInput()[1])
-			}
+		axes, err := im.listArg(n, "axes")
+		if err != nil {
+			return nil, nil, err
 		}
 		s, err := squeeze(in[0].shape, axes, op == "Unsqueeze")
 		return wrap(s, in[0].dtype, outs, err)
@@ -284,12 +281,9 @@ func (im *importer) rule(n *onnxpb.NodeProto, in []*tensorInfo) ([][]uint64, []i
 		if err := known(n, in, 1); err != nil {
 			return nil, nil, err
 		}
-		axes := attrInts(n, "axes")
-		if len(n.GetInput()) > 1 && n.GetInput()[1] != "" {
-			var ok bool
-			if axes, ok = im.ints(n.GetInput()[1]); !ok {
-				return nil, nil, fmt.Errorf("the axes %q are not a constant", n.GetInput()[1])
-			}
+		axes, err := im.listArg(n, "axes")
+		if err != nil {
+			return nil, nil, err
 		}
 		s, err := reduce(in[0].shape, axes, attrInt(n, "keepdims", 1) != 0)
 		return wrap(s, in[0].dtype, outs, err)
@@ -313,12 +307,9 @@ func (im *importer) rule(n *onnxpb.NodeProto, in []*tensorInfo) ([][]uint64, []i
 		if err != nil {
 			return nil, nil, err
 		}
-		sizes := attrInts(n, "split")
-		if len(n.GetInput()) > 1 && n.GetInput()[1] != "" {
-			var ok bool
-			if sizes, ok = im.ints(n.GetInput()[1]); !ok {
-				return nil, nil, fmt.Errorf("the split sizes %q are not a constant", n.GetInput()[1])
-			}
+		sizes, err := im.listArg(n, "split")
+		if err != nil {
+			return nil, nil, err
 		}
 		if sizes == nil {
 			per := (int64(x[axis]) + int64(outs) - 1) / int64(outs)
@@ -418,6 +409,19 @@ func (im *importer) rule(n *onnxpb.NodeProto, in []*tensorInfo) ([][]uint64, []i
 		return one(s, in[0].dtype)
 	}
 	return make([][]uint64, outs), make([]ir.DType, outs), nil
+}
+
+// listArg reads an integer list that older opsets give as the attribute
+// name and newer ones as a constant second input.
+func (im *importer) listArg(n *onnxpb.NodeProto, name string) ([]int64, error) {
+	if in := n.GetInput(); len(in) > 1 && in[1] != "" {
+		v, ok := im.ints(in[1])
+		if !ok {
+			return nil, fmt.Errorf("the %s %q are not a constant", name, in[1])
+		}
+		return v, nil
+	}
+	return attrInts(n, name), nil
 }
 
 func wrap(s []uint64, dt ir.DType, outs int, err error) ([][]uint64, []ir.DType, error) {
