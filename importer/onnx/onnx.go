@@ -179,6 +179,13 @@ func (im *importer) build() (*ir.Model, error) {
 		if !knownOps[op] {
 			return nil, im.fail(failure.InvalidIRGraph, "node %s: unknown op %q (not a standard ONNX operator)", nodeName(n, k), op)
 		}
+		for _, a := range n.GetAttribute() {
+			if t := a.GetType(); t == onnxpb.AttributeProto_GRAPH || t == onnxpb.AttributeProto_GRAPHS {
+				// A subgraph reads outer tensors it does not list as
+				// inputs: their lifetimes would end too early.
+				return nil, im.fail(failure.InvalidIRGraph, "node %s (%s): subgraphs (control flow: If, Loop, Scan) are not imported", nodeName(n, k), op)
+			}
+		}
 		for _, in := range n.GetInput() {
 			if in == "" {
 				continue // an omitted optional input

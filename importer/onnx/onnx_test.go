@@ -153,6 +153,11 @@ func TestBadInput(t *testing.T) {
 		{"string dtype", mutate(t, "tinycnn.onnx", func(m *onnxpb.ModelProto) {
 			m.Graph.Input[0].Type.GetTensorType().ElemType = proto.Int32(int32(onnxpb.TensorProto_STRING))
 		}), onnx.Options{Batch: 1}, failure.InvalidIRShapes, `tensor "x": element type STRING is not supported`},
+		{"control flow", mutate(t, "tinycnn.onnx", func(m *onnxpb.ModelProto) {
+			n := m.Graph.Node[2]
+			n.OpType = proto.String("If")
+			n.Attribute = append(n.Attribute, &onnxpb.AttributeProto{Name: proto.String("then_branch"), Type: onnxpb.AttributeProto_GRAPH.Enum(), G: &onnxpb.GraphProto{}})
+		}), onnx.Options{Batch: 1}, failure.InvalidIRGraph, `node /pool/MaxPool (If): subgraphs (control flow: If, Loop, Scan) are not imported`},
 		{"undefined tensor", mutate(t, "tinycnn.onnx", func(m *onnxpb.ModelProto) { m.Graph.Node[3].Input[0] = "ghost" }), onnx.Options{Batch: 1}, failure.InvalidIRGraph, `reads tensor "ghost", which no node, input or initializer defines`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
