@@ -11,8 +11,8 @@ import (
 
 var importCmd = &command{
 	name:    "import",
-	summary: "Import a model as a graph (UML_Model_IR): an ONNX file for inference, or a PyTorch module for inference or training.",
-	usage: "import onnx MODEL.onnx [--batch N] [--dim NAME=N|MIN:MAX ...] [-o json|cbor] [--out FILE]\n" +
+	summary: "Import a model as a graph (UML_Model_IR): an ONNX file or a PyTorch module, for inference or training.",
+	usage: "import onnx MODEL.onnx [--batch N] [--dim NAME=N|MIN:MAX ...] [--train] [-o json|cbor] [--out FILE]\n" +
 		"       tmmu import torch MODEL [--train] [--batch N] [...]   (see tmmu import torch --help)",
 	run: runImport,
 }
@@ -60,15 +60,17 @@ func (d dimFlags) Set(s string) error {
 }
 
 func runImportONNX(e *env, args []string) error {
-	c := &command{name: "import onnx", usage: "import onnx MODEL.onnx [--batch N] [--dim NAME=N|MIN:MAX ...] [-o json|cbor] [--out FILE]",
-		summary: "Import an ONNX model for inference: nodes, integer attributes, initializers as parameters, shapes from value_info or inferred. " +
+	c := &command{name: "import onnx", usage: "import onnx MODEL.onnx [--batch N] [--dim NAME=N|MIN:MAX ...] [--train [--optimizer adamw|sgd]] [-o json|cbor] [--out FILE]",
+		summary: "Import an ONNX model: nodes, integer attributes, initializers as parameters, shapes from value_info or inferred. " +
 			"Dynamic dimensions must be bound (a range plans at its maximum and is kept as a shape_envelope). " +
-			"ONNX holds no backward pass: import training graphs from PyTorch (tmmu import torch --train)."}
+			"--train adds a loss, opaque backward nodes sized and saved as the ops need, and the optimizer update; PyTorch's own backward comes with tmmu import torch --train."}
 	fs := newFlags(e, c)
 	batch := fs.Uint64("batch", 0, "bind the leading dynamic dimension of the graph inputs (and every use of its name)")
 	dims := dimFlags{}
 	fs.Var(dims, "dim", "bind a named dynamic dimension: NAME=N, or NAME=MIN:MAX for a range (repeatable)")
 	name := fs.String("name", "", "the graph's name (default: the ONNX graph's)")
+	train := fs.Bool("train", false, "add a training step: a loss over the outputs, a backward node per forward node a parameter's gradient flows through, and the optimizer update")
+	optimizer := fs.String("optimizer", "adamw", "optimizer of --train: adamw or sgd (momentum)")
 	out := fs.String("o", "json", "encoding: json or cbor")
 	file := fs.String("out", "", "write to FILE instead of standard output (written whole or not at all)")
 	pos, err := parse(fs, args)
@@ -85,9 +87,17 @@ func runImportONNX(e *env, args []string) error {
 	if err != nil {
 		return err
 	}
+	if *optimizer != "adamw" && *optimizer != "sgd" {
+		return usagef("--optimizer %s: want adamw or sgd", *optimizer)
+	}
 	m, st, err := onnx.Import(data, onnx.Options{Name: *name, Batch: *batch, Dims: dims})
 	if err != nil {
 		return err
+	}
+	if *train {
+		if m, err = onnx.Train(m, *optimizer); err != nil {
+			return err
+		}
 	}
 	if err := writeModel(e, m, *out, *file); err != nil {
 		return err

@@ -193,3 +193,58 @@ func TestTinyGPT(t *testing.T) {
 		t.Fatalf("inferred shapes differ from onnx's (-onnx +tmmu):\n%s", d)
 	}
 }
+
+// TestTrain extends imported graphs into training steps: every parameter
+// gets a gradient and an in-place update, the backward nodes keep what
+// they read saved, and the plan verifies.
+func TestTrain(t *testing.T) {
+	for _, c := range []struct {
+		file      string
+		optimizer string
+		states    int // optimizer state tensors per parameter
+	}{
+		{"tinycnn.onnx", "adamw", 2},
+		{"tinycnn.onnx", "sgd", 1},
+		{"tinygpt.onnx", "adamw", 2},
+	} {
+		t.Run(c.file+"/"+c.optimizer, func(t *testing.T) {
+			m, _ := mustImport(t, c.file, onnx.Options{Batch: 2})
+			m, err := onnx.Train(m, c.optimizer)
+			if err != nil {
+				t.Fatal(err)
+			}
+			roles := map[ir.Role]int{}
+			var params, inPlace, saved int
+			for _, tt := range m.Tensors {
+				roles[tt.Role]++
+				if tt.Role == ir.Parameter && (tt.DType == ir.F32) {
+					params++
+				}
+				if tt.InPlaceWrite {
+					inPlace++
+				}
+				if tt.SavedForBackward {
+					saved++
+				}
+			}
+			if roles[ir.Output] != 1 || roles[ir.OptimizerState] != c.states*params || inPlace != (c.states+1)*params || saved == 0 || roles[ir.Gradient] < params {
+				t.Fatalf("roles %v, %d parameters, %d in place, %d saved", roles, params, inPlace, saved)
+			}
+			phases := map[ir.Phase]int{}
+			for _, n := range m.Nodes {
+				phases[n.Phase]++
+			}
+			if phases[ir.Optimizer] != params || phases[ir.Backward] == 0 {
+				t.Fatalf("phases %v for %d parameters", phases, params)
+			}
+			p := plan(t, m)
+			if p.Mode != planner.TrainFull {
+				t.Fatalf("mode %s", p.Mode)
+			}
+		})
+	}
+	m, _ := mustImport(t, "tinycnn.onnx", onnx.Options{Batch: 2})
+	if _, err := onnx.Train(m, "lion"); !errors.Is(err, failure.InvalidOptions) {
+		t.Fatalf("unknown optimizer: %v", err)
+	}
+}
