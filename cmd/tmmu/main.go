@@ -2,7 +2,7 @@
 // their tensor memory, verifies plans, compares strategies and draws plans.
 //
 //	tmmu gen MODEL [flags]          write a model graph (UML_Model_IR) as JSON or CBOR
-//	tmmu import onnx|torch MODEL    import an ONNX file (inference) or a PyTorch module (inference or training)
+//	tmmu import onnx|torch MODEL    import an ONNX file or a PyTorch module, for inference or training
 //	tmmu plan IR|-|CSV [flags]      plan tensor memory for a graph or a DSA instance
 //	tmmu plan IR --shard-spec SPEC (--rank R | --all-ranks)
 //	                                plan one rank, or every rank, of a sharded job

@@ -1,16 +1,14 @@
-// Package onnx imports ONNX models as UML_Model_IR graphs for inference:
-// nodes with their ops and integer attributes, tensors with shapes and
-// dtypes from the model's value_info (or inferred here for a common op
-// set), initializers as parameters, graph inputs and outputs.
+// Package onnx imports ONNX models as UML_Model_IR graphs: nodes with
+// their ops and integer attributes, tensors with shapes and dtypes from
+// the model's value_info (or inferred here for a common op set),
+// initializers as parameters, graph inputs and outputs. Train extends an
+// imported graph into a training step.
 //
 // Dynamic dimensions (dim_param, or no dimension at all) must be bound:
 // Options.Batch binds the leading symbolic dimension of the graph inputs,
 // Options.Dims binds a named dimension to a value or to a range (the
 // plan sizes tensors at its maximum and records the range as a
 // shape_envelope).
-//
-// Training graphs are not built from ONNX files: ONNX carries no backward
-// pass. Import training graphs from PyTorch (package importer/torch).
 //
 // Every failure is a *failure.Error naming the culprit (the file, the
 // node or the tensor): INVALID_ENCODING for a file that is not an ONNX
