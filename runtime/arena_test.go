@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/tmmu/tmmu/internal/plantest"
 	"github.com/tmmu/tmmu/ir"
 	"github.com/tmmu/tmmu/models"
 	"github.com/tmmu/tmmu/planner"
@@ -79,14 +80,7 @@ func TestArenaExecutorAliasVersions(t *testing.T) {
 		},
 		ExecutionOrder: []string{"n0", "n1", "n2"},
 	}
-	g, err := ir.Compile(m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := planner.PlanMemory(g, planner.DefaultOptions(g))
-	if err != nil {
-		t.Fatal(err)
-	}
+	g, p := plantest.Verified(t, m)
 	x, err := NewArenaExecutor(g, p, 0)
 	if err != nil {
 		t.Fatalf("a version written over its own storage is refused: %v", err)

@@ -13,6 +13,7 @@ import (
 	"github.com/tmmu/tmmu/failure"
 	"github.com/tmmu/tmmu/importer/onnx"
 	"github.com/tmmu/tmmu/importer/onnx/onnxpb"
+	"github.com/tmmu/tmmu/internal/plantest"
 	"github.com/tmmu/tmmu/ir"
 	"github.com/tmmu/tmmu/planner"
 )
@@ -38,17 +39,7 @@ func mustImport(t *testing.T, name string, o onnx.Options) (*ir.Model, *onnx.Sta
 // plan compiles, plans and verifies an imported model.
 func plan(t *testing.T, m *ir.Model) *planner.Plan {
 	t.Helper()
-	g, err := ir.Compile(m)
-	if err != nil {
-		t.Fatalf("compile: %v", err)
-	}
-	p, err := planner.PlanMemory(g, planner.DefaultOptions(g))
-	if err != nil {
-		t.Fatalf("plan: %v", err)
-	}
-	if err := planner.Verify(g, p); err != nil {
-		t.Fatalf("verify: %v", err)
-	}
+	_, p := plantest.Verified(t, m)
 	return p
 }
 

@@ -10,8 +10,8 @@ import (
 
 	"github.com/tmmu/tmmu/failure"
 	"github.com/tmmu/tmmu/importer/torch"
+	"github.com/tmmu/tmmu/internal/plantest"
 	"github.com/tmmu/tmmu/ir"
-	"github.com/tmmu/tmmu/planner"
 )
 
 // needTorch skips the test when no Python with torch is found, unless
@@ -37,17 +37,7 @@ func importTiny(t *testing.T, train bool) (*ir.Model, *torch.Report) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, err := ir.Compile(m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := planner.PlanMemory(g, planner.DefaultOptions(g))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := planner.Verify(g, p); err != nil {
-		t.Fatal(err)
-	}
+	plantest.Verified(t, m)
 	return m, rep
 }
 
