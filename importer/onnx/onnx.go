@@ -393,41 +393,27 @@ func (im *importer) dims(name string, dims []int64) ([]uint64, error) {
 	return shape, nil
 }
 
+// dtypes maps ONNX element types to the IR's (17 and 19 are ONNX 1.14's
+// FLOAT8E4M3FN and FLOAT8E5M2).
+var dtypes = map[int32]ir.DType{
+	int32(onnxpb.TensorProto_FLOAT): ir.F32, int32(onnxpb.TensorProto_DOUBLE): ir.F64,
+	int32(onnxpb.TensorProto_FLOAT16): ir.F16, int32(onnxpb.TensorProto_BFLOAT16): ir.BF16,
+	int32(onnxpb.TensorProto_INT64): ir.I64, int32(onnxpb.TensorProto_INT32): ir.I32,
+	int32(onnxpb.TensorProto_INT16): ir.I16, int32(onnxpb.TensorProto_INT8): ir.I8,
+	int32(onnxpb.TensorProto_UINT8): ir.U8, int32(onnxpb.TensorProto_BOOL): ir.Bool,
+	17: ir.F8E4, 19: ir.F8E5,
+}
+
 // dtype maps an ONNX element type.
 func (im *importer) dtype(name string, t int32) (ir.DType, error) {
-	switch onnxpb.TensorProto_DataType(t) {
-	case onnxpb.TensorProto_FLOAT:
-		return ir.F32, nil
-	case onnxpb.TensorProto_DOUBLE:
-		return ir.F64, nil
-	case onnxpb.TensorProto_FLOAT16:
-		return ir.F16, nil
-	case onnxpb.TensorProto_BFLOAT16:
-		return ir.BF16, nil
-	case onnxpb.TensorProto_INT64:
-		return ir.I64, nil
-	case onnxpb.TensorProto_INT32:
-		return ir.I32, nil
-	case onnxpb.TensorProto_INT16:
-		return ir.I16, nil
-	case onnxpb.TensorProto_INT8:
-		return ir.I8, nil
-	case onnxpb.TensorProto_UINT8:
-		return ir.U8, nil
-	case onnxpb.TensorProto_BOOL:
-		return ir.Bool, nil
-	}
-	if t == 17 {
-		return ir.F8E4, nil // FLOAT8E4M3FN (ONNX 1.14)
-	}
-	if t == 19 {
-		return ir.F8E5, nil // FLOAT8E5M2
+	if d, ok := dtypes[t]; ok {
+		return d, nil
 	}
 	kind := onnxpb.TensorProto_DataType(t).String()
 	if _, ok := onnxpb.TensorProto_DataType_name[t]; !ok {
 		kind = strconv.Itoa(int(t))
 	}
-	return "", im.fail(failure.InvalidIRShapes, "tensor %q: element type %s is not supported (supported: float, double, float16, bfloat16, int64, int32, int16, int8, uint8, bool)", name, kind)
+	return "", im.fail(failure.InvalidIRShapes, "tensor %q: element type %s is not supported (supported: float, double, float16, bfloat16, float8, int64, int32, int16, int8, uint8, bool)", name, kind)
 }
 
 // constant turns a Constant node's output into a constant tensor.
