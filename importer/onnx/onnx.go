@@ -20,8 +20,8 @@ package onnx
 import (
 	"encoding/binary"
 	"fmt"
+	"maps"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 
@@ -125,124 +125,147 @@ func (im *importer) fail(code failure.Code, format string, args ...any) error {
 }
 
 func (im *importer) build() (*ir.Model, error) {
-	g := im.g
-	// Initializers, then inputs, outputs and value_info, in that order
-	// of authority.
-	for _, t := range g.GetInitializer() {
+	if err := im.declareAll(); err != nil {
+		return nil, err
+	}
+	m := &ir.Model{Name: im.o.Name}
+	if m.Name == "" {
+		m.Name = im.g.GetName()
+	}
+	nodeIDs := map[string]bool{}
+	defined := map[string]string{} // tensor → defining node
+	for k, n := range im.g.GetNode() {
+		node, err := im.node(n, k, defined)
+		if err != nil {
+			return nil, err
+		}
+		if node == nil {
+			continue // a Constant: its output is a constant tensor
+		}
+		if nodeIDs[node.ID] {
+			node.ID = fmt.Sprintf("%s#%d", node.ID, k)
+		}
+		nodeIDs[node.ID] = true
+		m.Nodes = append(m.Nodes, *node)
+		m.ExecutionOrder = append(m.ExecutionOrder, node.ID)
+		im.stats.Nodes++
+		im.stats.Ops[node.Op]++
+	}
+	for _, vi := range im.g.GetOutput() {
+		if _, ok := defined[vi.GetName()]; !ok && im.info[vi.GetName()].role == ir.Output {
+			return nil, im.fail(failure.InvalidIRGraph, "graph output %q is not written by any node", vi.GetName())
+		}
+	}
+	var err error
+	m.Tensors, err = im.tensors(m.Nodes)
+	return m, err
+}
+
+// declareAll records initializers, then graph inputs, outputs and
+// value_info, in that order of authority.
+func (im *importer) declareAll() error {
+	for _, t := range im.g.GetInitializer() {
 		name := t.GetName()
 		if name == "" {
-			return nil, im.fail(failure.InvalidIRGraph, "an initializer has no name")
+			return im.fail(failure.InvalidIRGraph, "an initializer has no name")
 		}
 		dt, err := im.dtype(name, t.GetDataType())
 		if err != nil {
-			return nil, err
+			return err
 		}
 		shape, err := im.dims(name, t.GetDims())
 		if err != nil {
-			return nil, err
+			return err
 		}
 		im.info[name] = &tensorInfo{dtype: dt, shape: shape, role: ir.Parameter, known: true}
 		im.consts[name] = t
 	}
 	im.bindBatch()
-	for _, vi := range g.GetInput() {
+	for _, vi := range im.g.GetInput() {
 		if _, init := im.info[vi.GetName()]; init {
 			continue // an initializer listed as an input (IR < 4): a parameter
 		}
 		if err := im.declare(vi, ir.Input, true); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	for _, vi := range g.GetOutput() {
+	for _, vi := range im.g.GetOutput() {
 		if err := im.declare(vi, ir.Output, false); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	for _, vi := range g.GetValueInfo() {
+	for _, vi := range im.g.GetValueInfo() {
 		if err := im.declare(vi, ir.Activation, false); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// node checks node k, resolves its outputs' shapes and returns it as an
+// IR node; a Constant becomes a constant tensor and no node (nil).
+func (im *importer) node(n *onnxpb.NodeProto, k int, defined map[string]string) (*ir.Node, error) {
+	name, op := nodeName(n, k), n.GetOpType()
+	if d := n.GetDomain(); d != "" && d != "ai.onnx" {
+		return nil, im.fail(failure.InvalidIRGraph, "node %s: op %s of domain %q is not a standard ONNX op (only the default domain is imported)", name, op, d)
+	}
+	if !knownOps[op] {
+		return nil, im.fail(failure.InvalidIRGraph, "node %s: unknown op %q (not a standard ONNX operator)", name, op)
+	}
+	for _, a := range n.GetAttribute() {
+		if t := a.GetType(); t == onnxpb.AttributeProto_GRAPH || t == onnxpb.AttributeProto_GRAPHS {
+			// A subgraph reads outer tensors it does not list as inputs:
+			// their lifetimes would end too early.
+			return nil, im.fail(failure.InvalidIRGraph, "node %s (%s): subgraphs (control flow: If, Loop, Scan) are not imported", name, op)
+		}
+	}
+	for _, in := range n.GetInput() {
+		if in == "" {
+			continue // an omitted optional input
+		}
+		if _, ok := im.info[in]; !ok {
+			return nil, im.fail(failure.InvalidIRGraph, "node %s (%s) reads tensor %q, which no node, input or initializer defines", name, op, in)
+		}
+		if _, ok := defined[in]; !ok && im.info[in].role == ir.Activation {
+			return nil, im.fail(failure.InvalidIRGraph, "node %s (%s) reads tensor %q before a node defines it (the nodes are not in topological order)", name, op, in)
+		}
+	}
+	if op == "Constant" {
+		if err := im.constant(n, k); err != nil {
 			return nil, err
-		}
-	}
-	m := &ir.Model{Name: im.o.Name}
-	if m.Name == "" {
-		m.Name = g.GetName()
-	}
-	nodeIDs := map[string]bool{}
-	defined := map[string]string{} // tensor → defining node
-	for k, n := range g.GetNode() {
-		if d := n.GetDomain(); d != "" && d != "ai.onnx" {
-			return nil, im.fail(failure.InvalidIRGraph, "node %s: op %s of domain %q is not a standard ONNX op (only the default domain is imported)", nodeName(n, k), n.GetOpType(), d)
-		}
-		op := n.GetOpType()
-		if !knownOps[op] {
-			return nil, im.fail(failure.InvalidIRGraph, "node %s: unknown op %q (not a standard ONNX operator)", nodeName(n, k), op)
-		}
-		for _, a := range n.GetAttribute() {
-			if t := a.GetType(); t == onnxpb.AttributeProto_GRAPH || t == onnxpb.AttributeProto_GRAPHS {
-				// A subgraph reads outer tensors it does not list as
-				// inputs: their lifetimes would end too early.
-				return nil, im.fail(failure.InvalidIRGraph, "node %s (%s): subgraphs (control flow: If, Loop, Scan) are not imported", nodeName(n, k), op)
-			}
-		}
-		for _, in := range n.GetInput() {
-			if in == "" {
-				continue // an omitted optional input
-			}
-			if _, ok := im.info[in]; !ok {
-				return nil, im.fail(failure.InvalidIRGraph, "node %s (%s) reads tensor %q, which no node, input or initializer defines", nodeName(n, k), op, in)
-			}
-			if _, ok := defined[in]; !ok && im.info[in].role == ir.Activation {
-				return nil, im.fail(failure.InvalidIRGraph, "node %s (%s) reads tensor %q before a node defines it (the nodes are not in topological order)", nodeName(n, k), op, in)
-			}
-		}
-		if op == "Constant" {
-			if err := im.constant(n, k); err != nil {
-				return nil, err
-			}
-			for _, out := range n.GetOutput() {
-				defined[out] = nodeName(n, k)
-			}
-			continue
 		}
 		for _, out := range n.GetOutput() {
-			if out == "" {
-				continue
-			}
-			if by, dup := defined[out]; dup {
-				return nil, im.fail(failure.InvalidIRGraph, "tensor %q is written by node %s and node %s (ONNX tensors are written once)", out, by, nodeName(n, k))
-			}
-			defined[out] = nodeName(n, k)
-			if _, ok := im.info[out]; !ok {
-				im.info[out] = &tensorInfo{role: ir.Activation}
-			}
-			if ti := im.info[out]; ti.role == ir.Input || ti.role == ir.Parameter {
-				return nil, im.fail(failure.InvalidIRGraph, "node %s (%s) writes %q, a graph input or initializer", nodeName(n, k), op, out)
-			}
+			defined[out] = name
 		}
-		if err := im.infer(n, k); err != nil {
-			return nil, err
-		}
-		im.fold(n)
-		id := nodeName(n, k)
-		if nodeIDs[id] {
-			id = fmt.Sprintf("%s#%d", id, k)
-		}
-		nodeIDs[id] = true
-		node := ir.Node{ID: id, Op: op, Inputs: nonEmpty(n.GetInput()), Outputs: nonEmpty(n.GetOutput()), Attrs: im.attrs(n)}
-		m.Nodes = append(m.Nodes, node)
-		m.ExecutionOrder = append(m.ExecutionOrder, id)
-		im.stats.Nodes++
-		im.stats.Ops[op]++
+		return nil, nil
 	}
-	for _, vi := range g.GetOutput() {
-		if _, ok := defined[vi.GetName()]; !ok && im.info[vi.GetName()].role == ir.Output {
-			return nil, im.fail(failure.InvalidIRGraph, "graph output %q is not written by any node", vi.GetName())
+	for _, out := range n.GetOutput() {
+		if out == "" {
+			continue
+		}
+		if by, dup := defined[out]; dup {
+			return nil, im.fail(failure.InvalidIRGraph, "tensor %q is written by node %s and node %s (ONNX tensors are written once)", out, by, name)
+		}
+		defined[out] = name
+		if _, ok := im.info[out]; !ok {
+			im.info[out] = &tensorInfo{role: ir.Activation}
+		}
+		if ti := im.info[out]; ti.role == ir.Input || ti.role == ir.Parameter {
+			return nil, im.fail(failure.InvalidIRGraph, "node %s (%s) writes %q, a graph input or initializer", name, op, out)
 		}
 	}
-	// Tensors in a stable order: by name. Tensors no node reads or
-	// writes (unused inputs or initializers) are left out.
+	if err := im.infer(n, k); err != nil {
+		return nil, err
+	}
+	im.fold(n)
+	return &ir.Node{ID: name, Op: op, Inputs: nonEmpty(n.GetInput()), Outputs: nonEmpty(n.GetOutput()), Attrs: im.attrs(n)}, nil
+}
+
+// tensors lists the tensors the nodes read or write, by name (a stable
+// order): unused inputs and initializers are left out.
+func (im *importer) tensors(nodes []ir.Node) ([]ir.Tensor, error) {
 	used := map[string]bool{}
-	for _, n := range m.Nodes {
+	for _, n := range nodes {
 		for _, t := range n.Inputs {
 			used[t] = true
 		}
@@ -250,12 +273,8 @@ func (im *importer) build() (*ir.Model, error) {
 			used[t] = true
 		}
 	}
-	names := make([]string, 0, len(used))
-	for name := range used {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	for _, name := range names {
+	var out []ir.Tensor
+	for _, name := range slices.Sorted(maps.Keys(used)) {
 		ti := im.info[name]
 		if !ti.known {
 			return nil, im.fail(failure.InvalidIRShapes, "tensor %q: no shape in the model and none inferred (run onnx.shape_inference.infer_shapes on the model first)", name)
@@ -267,9 +286,9 @@ func (im *importer) build() (*ir.Model, error) {
 		if slices.ContainsFunc(ti.envelope, func(r ir.DimRange) bool { return r.Min != r.Max }) {
 			t.ShapeEnvelope = ti.envelope
 		}
-		m.Tensors = append(m.Tensors, t)
+		out = append(out, t)
 	}
-	return m, nil
+	return out, nil
 }
 
 // nodeName is a node's name, or its op and position when it has none.
