@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -156,6 +157,9 @@ func Main(name string, args []string, stderr io.Writer, run func([]string, io.Wr
 		return Healthcheck(args[1:])
 	}
 	if err := run(args, stderr); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0 // -h or --help: the flags were printed
+		}
 		fmt.Fprintln(stderr, name+":", err)
 		return 1
 	}
