@@ -206,13 +206,16 @@ func TestBenchAndViz(t *testing.T) {
 		{planFile, "--out", filepath.Join(dir, "p.html")},
 		{filepath.Join(dir, "two.csv"), "--out", filepath.Join(dir, "d.svg"), "--strategy", "slots"},
 	} {
-		if status, _, errOut := runCLI(t, "", append([]string{"viz"}, c...)...); status != 0 {
-			t.Fatalf("viz %v: exit %d: %s", c, status, errOut)
+		if status, out, errOut := runCLI(t, "", append([]string{"viz"}, c...)...); status != 0 || !strings.HasPrefix(out, "wrote "+c[2]+": plan ") {
+			t.Fatalf("viz %v: exit %d: %s%s", c, status, out, errOut)
 		}
 		got, err := os.ReadFile(c[2])
 		if err != nil || !strings.Contains(string(got), "<svg") {
 			t.Fatalf("viz %v wrote %d bytes: %v", c, len(got), err)
 		}
+	}
+	if status, out, _ := runCLI(t, "", "viz", chain, "--out", filepath.Join(dir, "j.svg"), "-o", "json"); status != 0 || !strings.Contains(out, `"file": "`) || !strings.Contains(out, `"plan_hash": "`) {
+		t.Fatalf("viz -o json: exit %d: %s", status, out)
 	}
 	if status, _, _ := runCLI(t, "", "viz", chain, "--out", filepath.Join(dir, "x.png")); status != exitUsage {
 		t.Fatalf("viz to .png: exit %d, want %d", status, exitUsage)

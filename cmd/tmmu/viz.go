@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"io"
 	"path/filepath"
 	"strings"
@@ -13,19 +14,23 @@ import (
 var vizCmd = &command{
 	name:    "viz",
 	summary: "Draw a plan's memory timeline (time across, offset up, a box per tensor) as SVG or HTML.",
-	usage:   "viz IR|PLAN|CSV --out FILE.svg|FILE.html [--format auto|ir|plan|dsa] [--mode MODE] [--strategy S] [--effort E]",
+	usage:   "viz IR|PLAN|CSV --out FILE.svg|FILE.html [--format auto|ir|plan|dsa] [--mode MODE] [--strategy S] [--effort E] [-o text|json]",
 	run:     runViz,
 }
 
 func runViz(c *command, e *env, args []string) error {
 	fs := newFlags(e, c)
 	outFile := fs.String("out", "", "output file; .svg writes the picture, .html an interactive page around it")
+	out := fs.String("o", "text", "what to print once the file is written: text or json")
 	format := fs.String("format", "auto", "input: ir (a graph, planned here), plan (a plan from tmmu plan -o json|cbor), dsa (CSV id,lower,upper,size), or auto")
 	mode := fs.String("mode", "", "for a graph: inference, forward, backward or train_full (default: the graph's)")
 	strategy := fs.String("strategy", string(planner.Packed), "for a graph: "+strategyList())
 	effort := fs.String("effort", string(pack.Fast), "for a graph planned packed: fast or exact")
 	pos, err := parse(fs, args)
 	if err != nil {
+		return err
+	}
+	if err := outputFormat(e, *out, "text", "json"); err != nil {
 		return err
 	}
 	if len(pos) != 1 {
@@ -70,5 +75,12 @@ func runViz(c *command, e *env, args []string) error {
 	if ext == ".html" {
 		write = viz.HTML
 	}
-	return writeFile(*outFile, func(w io.Writer) error { return write(w, p) })
+	if err := writeFile(*outFile, func(w io.Writer) error { return write(w, p) }); err != nil {
+		return err
+	}
+	if *out == "json" {
+		return writeJSON(e.stdout, map[string]any{"file": *outFile, "plan_hash": p.PlanHash, "tensors": len(p.Tensors), "arenas": len(p.Arenas), "peak_bytes": p.Metrics.PeakBytes})
+	}
+	fmt.Fprintf(e.stdout, "wrote %s: plan %s, %d tensors in %d arenas, peak %s\n", *outFile, p.PlanHash.Short(), len(p.Tensors), len(p.Arenas), planner.FormatBytes(p.Metrics.PeakBytes))
+	return nil
 }
