@@ -132,12 +132,16 @@ func TestUsageErrors(t *testing.T) {
 	for _, args := range [][]string{
 		{}, {"frobnicate"}, {"plan"}, {"plan", "a", "b"}, {"plan", "x.json", "-o", "yaml"},
 		{"verify", "one"}, {"gen"}, {"gen", "resnet"}, {"gen", "gpt2", "--heads", "7"}, {"gen", "gpt2", "--bogus"},
+		{"demo", "--steps", "0"}, {"train", "examples/gpt2-tiny-train.json", "--lr", "NaN"}, {"train", "x.json", "--lr", "-0.1"},
+		{"import"}, {"import", "tflite"}, {"import", "onnx"}, {"import", "onnx", "m.onnx", "--dim", "seq=0"}, {"import", "torch"},
+		{"import", "torch", "resnet18", "--optimizer", "lion"},
 	} {
 		if status, _, _ := runCLI(t, "", args...); status != exitUsage {
 			t.Errorf("tmmu %s: exit %d, want %d", strings.Join(args, " "), status, exitUsage)
 		}
 	}
-	for _, args := range [][]string{{"--help"}, {"help", "plan"}, {"plan", "--help"}, {"gen", "--help"}, {"gen", "llama", "--help"}} {
+	for _, args := range [][]string{{"--help"}, {"help", "plan"}, {"plan", "--help"}, {"gen", "--help"}, {"gen", "llama", "--help"},
+		{"import", "--help"}, {"import", "onnx", "--help"}, {"import", "torch", "--help"}} {
 		if status, _, _ := runCLI(t, "", args...); status != 0 {
 			t.Errorf("tmmu %s: exit %d, want 0", strings.Join(args, " "), status)
 		}

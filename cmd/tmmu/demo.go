@@ -25,7 +25,7 @@ var demoCmd = &command{
 	name: "demo",
 	summary: "Run a whole cluster in this process: embedded NATS and etcd, 3 raft coordinators on loopback and N workers; " +
 		"submit a GPT-2 train_full job sharded with ZeRO-3 over them, train it (WebGPU, else the cpu kernels) with agreement before each step, print a summary.",
-	usage: "demo [--workers N] [--steps K] [--zero S] [--layers L --hidden H --heads A --seq T --batch B --vocab V] [--executor auto|webgpu|cpu|arena|plan-only] [-o text|json]",
+	usage: "demo [--workers N] [--steps K] [--zero S] [--layers L --hidden H --heads A --seq T --batch B --vocab V | --ir FILE] [--executor auto|webgpu|cpu|arena|plan-only] [-o text|json]",
 	run:   runDemo,
 }
 
@@ -71,6 +71,9 @@ func runDemo(c *command, e *env, args []string) error {
 	}
 	if len(pos) != 0 {
 		return usagef("demo takes no arguments")
+	}
+	if *steps == 0 {
+		return usagef("--steps 0: want 1 or more (a demo job runs a number of steps and ends)")
 	}
 	if *workers == 0 || *workers > 256 {
 		return usagef("--workers %d: want 1 to 256", *workers)

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/tmmu/tmmu/checkpoint"
@@ -77,6 +78,9 @@ func runTrain(c *command, e *env, args []string) error {
 	}
 	if err := outputFormat(e, *out, "text", "json"); err != nil {
 		return err
+	}
+	if !(*lr > 0) || math.IsInf(*lr, 0) {
+		return usagef("--lr %v: want a positive, finite learning rate", *lr)
 	}
 	if len(pos) != 1 {
 		return usagef("train takes one IR file")
