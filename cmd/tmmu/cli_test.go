@@ -309,3 +309,14 @@ func TestShardCLI(t *testing.T) {
 		}
 	}
 }
+
+func TestVersion(t *testing.T) {
+	out := mustRun(t, "", "version")
+	if !strings.HasPrefix(out, "tmmu ") || !strings.Contains(out, " go1.") {
+		t.Fatalf("version: %q", out)
+	}
+	var v struct{ Version, Go string }
+	if err := json.Unmarshal([]byte(mustRun(t, "", "version", "-o", "json")), &v); err != nil || v.Version == "" || !strings.HasPrefix(v.Go, "go1.") {
+		t.Fatalf("version -o json: %+v, %v", v, err)
+	}
+}

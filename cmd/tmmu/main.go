@@ -19,6 +19,7 @@
 //	tmmu voter add|remove           change the coordinators' raft membership
 //	tmmu secrets init DIR           write a cluster's credentials (CA, certificates, NATS nkeys, signing key, tokens)
 //	tmmu probe --secrets DIR ...    attack a running cluster with one worker's credentials; exit 1 if it accepts any
+//	tmmu version                    the module version, the commit and the Go toolchain
 //
 // Run "tmmu help COMMAND" for a command's flags.
 package main
@@ -50,7 +51,7 @@ type command struct {
 var commands []*command
 
 func init() {
-	commands = []*command{genCmd, importCmd, planCmd, shardCmd, verifyCmd, benchCmd, vizCmd, trainCmd, demoCmd, jobCmd, replanCmd, statusCmd, voterCmd, secretsCmd, probeCmd, healthcheckCmd}
+	commands = []*command{genCmd, importCmd, planCmd, shardCmd, verifyCmd, benchCmd, vizCmd, trainCmd, demoCmd, jobCmd, replanCmd, statusCmd, voterCmd, secretsCmd, probeCmd, versionCmd, healthcheckCmd}
 }
 
 // env carries the process's streams so tests can run commands in-process.
