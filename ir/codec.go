@@ -3,8 +3,13 @@ package ir
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"reflect"
+	"strconv"
+	"strings"
+	"unicode/utf8"
 
 	"github.com/fxamacker/cbor/v2"
 
@@ -66,7 +71,7 @@ func DecodeJSON(data []byte) (*Model, error) {
 	dec.DisallowUnknownFields()
 	var m Model
 	if err := dec.Decode(&m); err != nil {
-		return nil, encodingError("json", err)
+		return nil, jsonError(data, err)
 	}
 	if _, err := dec.Token(); err != io.EOF {
 		return nil, encodingError("json", fmt.Errorf("trailing data after the model"))
@@ -83,12 +88,91 @@ func DecodeCBOR(data []byte) (*Model, error) {
 	return &m, nil
 }
 
-// Decode parses JSON when the first non-space byte is '{', else CBOR.
+// Decode parses JSON when the first non-space byte is '{', CBOR when the
+// first byte starts a CBOR map, and refuses anything else saying what it
+// found.
 func Decode(data []byte) (*Model, error) {
 	if IsJSON(data) {
 		return DecodeJSON(data)
 	}
-	return DecodeCBOR(data)
+	if len(data) > 0 && data[0] >= 0xa0 && data[0] <= 0xbf {
+		return DecodeCBOR(data)
+	}
+	return nil, failure.New(failure.InvalidEncoding, opDecode, "not a UML_Model_IR graph: expected JSON (an object, starting with '{') or CBOR (a map); found "+describe(data))
+}
+
+// describe says what bytes look like, for an error: empty, text (quoted,
+// shortened) or binary (its first bytes in hex).
+func describe(data []byte) string {
+	if len(data) == 0 {
+		return "nothing (0 bytes)"
+	}
+	head := data[:min(len(data), 32)]
+	if utf8.Valid(head) && !bytes.ContainsFunc(head, func(r rune) bool { return r < 0x20 && r != '\n' && r != '\r' && r != '\t' }) {
+		return fmt.Sprintf("text starting %q (%d bytes)", strings.TrimSpace(string(head)), len(data))
+	}
+	return fmt.Sprintf("binary data starting % x (%d bytes)", head[:min(len(head), 8)], len(data))
+}
+
+// jsonError turns a JSON decoding error into a failure users can act on,
+// without Go type names: a dimension that is not a positive integer is
+// INVALID_IR_SHAPES naming the tensor; another value of the wrong kind
+// names the field, what it takes and what was found.
+func jsonError(data []byte, err error) error {
+	var te *json.UnmarshalTypeError
+	if !errors.As(err, &te) {
+		return encodingError("json", err)
+	}
+	if strings.HasSuffix(te.Field, "shape") || strings.HasSuffix(te.Field, "shape_envelope") {
+		var loose struct {
+			Tensors []struct {
+				ID            string            `json:"id"`
+				Shape         []json.RawMessage `json:"shape"`
+				ShapeEnvelope []json.RawMessage `json:"shape_envelope"`
+			} `json:"tensors"`
+		}
+		if json.Unmarshal(data, &loose) == nil {
+			for _, t := range loose.Tensors {
+				for i, d := range t.Shape {
+					if _, perr := strconv.ParseUint(string(d), 10, 64); perr != nil {
+						return failure.New(failure.InvalidIRShapes, opDecode, fmt.Sprintf("tensor %q: dimension %d of its shape is %s: dimensions are positive integers", t.ID, i, d), "tensor", t.ID)
+					}
+				}
+				for i, r := range t.ShapeEnvelope {
+					var v [2]uint64
+					if json.Unmarshal(r, &v) != nil {
+						return failure.New(failure.InvalidIRShapes, opDecode, fmt.Sprintf("tensor %q: shape_envelope entry %d is %s: each is [min, max] of positive integers", t.ID, i, r), "tensor", t.ID)
+					}
+				}
+			}
+		}
+	}
+	field := te.Field
+	if field == "" {
+		field = "the document"
+	}
+	return failure.New(failure.InvalidEncoding, opDecode, fmt.Sprintf("cannot decode json IR: %s takes %s, found %s (at byte %d)", field, kindWords(te.Type), te.Value, te.Offset), "field", te.Field)
+}
+
+// kindWords names what a Go type takes, in JSON's words.
+func kindWords(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "a non-negative integer"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		return "an integer"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Slice, reflect.Array:
+		return "a list"
+	case reflect.Map, reflect.Struct, reflect.Pointer:
+		return "an object"
+	}
+	return "another kind of value"
 }
 
 // Load decodes data (JSON or CBOR, see Decode) and compiles it.

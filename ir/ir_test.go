@@ -3,6 +3,7 @@ package ir_test
 import (
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 
 	"pgregory.net/rapid"
@@ -167,5 +168,29 @@ func TestCanonOrder(t *testing.T) {
 	}
 	if want := []string{"a", "b", "ab", "bb", "ccc"}; !slices.Equal(got, want) {
 		t.Fatalf("canonical order %v, want %v", got, want)
+	}
+}
+
+// TestDecodeMessages: bad documents are refused in words a user acts on,
+// never with Go type names.
+func TestDecodeMessages(t *testing.T) {
+	for _, c := range []struct {
+		data string
+		code failure.Code
+		want string
+	}{
+		{"hello world, not a graph\n", failure.InvalidEncoding, `expected JSON (an object, starting with '{') or CBOR (a map); found text starting "hello world, not a graph"`},
+		{"", failure.InvalidEncoding, "found nothing (0 bytes)"},
+		{"\x7fELF\x02\x01", failure.InvalidEncoding, "found binary data starting 7f 45 4c 46 02 01"},
+		{`{"tensors":[{"id":"a","shape":[2],"dtype":"fp32","role":"input"},{"id":"x","shape":[3,-4],"dtype":"fp32","role":"input"}],"nodes":[]}`,
+			failure.InvalidIRShapes, `tensor "x": dimension 1 of its shape is -4: dimensions are positive integers`},
+		{`{"tensors":[{"id":"x","shape":[4],"dtype":"fp32","role":"input","shape_envelope":[[1,-2]]}],"nodes":[]}`,
+			failure.InvalidIRShapes, `tensor "x": shape_envelope entry 0 is [1,-2]`},
+		{`{"tensors":[{"id":"x","shape":[4],"dtype":7,"role":"input"}],"nodes":[]}`, failure.InvalidEncoding, "tensors.dtype takes a string, found number"},
+	} {
+		_, err := ir.Decode([]byte(c.data))
+		if failure.CodeOf(err) != c.code || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "Go struct") || strings.Contains(err.Error(), "uint64") {
+			t.Errorf("%q: %v; want %s containing %q", c.data, err, c.code, c.want)
+		}
 	}
 }

@@ -68,7 +68,7 @@ func TestBadInputs(t *testing.T) {
 		{[]string{"plan", bad("chain.json"), "--replay-token", "abc"}, failure.InvalidOptions, "replay-token"},
 		{[]string{"plan", bad("chain.json"), "--effort", "hard"}, failure.InvalidOptions, `effort "hard"`},
 		{[]string{"plan", bad("dsa-empty-interval.csv")}, failure.InvalidEncoding, `line 3: buffer "b" lives over [4,4)`},
-		{[]string{"plan", bad("dsa-two.csv"), "--format", "ir"}, failure.InvalidEncoding, "cbor"},
+		{[]string{"plan", bad("dsa-two.csv"), "--format", "ir"}, failure.InvalidEncoding, `expected JSON (an object, starting with '{') or CBOR (a map); found text starting "id,lower,upper,size`},
 		{[]string{"verify", bad("chain.json"), bad("collision.plan.json")}, failure.AddressCollision, `"b"`},
 		{[]string{"verify", bad("chain.json"), bad("hash-mismatch.plan.json")}, failure.PlanMismatch, "plan_hash"},
 		{[]string{"verify", bad("cycle.json"), bad("collision.plan.json")}, failure.LivenessCycle, "cycle"},
