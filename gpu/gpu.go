@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 
@@ -66,6 +68,7 @@ func Open(opts Options) (*Device, error) {
 	} else {
 		wgpu.SetLogLevel(wgpu.LogLevelOff)
 	}
+	runtimeDir()
 	backends := []uint32{backendVulkan | backendMetal | backendDX12}
 	if opts.OpenGL {
 		backends = append(backends, backendGL)
@@ -335,4 +338,22 @@ func (d *Device) release() {
 	if d.instance != nil {
 		d.instance.Release()
 	}
+}
+
+// runtimeDir gives the process an XDG_RUNTIME_DIR when it has none (a
+// service, a container, ssh without a login session): Mesa's Vulkan
+// loader prints "error: XDG_RUNTIME_DIR is invalid or not set" on every
+// run otherwise. It is a private 0700 directory under the temporary one.
+func runtimeDir() {
+	if d := os.Getenv("XDG_RUNTIME_DIR"); d != "" {
+		return
+	}
+	dir := filepath.Join(os.TempDir(), fmt.Sprintf("tmmu-runtime-%d", os.Getuid()))
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return
+	}
+	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() || fi.Mode().Perm() != 0o700 {
+		return // not ours to use
+	}
+	os.Setenv("XDG_RUNTIME_DIR", dir)
 }

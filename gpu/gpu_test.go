@@ -622,3 +622,20 @@ func TestReadsUnderGC(t *testing.T) {
 }
 
 var gcSink *uint64
+
+// TestRuntimeDir: without XDG_RUNTIME_DIR, Open's runtimeDir sets a
+// private directory, so Mesa's loader does not complain; a set one is
+// kept.
+func TestRuntimeDir(t *testing.T) {
+	t.Setenv("XDG_RUNTIME_DIR", "/somewhere/else")
+	runtimeDir()
+	if got := os.Getenv("XDG_RUNTIME_DIR"); got != "/somewhere/else" {
+		t.Fatalf("a set XDG_RUNTIME_DIR was replaced by %q", got)
+	}
+	t.Setenv("XDG_RUNTIME_DIR", "")
+	runtimeDir()
+	dir := os.Getenv("XDG_RUNTIME_DIR")
+	if fi, err := os.Stat(dir); dir == "" || err != nil || fi.Mode().Perm() != 0o700 {
+		t.Fatalf("XDG_RUNTIME_DIR %q: %v", dir, err)
+	}
+}
