@@ -76,7 +76,7 @@ func TestBadInputs(t *testing.T) {
 		{[]string{"plan", bad("chain.json"), "--shard-spec", bad("shard-degrees.spec.json"), "--all-ranks"}, failure.InvalidShardSpec, "data_parallel 2 × tensor_parallel 2"},
 		{[]string{"shard", "validate", bad("shard-unknown-tensor.spec.json"), "--ir", bad("chain.json")}, failure.InvalidShardSpec, `override names tensor "wtf"`},
 		{[]string{"train", bad("train-bf16.json"), "--executor", "cpu", "--steps", "1"}, failure.UnsupportedExecution, "bf16"},
-		{[]string{"train", tiny, "--executor", "cpu", "--mode", "confidential", "--debug-fill", "emb.out", "--steps", "1"}, failure.ModeViolation, "confidential"},
+		{[]string{"train", tiny, "--executor", "cpu", "--data-mode", "confidential", "--debug-fill", "emb.out", "--steps", "1"}, failure.ModeViolation, "confidential"},
 		{[]string{"train", tiny, "--executor", "cpu", "--device-memory", "64KiB", "--steps", "1"}, failure.DeviceError, "out of memory"},
 		{[]string{"shard", "validate", bad("shard-unknown-field.spec.json")}, failure.InvalidEncoding, `unknown field "zero_stage"`},
 		{[]string{"train", micro, "--executor", "cpu", "--steps", "3", "--checkpoint-dir", copyDir(t, bad("ckpt-corrupt")), "--resume"}, failure.CheckpointCorrupt, "does not hash to its digest"},

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"strconv"
 	"time"
 
 	"github.com/tmmu/tmmu/checkpoint"
@@ -18,7 +19,7 @@ var trainCmd = &command{
 	name: "train",
 	summary: "Plan a training graph for one device and run its steps there: forward, backward and AdamW on WebGPU or the cpu kernels, " +
 		"every tensor at its planned offset, on a synthetic counting task. Prints each step's loss, and the state hash sealed after the last step (--state-every for more).",
-	usage: "train IR [--executor auto|webgpu|cpu] [--steps N] [--state-every N] [--seed S] [--strategy S] [--lr X] [--unshared] [--mode standard|confidential|regulated] [--debug-fill TENSOR] [--device-memory BYTES]\n" +
+	usage: "train IR [--executor auto|webgpu|cpu] [--steps N] [--state-every N] [--seed S] [--strategy S] [--lr X] [--unshared] [--data-mode standard|confidential|regulated] [--debug-fill TENSOR] [--device-memory BYTES]\n" +
 		"       [--checkpoint-dir DIR [--checkpoint-every N] [--checkpoint-max-bytes SIZE] [--resume]] [-o text|json]",
 	run: runTrain,
 }
@@ -60,9 +61,14 @@ func runTrain(c *command, e *env, args []string) error {
 	backend := fs.String("executor", "auto", "auto (webgpu when an adapter exists, else cpu), webgpu or cpu")
 	steps := fs.Uint64("steps", 20, "steps to run")
 	strategy := fs.String("strategy", string(planner.Packed), "planning strategy: "+strategyList())
-	lr := fs.Float64("lr", float64(engine.DefaultAdamW.LR), "AdamW learning rate")
+	// The float32 default, printed as written (0.001, not 0.0010000000474974513).
+	lrDefault, _ := strconv.ParseFloat(strconv.FormatFloat(float64(engine.DefaultAdamW.LR), 'g', -1, 32), 64)
+	lr := fs.Float64("lr", lrDefault, "AdamW learning rate")
 	unshared := fs.Bool("unshared", false, "give every tensor a device buffer of its own, as an engine without a planner would (the reference the plan must reproduce, in results and beside it in bytes and speed)")
-	mode := fs.String("mode", string(engine.Standard), "data-handling mode: standard, confidential or regulated (the last two forbid --debug-fill)")
+	mode := fs.String("data-mode", string(engine.Standard), "data-handling mode, as tmmu job submit's: standard, confidential or regulated (the last two forbid --debug-fill)")
+	fs.Func("mode", "renamed --data-mode (plan's --mode is the planning mode)", func(string) error {
+		return fmt.Errorf("renamed --data-mode: tmmu plan's --mode is the planning mode, tmmu train's data-handling mode is --data-mode")
+	})
 	debugFill := fs.String("debug-fill", "", "fill this tensor with a debug pattern before the first step (DebugFillTensor_v1)")
 	capacity := fs.String("device-memory", "", "bound the cpu device's memory (e.g. 64KiB), to see how running out is reported")
 	seed := fs.Uint64("seed", 0, "the seed the batches derive from, with the step")
@@ -88,7 +94,7 @@ func runTrain(c *command, e *env, args []string) error {
 	switch engine.Mode(*mode) {
 	case engine.Standard, engine.Confidential, engine.Regulated:
 	default:
-		return usagef("--mode %q: want standard, confidential or regulated", *mode)
+		return usagef("--data-mode %q: want standard, confidential or regulated", *mode)
 	}
 	if (*resume || *ckptEvery > 0 || *ckptMax != "") && *ckptDir == "" {
 		return usagef("--resume, --checkpoint-every and --checkpoint-max-bytes need --checkpoint-dir")
