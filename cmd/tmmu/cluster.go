@@ -137,7 +137,7 @@ func subcommand(c *command, e *env, args []string, subs ...string) (string, erro
 		return args[0], nil
 	}
 	if len(args) > 0 && (args[0] == "-h" || args[0] == "--help") {
-		fmt.Fprintf(e.stderr, "Usage: tmmu %s\n\n%s\n", c.usage, c.summary)
+		fmt.Fprintf(e.stderr, "Usage: tmmu %s\n\n%s\n\n\"tmmu %s SUBCOMMAND --help\" lists a subcommand's flags (%s).\n", c.usage, c.summary, c.name, strings.Join(subs, ", "))
 		return "", flag.ErrHelp
 	}
 	return "", usagef("%s needs a subcommand: %s", c.name, strings.Join(subs, " or "))
