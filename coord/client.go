@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tmmu/tmmu/failure"
 	"github.com/tmmu/tmmu/shard"
 )
 
@@ -131,6 +132,9 @@ func (c *Client) once(ctx context.Context, method, path string, body []byte, out
 			last = fmt.Errorf("coord: %s %s: %s: %s", method, base+path, resp.Status, apiMessage(data))
 			continue
 		case resp.StatusCode >= 400:
+			if fe := apiFailure(data); fe != nil {
+				return false, status, fe
+			}
 			return false, status, fmt.Errorf("coord: %s: %s", resp.Status, apiMessage(data))
 		case resp.StatusCode == http.StatusAccepted:
 			return false, status, nil // not done yet: the caller polls
@@ -148,6 +152,21 @@ func (c *Client) once(ctx context.Context, method, path string, body []byte, out
 		return false, 0, errors.New("coord: no coordinator URL")
 	}
 	return true, 0, last
+}
+
+// apiFailure rebuilds the typed failure a coordinator answered with, so
+// that errors.Is(err, failure.InvalidShardSpec) holds on the client and
+// tmmu -o json prints the code; nil when the answer carries none.
+func apiFailure(data []byte) *failure.Error {
+	var e APIError
+	if json.Unmarshal(data, &e) != nil || e.FailureCode == "" {
+		return nil
+	}
+	msg := e.Message
+	if msg == "" { // a coordinator from before the fields
+		msg = e.Error
+	}
+	return &failure.Error{Code: e.FailureCode, Operator: e.Operator, Message: msg, Diagnostics: e.Diagnostics}
 }
 
 func apiMessage(data []byte) string {

@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/tmmu/tmmu/failure"
 )
 
 // TestClientRetriesStaleNotFound: a node that does not know the leader
@@ -81,5 +83,34 @@ func TestClientRetriesLostLeadership(t *testing.T) {
 	}
 	if _, err := c.Replan(context.Background(), "bad", "", &ReplanRequest{ID: "op-2", Reason: "try"}); err == nil || !strings.Contains(err.Error(), "409") {
 		t.Errorf("a refused replan: %v", err)
+	}
+}
+
+// TestClientKeepsFailureCodes: a failure a coordinator answers comes back
+// to the client as the same typed error: errors.Is matches its code, and
+// its operator, message and diagnostics are the server's.
+func TestClientKeepsFailureCodes(t *testing.T) {
+	sent := failure.New(failure.InvalidShardSpec, OpCoordinator, "data_parallel 2 × tensor_parallel 2 is not world_size 3", "field", "world_size")
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/v1/jobs":
+			writeError(w, http.StatusBadRequest, sent)
+		default:
+			writeError(w, http.StatusConflict, errors.New("a plain error"))
+		}
+	}))
+	defer srv.Close()
+	c := NewClient(srv.URL)
+	_, err := c.Submit(context.Background(), &SubmitRequest{Name: "j"})
+	var got *failure.Error
+	if !errors.Is(err, failure.InvalidShardSpec) || !errors.As(err, &got) || got.Operator != sent.Operator || got.Message != sent.Message || got.Diagnostics["field"] != "world_size" {
+		t.Fatalf("got %#v (%v), want %v", got, err, sent)
+	}
+	if err.Error() != sent.Error() {
+		t.Fatalf("message %q, want %q", err.Error(), sent.Error())
+	}
+	_, err = c.Job(context.Background(), "x")
+	if failure.CodeOf(err) != "" || !strings.Contains(err.Error(), "409 Conflict: a plain error") {
+		t.Fatalf("a plain error: %v", err)
 	}
 }

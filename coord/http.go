@@ -459,6 +459,10 @@ type APIError struct {
 	Error       string            `json:"error"`
 	FailureCode failure.Code      `json:"failure_code,omitempty"`
 	Diagnostics map[string]string `json:"diagnostics,omitempty"`
+	// Operator and Message are the failure's own fields, so that a client
+	// rebuilds the typed error (see Client).
+	Operator string `json:"failure_operator,omitempty"`
+	Message  string `json:"message,omitempty"`
 }
 
 func writeError(w http.ResponseWriter, status int, err error) { writeJSON(w, status, apiError(err)) }
@@ -468,7 +472,7 @@ func apiError(err error) APIError {
 	e := APIError{Error: err.Error()}
 	var fe *failure.Error
 	if errors.As(err, &fe) {
-		e.FailureCode, e.Diagnostics = fe.Code, fe.Diagnostics
+		e.FailureCode, e.Diagnostics, e.Operator, e.Message = fe.Code, fe.Diagnostics, fe.Operator, fe.Message
 	}
 	return e
 }
