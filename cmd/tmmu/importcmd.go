@@ -83,12 +83,12 @@ func runImportONNX(e *env, args []string) error {
 	if *out != "json" && *out != "cbor" {
 		return usagef("-o %s: want json or cbor", *out)
 	}
+	if *optimizer != "adamw" && *optimizer != "sgd" {
+		return usagef("--optimizer %s: want adamw or sgd", *optimizer)
+	}
 	data, err := readInput(e, pos[0])
 	if err != nil {
 		return err
-	}
-	if *optimizer != "adamw" && *optimizer != "sgd" {
-		return usagef("--optimizer %s: want adamw or sgd", *optimizer)
 	}
 	m, st, err := onnx.Import(data, onnx.Options{Name: *name, Batch: *batch, Dims: dims})
 	if err != nil {
@@ -102,7 +102,11 @@ func runImportONNX(e *env, args []string) error {
 	if err := writeModel(e, m, *out, *file); err != nil {
 		return err
 	}
-	fmt.Fprintf(e.stderr, "imported %s (%s, opset %d): %d nodes, %d tensors, %d shapes inferred by tmmu, %d non-integer attributes not kept\n",
-		pos[0], st.Producer, st.Opset, st.Nodes, len(m.Tensors), st.Inferred, st.DroppedAttrs)
+	step := ""
+	if *train {
+		step = fmt.Sprintf(", then a training step (%s): %d nodes in all", *optimizer, len(m.Nodes))
+	}
+	fmt.Fprintf(e.stderr, "imported %s (%s, opset %d): %d nodes, %d shapes inferred by tmmu, %d non-integer attributes not kept%s; %d tensors\n",
+		pos[0], st.Producer, st.Opset, st.Nodes, st.Inferred, st.DroppedAttrs, step, len(m.Tensors))
 	return nil
 }
