@@ -93,3 +93,8 @@ require (
 	k8s.io/utils v0.0.0-20260108192941-914a6e750570 // indirect
 	sigs.k8s.io/yaml v1.6.0 // indirect
 )
+
+tool (
+	github.com/nats-io/nats-server/v2
+	go.etcd.io/etcd/server/v3
+)
