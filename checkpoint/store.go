@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tmmu/tmmu/failure"
+	"github.com/tmmu/tmmu/internal/atomicfile"
 	"github.com/tmmu/tmmu/ir"
 )
 
@@ -139,23 +140,7 @@ func (d *DirStore) Put(ctx context.Context, name string, data []byte) error {
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 		return d.ioErr(name, len(data), err)
 	}
-	f, err := os.CreateTemp(filepath.Dir(p), ".tmp-*")
-	if err != nil {
-		return d.ioErr(name, len(data), err)
-	}
-	tmp := f.Name()
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, p)
-	}
-	if err != nil {
-		os.Remove(tmp)
+	if err := atomicfile.Write(p, data, 0o600); err != nil {
 		return d.ioErr(name, len(data), err)
 	}
 	return nil
@@ -219,7 +204,7 @@ func (d *DirStore) List(ctx context.Context, prefix string) ([]Object, error) {
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil
 		}
-		if err != nil || e.IsDir() || strings.HasPrefix(e.Name(), ".tmp-") {
+		if err != nil || e.IsDir() || strings.HasPrefix(e.Name(), atomicfile.TempPrefix) {
 			return err
 		}
 		rel, err := filepath.Rel(d.root, p)

@@ -12,6 +12,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/tmmu/tmmu/internal/atomicfile"
 )
 
 // A Layout names the files `tmmu secrets init DIR` writes (see Generate).
@@ -432,31 +434,10 @@ func pair(a, b string) (bool, error) {
 	return haveA, nil
 }
 
-// writeFile writes data to file with mode, whole: it writes a temporary
-// file in the same directory and renames it into place.
-func writeFile(file string, data []byte, mode fs.FileMode) (err error) {
-	f, err := os.CreateTemp(filepath.Dir(file), "."+filepath.Base(file)+".tmp*")
-	if err != nil {
+// writeFile writes data to file with mode, whole (atomicfile.Write).
+func writeFile(file string, data []byte, mode fs.FileMode) error {
+	if err := atomicfile.Write(file, data, mode); err != nil {
 		return fmt.Errorf("trust: %w", err)
 	}
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(f.Name())
-			err = fmt.Errorf("trust: %w", err)
-		}
-	}()
-	if _, err = f.Write(data); err != nil {
-		return err
-	}
-	if err = f.Chmod(mode); err != nil {
-		return err
-	}
-	if err = f.Sync(); err != nil {
-		return err
-	}
-	if err = f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(f.Name(), file)
+	return nil
 }

@@ -4,10 +4,9 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 
+	"github.com/tmmu/tmmu/internal/atomicfile"
 	"github.com/tmmu/tmmu/ir"
 	"github.com/tmmu/tmmu/models"
 )
@@ -169,26 +168,10 @@ func genUsage(e *env, c *command) {
 	}
 }
 
-// writeFileAtomic writes data to a temporary file beside file and renames
-// it into place: a reader never sees half a file, and a failed write
-// leaves any previous file as it was.
+// writeFileAtomic writes data to file whole or not at all
+// (atomicfile.Write): a failed write leaves any previous file as it was.
 func writeFileAtomic(file string, data []byte) error {
-	f, err := os.CreateTemp(filepath.Dir(file), "."+filepath.Base(file)+".*")
-	if err != nil {
-		return ioError(err, file)
-	}
-	_, err = f.Write(data)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Chmod(f.Name(), 0o644)
-	}
-	if err == nil {
-		err = os.Rename(f.Name(), file)
-	}
-	if err != nil {
-		os.Remove(f.Name())
+	if err := atomicfile.Write(file, data, 0o644); err != nil {
 		return ioError(err, file)
 	}
 	return nil
