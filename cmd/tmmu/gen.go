@@ -121,8 +121,7 @@ func runGen(c *command, e *env, args []string) error {
 	}
 	fs := newFlags(e, &command{name: "gen " + gm.name, summary: gm.about, usage: "gen " + gm.name + " [flags]"})
 	build := gm.flags(fs)
-	out := fs.String("o", "json", "encoding: json or cbor")
-	file := fs.String("out", "", "write to FILE instead of standard output")
+	out := addModelOutput(fs)
 	pos, err := parse(fs, args[1:])
 	if err != nil {
 		return err
@@ -130,15 +129,36 @@ func runGen(c *command, e *env, args []string) error {
 	if len(pos) != 0 {
 		return usagef("gen %s takes no arguments besides flags, got %q", gm.name, pos)
 	}
-	if *out != "json" && *out != "cbor" {
-		return usagef("-o %s: want json or cbor", *out)
+	if err := out.check(); err != nil {
+		return err
 	}
 	m, err := build()
 	if err != nil {
 		return usageError{err.Error()}
 	}
-	return writeModel(e, m, *out, *file)
+	return out.write(e, m)
 }
+
+// modelOutput is the -o json|cbor and --out FILE of the commands that
+// write a graph (gen, import).
+type modelOutput struct{ format, file *string }
+
+func addModelOutput(fs *flag.FlagSet) modelOutput {
+	return modelOutput{
+		format: fs.String("o", "json", "encoding: json or cbor"),
+		file:   fs.String("out", "", "write to FILE instead of standard output (written whole or not at all)"),
+	}
+}
+
+// check refuses an encoding other than json and cbor, before any work.
+func (o modelOutput) check() error {
+	if *o.format != "json" && *o.format != "cbor" {
+		return usagef("-o %s: want json or cbor", *o.format)
+	}
+	return nil
+}
+
+func (o modelOutput) write(e *env, m *ir.Model) error { return writeModel(e, m, *o.format, *o.file) }
 
 // writeModel writes m as JSON or canonical CBOR to file, or to standard
 // output when file is empty.

@@ -71,8 +71,7 @@ func runImportONNX(e *env, args []string) error {
 	name := fs.String("name", "", "the graph's name (default: the ONNX graph's)")
 	train := fs.Bool("train", false, "add a training step: a loss over the outputs, a backward node per forward node a parameter's gradient flows through, and the optimizer update")
 	optimizer := fs.String("optimizer", "adamw", "optimizer of --train: adamw or sgd (momentum)")
-	out := fs.String("o", "json", "encoding: json or cbor")
-	file := fs.String("out", "", "write to FILE instead of standard output (written whole or not at all)")
+	out := addModelOutput(fs)
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -80,11 +79,11 @@ func runImportONNX(e *env, args []string) error {
 	if len(pos) != 1 {
 		return usagef("import onnx takes one ONNX file, got %d arguments", len(pos))
 	}
-	if *out != "json" && *out != "cbor" {
-		return usagef("-o %s: want json or cbor", *out)
+	if err := out.check(); err != nil {
+		return err
 	}
-	if *optimizer != "adamw" && *optimizer != "sgd" {
-		return usagef("--optimizer %s: want adamw or sgd", *optimizer)
+	if err := checkOptimizer(*optimizer); err != nil {
+		return err
 	}
 	data, err := readInput(e, pos[0])
 	if err != nil {
@@ -99,7 +98,7 @@ func runImportONNX(e *env, args []string) error {
 			return err
 		}
 	}
-	if err := writeModel(e, m, *out, *file); err != nil {
+	if err := out.write(e, m); err != nil {
 		return err
 	}
 	step := ""
@@ -108,5 +107,13 @@ func runImportONNX(e *env, args []string) error {
 	}
 	fmt.Fprintf(e.stderr, "imported %s (%s, opset %d): %d nodes, %d shapes inferred by tmmu, %d non-integer attributes not kept%s; %d tensors\n",
 		pos[0], st.Producer, st.Opset, st.Nodes, st.Inferred, st.DroppedAttrs, step, len(m.Tensors))
+	return nil
+}
+
+// checkOptimizer refuses an optimizer the imports do not build.
+func checkOptimizer(name string) error {
+	if name != "adamw" && name != "sgd" {
+		return usagef("--optimizer %s: want adamw or sgd", name)
+	}
 	return nil
 }

@@ -24,9 +24,8 @@ func runImportTorch(e *env, args []string) error {
 	fs.StringVar(&o.Name, "name", "", "the graph's name (default MODEL-MODE-bBATCH)")
 	fs.StringVar(&o.Python, "python", "", "Python interpreter (default $TMMU_PYTHON, /usr/bin/python3, python3 on PATH)")
 	fs.BoolVar(&o.NoPeak, "no-peak", false, "skip the eager run that measures PyTorch's peak")
-	out := fs.String("o", "json", "encoding: json or cbor")
-	file := fs.String("out", "", "write the graph to FILE instead of standard output (written whole or not at all)")
-	report := fs.String("report", "", "write the exporter's report (PyTorch's peak, counts) as JSON to FILE (default with --out: FILE.pytorch.json)")
+	out := addModelOutput(fs)
+	report := fs.String("report", "", "write the exporter's report (PyTorch's peak, counts) as JSON to FILE (default with --out FILE: FILE.pytorch.json)")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -34,14 +33,14 @@ func runImportTorch(e *env, args []string) error {
 	if len(pos) != 1 {
 		return usagef("import torch takes one model, got %d arguments", len(pos))
 	}
-	if *out != "json" && *out != "cbor" {
-		return usagef("-o %s: want json or cbor", *out)
+	if err := out.check(); err != nil {
+		return err
 	}
 	if o.Batch < 1 || o.Seq < 1 {
 		return usagef("--batch and --seq must be positive")
 	}
-	if o.Optimizer != "adamw" && o.Optimizer != "sgd" {
-		return usagef("--optimizer %s: want adamw or sgd", o.Optimizer)
+	if err := checkOptimizer(o.Optimizer); err != nil {
+		return err
 	}
 	o.Model = pos[0]
 	var diag bytes.Buffer
@@ -53,10 +52,10 @@ func runImportTorch(e *env, args []string) error {
 		}
 		return err
 	}
-	if *report == "" && *file != "" {
-		*report = *file + ".pytorch.json"
+	if *report == "" && *out.file != "" {
+		*report = *out.file + ".pytorch.json"
 	}
-	if err := writeModel(e, m, *out, *file); err != nil {
+	if err := out.write(e, m); err != nil {
 		return err
 	}
 	if *report != "" {
