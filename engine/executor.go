@@ -94,7 +94,7 @@ var kernelOps = map[string]bool{
 // Planning does not need kernels; only execution does.
 func CheckOps(g *ir.Graph) error {
 	count := map[string]int{}
-	first := -1
+	first, total := -1, 0
 	for _, i := range g.Order {
 		n := &g.Nodes[i]
 		if kernelOps[n.Op] || isCollective(n.Op) {
@@ -104,6 +104,7 @@ func CheckOps(g *ir.Graph) error {
 			first = int(i)
 		}
 		count[n.Op]++
+		total++
 	}
 	if first < 0 {
 		return nil
@@ -125,15 +126,7 @@ func CheckOps(g *ir.Graph) error {
 	}
 	n := &g.Nodes[first]
 	return unsupported("node %q: op %q has no kernel; %d of %d nodes have ops the engine does not run (%s): it runs the ops of tmmu's model generators, and plans any graph",
-		n.ID, n.Op, sumOf(count), len(g.Nodes), strings.Join(list, ", "))
-}
-
-func sumOf(m map[string]int) int {
-	s := 0
-	for _, v := range m {
-		s += v
-	}
-	return s
+		n.ID, n.Op, total, len(g.Nodes), strings.Join(list, ", "))
 }
 
 // vocabOf is the vocabulary: the rows of the table the token embedding

@@ -195,7 +195,7 @@ func NewArenaExecutor(g *ir.Graph, p *planner.Plan, maxBytes uint64) (*ArenaExec
 		}
 		for j, o := range nd.outs {
 			for k, in := range nd.ins {
-				if !nd.inPlace[j] && n.Inputs[k] != n.Outputs[j] && !sameStorage(g, n.Inputs[k], n.Outputs[j]) && overlaps(o, in) {
+				if !nd.inPlace[j] && !sameStorage(g, n.Inputs[k], n.Outputs[j]) && overlaps(o, in) {
 					return nil, fmt.Errorf("runtime: node %q writes %q over its input %q", n.ID, n.Outputs[j], n.Inputs[k])
 				}
 			}
@@ -206,9 +206,9 @@ func NewArenaExecutor(g *ir.Graph, p *planner.Plan, maxBytes uint64) (*ArenaExec
 }
 
 // sameStorage reports whether two tensors share one storage by
-// declaration (a view, or members of an alias group, as an imported
-// in-place op writes a new version of its input): a node may write one
-// over the other.
+// declaration (the same tensor, a view, or members of an alias group, as
+// an imported in-place op writes a new version of its input): a node may
+// write one over the other.
 func sameStorage(g *ir.Graph, a, b string) bool {
 	i, ok1 := g.TensorIndex(a)
 	j, ok2 := g.TensorIndex(b)
