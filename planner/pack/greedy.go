@@ -16,8 +16,10 @@ type instance struct {
 	bufs []Buffer
 	// start and end are indexed by buffer: its sections.
 	start, end []int32
-	// positions is the number of sections.
+	// positions is the number of sections; width the sections spanned,
+	// summed over the buffers.
 	positions int32
+	width     int64
 	// partners lists, per buffer, its Conflicts partners (nil for most).
 	partners [][]int32
 	// liveBytes[t] is the sum of the sizes live at position t; lb its
@@ -52,6 +54,7 @@ func newInstance(p *Problem) (*instance, error) {
 		s, _ := slices.BinarySearch(times, b.Start)
 		e, _ := slices.BinarySearch(times, b.End)
 		in.start[i], in.end[i] = int32(s), int32(e)
+		in.width += int64(e - s)
 	}
 	if len(p.Conflicts) > 0 {
 		in.partners = make([][]int32, len(p.Buffers))

@@ -300,13 +300,9 @@ func skyline(in *instance, b budget, res *Result, spent *int64) {
 			res.Peak, res.Method = peak, method
 		}
 	}
-	var width int64
-	for i := range in.bufs {
-		width += int64(in.end[i] - in.start[i])
-	}
 	// A dive covers every buffer once and most of them again on trial;
 	// it is abandoned if it overruns the budget anyway.
-	if 4*width+int64(in.positions) <= b.work-*spent && s.dive(in.goal, b.work-*spent) {
+	if 4*in.width+int64(in.positions) <= b.work-*spent && s.dive(in.goal, b.work-*spent) {
 		keep("skyline dive")
 	}
 	if r := min(b.sky, b.work-*spent-s.work); in.far(res.Peak, b.above) && r > 0 {

@@ -152,7 +152,7 @@ type partition struct {
 
 // setup is the work solve spends before its first node: it scans every
 // buffer's sections.
-func (s *searcher) setup() int64 { return int64(len(s.in.bufs)) + int64(s.secOff[s.in.positions]) }
+func (s *searcher) setup() int64 { return int64(len(s.in.bufs)) + s.in.width }
 
 // affords reports whether the work left pays for a solve's setup and a
 // node; solve is not started otherwise.
