@@ -776,13 +776,7 @@ func (im *importer) fold(n *onnxpb.NodeProto) {
 		var fill int64
 		for _, a := range n.GetAttribute() {
 			if a.GetName() == "value" {
-				t := a.GetT()
-				if t == nil {
-					return
-				}
-				im.consts[out] = t
-				val, ok := im.ints(out)
-				delete(im.consts, out)
+				val, ok := tensorInts(a.GetT())
 				if !ok || len(val) != 1 {
 					return // a float fill: not a shape computation
 				}

@@ -462,10 +462,10 @@ func (im *importer) constant(n *onnxpb.NodeProto, k int) error {
 			ti.dtype, ti.shape = ir.F32, []uint64{uint64(max(len(a.GetFloats()), 1))}
 		case "value_int":
 			ti.dtype, ti.shape = ir.I64, []uint64{}
-			im.consts[out] = &onnxpb.TensorProto{DataType: proto.Int32(int32(onnxpb.TensorProto_INT64)), Int64Data: []int64{a.GetI()}}
+			im.vals[out] = []int64{a.GetI()}
 		case "value_ints":
 			ti.dtype, ti.shape = ir.I64, []uint64{uint64(max(len(a.GetInts()), 1))}
-			im.consts[out] = &onnxpb.TensorProto{DataType: proto.Int32(int32(onnxpb.TensorProto_INT64)), Dims: []int64{int64(len(a.GetInts()))}, Int64Data: a.GetInts()}
+			im.vals[out] = a.GetInts()
 		default:
 			return im.fail(failure.InvalidIRGraph, "node %s (Constant): attribute %q is not supported", nodeName(n, k), a.GetName())
 		}
@@ -515,10 +515,16 @@ func (im *importer) ints(name string) ([]int64, bool) {
 	if v, ok := im.vals[name]; ok {
 		return v, true
 	}
-	t, ok := im.consts[name]
-	if !ok {
-		return nil, false
+	if t, ok := im.consts[name]; ok {
+		return tensorInts(t)
 	}
+	return nil, false
+}
+
+// tensorInts reads the values of an int64 or int32 tensor, from its typed
+// field or its little-endian raw data.
+func tensorInts(t *onnxpb.TensorProto) ([]int64, bool) {
+	var out []int64
 	switch onnxpb.TensorProto_DataType(t.GetDataType()) {
 	case onnxpb.TensorProto_INT64:
 		if len(t.GetInt64Data()) > 0 {
@@ -528,25 +534,25 @@ func (im *importer) ints(name string) ([]int64, bool) {
 		if len(raw)%8 != 0 {
 			return nil, false
 		}
-		out := make([]int64, len(raw)/8)
-		for i := range out {
-			out[i] = int64(binary.LittleEndian.Uint64(raw[8*i:]))
+		for i := 0; i < len(raw); i += 8 {
+			out = append(out, int64(binary.LittleEndian.Uint64(raw[i:])))
 		}
-		return out, true
 	case onnxpb.TensorProto_INT32:
-		out := make([]int64, 0, len(t.GetInt32Data()))
 		for _, v := range t.GetInt32Data() {
 			out = append(out, int64(v))
 		}
-		if len(out) == 0 && len(t.GetRawData())%4 == 0 {
-			raw := t.GetRawData()
+		if raw := t.GetRawData(); len(out) == 0 {
+			if len(raw)%4 != 0 {
+				return nil, false
+			}
 			for i := 0; i < len(raw); i += 4 {
 				out = append(out, int64(int32(binary.LittleEndian.Uint32(raw[i:]))))
 			}
 		}
-		return out, true
+	default:
+		return nil, false
 	}
-	return nil, false
+	return out, true
 }
 
 // attrInt returns an INT attribute, or def.
