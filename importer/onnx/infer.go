@@ -104,12 +104,7 @@ func (im *importer) rule(n *onnxpb.NodeProto, in []*tensorInfo) ([][]uint64, []i
 		}
 		return s, d, nil
 	}
-	one := func(shape []uint64, dt ir.DType) ([][]uint64, []ir.DType, error) {
-		s := make([][]uint64, outs)
-		d := make([]ir.DType, outs)
-		s[0], d[0] = shape, dt
-		return s, d, nil
-	}
+	one := func(shape []uint64, dt ir.DType) ([][]uint64, []ir.DType, error) { return wrap(shape, dt, outs, nil) }
 	switch {
 	case unary[op]:
 		if err := known(n, in, 1); err != nil {
@@ -424,6 +419,8 @@ func (im *importer) listArg(n *onnxpb.NodeProto, name string) ([]int64, error) {
 	return attrInts(n, name), nil
 }
 
+// wrap gives the first of outs outputs shape s and dtype dt (the others
+// are not inferred), or passes err on.
 func wrap(s []uint64, dt ir.DType, outs int, err error) ([][]uint64, []ir.DType, error) {
 	if err != nil {
 		return nil, nil, err
