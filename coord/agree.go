@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/tmmu/tmmu/checkpoint"
+	"github.com/tmmu/tmmu/coord/api"
 	"github.com/tmmu/tmmu/rendezvous"
 	"github.com/tmmu/tmmu/transport"
 )
@@ -157,7 +158,7 @@ func (a *agreement) sync(ctx context.Context) {
 		j := s.Jobs[name]
 		e := j.Current()
 		key := name + "/" + strconv.FormatUint(e.Epoch, 10)
-		if j.Status == StatusAgreeing && e.Outcome == nil {
+		if j.Status == api.StatusAgreeing && e.Outcome == nil {
 			if _, ok := a.watch[key]; !ok {
 				wctx, cancel := context.WithCancel(ctx)
 				a.watch[key] = cancel
@@ -225,7 +226,7 @@ func (a *agreement) sync(ctx context.Context) {
 // counts only from the identity that held its rank (bindPlan): others are
 // dropped and counted as forged; one whose claim etcd cannot confirm yet
 // is checked again every second.
-func (a *agreement) agree(ctx context.Context, job string, e Epoch) {
+func (a *agreement) agree(ctx context.Context, job string, e api.Epoch) {
 	start := time.Now()
 	ch, err := a.t.WatchReports(ctx, job, e.Epoch)
 	if err != nil {
@@ -273,11 +274,11 @@ func (a *agreement) agree(ctx context.Context, job string, e Epoch) {
 		}
 		o := tally.Outcome()
 		o.StartStep = e.StartStep
-		out := &Outcome{Agreed: o.Agreed, Missing: o.Missing, Reason: o.Reason, At: time.Now().UnixNano(), Holders: o.Holders}
+		out := &api.Outcome{Agreed: o.Agreed, Missing: o.Missing, Reason: o.Reason, At: time.Now().UnixNano(), Holders: o.Holders}
 		for _, m := range o.Mismatches {
-			out.Mismatches = append(out.Mismatches, Mismatch{Rank: m.Rank, Expected: m.Expected, Got: m.Got})
+			out.Mismatches = append(out.Mismatches, api.Mismatch{Rank: m.Rank, Expected: m.Expected, Got: m.Got})
 		}
-		if _, err := a.n.Apply(&Command{Kind: CmdOutcome, Job: job, Epoch: e.Epoch, Outcome: out}, 5*time.Second); err != nil {
+		if _, err := a.n.Apply(&api.Command{Kind: api.CmdOutcome, Job: job, Epoch: e.Epoch, Outcome: out}, 5*time.Second); err != nil {
 			a.n.log.Warn("committing an outcome", "job", job, "epoch", e.Epoch, "err", err)
 			a.forget(job, e.Epoch) // retried on the next sync if still leader
 			return
@@ -403,7 +404,7 @@ func (a *agreement) progress(ctx context.Context, job string) {
 		if low <= committed {
 			continue
 		}
-		if _, err := a.n.Apply(&Command{Kind: CmdProgress, Job: job, Step: low, Epoch: timeline}, 5*time.Second); err != nil {
+		if _, err := a.n.Apply(&api.Command{Kind: api.CmdProgress, Job: job, Step: low, Epoch: timeline}, 5*time.Second); err != nil {
 			a.n.log.Debug("committing progress", "job", job, "step", low, "err", err)
 			continue
 		}

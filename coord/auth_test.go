@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/tmmu/tmmu/coord/api"
 )
 
 // TestAPITokenGuardsMutations: with a token set, every mutating call
@@ -95,9 +97,9 @@ func TestTokenFollowsRedirects(t *testing.T) {
 		n.SetAPIToken("t0ken")
 	}
 	follower := (li + 1) % len(c.Nodes)
-	cl := NewClient(strings.Replace(c.URLs()[follower], "127.0.0.1", "localhost", 1))
+	cl := api.NewClient(strings.Replace(c.URLs()[follower], "127.0.0.1", "localhost", 1))
 	cl.Token = "t0ken"
-	_, err := cl.Submit(t.Context(), &SubmitRequest{Name: "not a valid name"})
+	_, err := cl.Submit(t.Context(), &api.SubmitRequest{Name: "not a valid name"})
 	if err == nil || strings.Contains(err.Error(), "401") || !strings.Contains(err.Error(), "job name") {
 		t.Fatalf("a submission through a follower: %v (want the leader's answer about the name, not 401)", err)
 	}

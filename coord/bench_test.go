@@ -5,6 +5,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/tmmu/tmmu/coord/api"
 )
 
 // BenchmarkFailover times leader loss: from shutting the leader down
@@ -36,7 +38,7 @@ func BenchmarkFailover(b *testing.B) {
 				if n == nil || !n.IsLeader() {
 					continue
 				}
-				st, err := NewClient(c.URLs()[j]).Status(ctx)
+				st, err := api.NewClient(c.URLs()[j]).Status(ctx)
 				served = err == nil && st.Leader == st.ID
 			}
 			if served {

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tmmu/tmmu/coord/api"
 	"github.com/tmmu/tmmu/transport"
 )
 
@@ -95,7 +96,7 @@ func (a *agreement) bindPlan(ctx context.Context, members []string, r transport.
 }
 
 // announce publishes ann for job j, with its incarnation.
-func (a *agreement) announce(j *Job, ann transport.Announcement) {
+func (a *agreement) announce(j *api.Job, ann transport.Announcement) {
 	if j != nil {
 		ann.Incarnation = j.Incarnation()
 	}

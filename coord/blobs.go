@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/tmmu/tmmu/checkpoint"
+	"github.com/tmmu/tmmu/coord/api"
 	"github.com/tmmu/tmmu/failure"
 	"github.com/tmmu/tmmu/ir"
 )
@@ -18,14 +19,6 @@ import (
 // hold only the digest, so a large submission never becomes a large log
 // entry that followers must take within raft's timeouts.
 const IRBucket = "tmmu_ir"
-
-// ModelRef is an epoch's IR: its canonical CBOR inline (entries committed
-// before IRs moved out of the log), or the digest under which the IR
-// store holds it.
-type ModelRef struct {
-	Inline []byte
-	Digest ir.Hash
-}
 
 // irPrefix is the prefix of the IR objects' names.
 const irPrefix = "ir/"
@@ -100,7 +93,7 @@ func (n *Node) putModel(ctx context.Context, data []byte) (ir.Hash, error) {
 
 // model returns the canonical CBOR of ref: inline, cached, or read from
 // the IR store and checked against its digest.
-func (n *Node) model(ctx context.Context, ref ModelRef) ([]byte, error) {
+func (n *Node) model(ctx context.Context, ref api.ModelRef) ([]byte, error) {
 	if ref.Inline != nil {
 		return ref.Inline, nil
 	}
@@ -116,14 +109,14 @@ func (n *Node) model(ctx context.Context, ref ModelRef) ([]byte, error) {
 		return nil, fmt.Errorf("coord: reading the IR %s: %w", ref.Digest.Short(), err)
 	}
 	if ir.Hash(sha256.Sum256(b)) != ref.Digest {
-		return nil, failure.New(failure.InvalidEncoding, OpCoordinator, "the IR store holds other bytes under an IR's digest", "digest", ref.Digest.String())
+		return nil, failure.New(failure.InvalidEncoding, api.OpCoordinator, "the IR store holds other bytes under an IR's digest", "digest", ref.Digest.String())
 	}
 	n.irCache.put(ref.Digest, b)
 	return b, nil
 }
 
 // decodeModel returns the IR of ref, decoded.
-func (n *Node) decodeModel(ctx context.Context, ref ModelRef) (*ir.Model, error) {
+func (n *Node) decodeModel(ctx context.Context, ref api.ModelRef) (*ir.Model, error) {
 	b, err := n.model(ctx, ref)
 	if err != nil {
 		return nil, err
@@ -133,7 +126,7 @@ func (n *Node) decodeModel(ctx context.Context, ref ModelRef) (*ir.Model, error)
 
 // collectIRs deletes the stored IRs no job of s refers to (a job was
 // deleted), except those of submissions still being planned.
-func (n *Node) collectIRs(ctx context.Context, s *State) error {
+func (n *Node) collectIRs(ctx context.Context, s *api.State) error {
 	st := n.irs()
 	if st == nil {
 		return nil

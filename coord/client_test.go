@@ -12,6 +12,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/tmmu/tmmu/coord/api"
 	"github.com/tmmu/tmmu/failure"
 )
 
@@ -31,7 +32,7 @@ func TestClientRetriesStaleNotFound(t *testing.T) {
 	good := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case "/v1/jobs/j":
-			writeJSON(w, http.StatusOK, &Job{Spec: JobSpec{Name: "j"}, Status: StatusRunning, Epochs: []Epoch{{}}})
+			writeJSON(w, http.StatusOK, &api.Job{Spec: api.JobSpec{Name: "j"}, Status: api.StatusRunning, Epochs: []api.Epoch{{}}})
 		case "/v1/jobs/gone":
 			writeError(w, http.StatusGone, errors.New(`job "gone" was deleted`))
 		default:
@@ -39,20 +40,20 @@ func TestClientRetriesStaleNotFound(t *testing.T) {
 		}
 	}))
 	defer good.Close()
-	c := NewClient(stale.URL, good.URL)
+	c := api.NewClient(stale.URL, good.URL)
 	j, err := c.RecentJob(context.Background(), "j")
 	if err != nil || j.Spec.Name != "j" || staleHits.Load() == 0 {
 		t.Fatalf("job %+v, err %v, stale node asked %d times", j, err, staleHits.Load())
 	}
-	if _, err := c.Job(context.Background(), "other"); !errors.Is(err, ErrNotFound) {
+	if _, err := c.Job(context.Background(), "other"); !errors.Is(err, api.ErrNotFound) {
 		t.Errorf("a job the leader does not have: %v", err)
 	}
-	if _, err := c.Job(context.Background(), "gone"); !errors.Is(err, ErrGone) {
+	if _, err := c.Job(context.Background(), "gone"); !errors.Is(err, api.ErrGone) {
 		t.Errorf("a deleted job: %v", err)
 	}
 	// Only stale nodes: not found, after the retries.
-	only := NewClient(stale.URL)
-	if _, err := only.Job(context.Background(), "j"); !errors.Is(err, ErrNotFound) {
+	only := api.NewClient(stale.URL)
+	if _, err := only.Job(context.Background(), "j"); !errors.Is(err, api.ErrNotFound) {
 		t.Errorf("only a stale node: %v", err)
 	}
 }
@@ -73,15 +74,15 @@ func TestClientRetriesLostLeadership(t *testing.T) {
 			writeCommitError(w, errors.New(`job "bad" is done`))
 			return
 		}
-		writeJSON(w, http.StatusOK, ReplanReply{Ack: "accepted", Decision: "replan", Epoch: 2})
+		writeJSON(w, http.StatusOK, api.ReplanReply{Ack: "accepted", Decision: "replan", Epoch: 2})
 	}))
 	defer leader.Close()
-	c := NewClient(lost.URL, leader.URL)
-	out, err := c.Replan(context.Background(), "j", "", &ReplanRequest{ID: "op-1", Reason: "try"})
+	c := api.NewClient(lost.URL, leader.URL)
+	out, err := c.Replan(context.Background(), "j", "", &api.ReplanRequest{ID: "op-1", Reason: "try"})
 	if err != nil || out.Epoch != 2 || lostHits.Load() != 1 {
 		t.Fatalf("reply %+v, err %v, the node that lost the leadership asked %d times", out, err, lostHits.Load())
 	}
-	if _, err := c.Replan(context.Background(), "bad", "", &ReplanRequest{ID: "op-2", Reason: "try"}); err == nil || !strings.Contains(err.Error(), "409") {
+	if _, err := c.Replan(context.Background(), "bad", "", &api.ReplanRequest{ID: "op-2", Reason: "try"}); err == nil || !strings.Contains(err.Error(), "409") {
 		t.Errorf("a refused replan: %v", err)
 	}
 }
@@ -90,7 +91,7 @@ func TestClientRetriesLostLeadership(t *testing.T) {
 // to the client as the same typed error: errors.Is matches its code, and
 // its operator, message and diagnostics are the server's.
 func TestClientKeepsFailureCodes(t *testing.T) {
-	sent := failure.New(failure.InvalidShardSpec, OpCoordinator, "data_parallel 2 × tensor_parallel 2 is not world_size 3", "field", "world_size")
+	sent := failure.New(failure.InvalidShardSpec, api.OpCoordinator, "data_parallel 2 × tensor_parallel 2 is not world_size 3", "field", "world_size")
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case "/v1/jobs":
@@ -100,8 +101,8 @@ func TestClientKeepsFailureCodes(t *testing.T) {
 		}
 	}))
 	defer srv.Close()
-	c := NewClient(srv.URL)
-	_, err := c.Submit(context.Background(), &SubmitRequest{Name: "j"})
+	c := api.NewClient(srv.URL)
+	_, err := c.Submit(context.Background(), &api.SubmitRequest{Name: "j"})
 	var got *failure.Error
 	if !errors.Is(err, failure.InvalidShardSpec) || !errors.As(err, &got) || got.Operator != sent.Operator || got.Message != sent.Message || got.Diagnostics["field"] != "world_size" {
 		t.Fatalf("got %#v (%v), want %v", got, err, sent)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/tmmu/tmmu/checkpoint"
+	"github.com/tmmu/tmmu/coord/api"
 )
 
 // Cluster runs several coordinator nodes in one process on loopback, each
@@ -21,7 +22,7 @@ import (
 // cmd/coordinator per machine.
 type Cluster struct {
 	Nodes   []*Node
-	Peers   []Peer
+	Peers   []api.Peer
 	dir     string
 	servers []*http.Server
 	fast    bool
@@ -88,7 +89,7 @@ func StartClusterWith(dir string, n int, o ClusterOptions) (*Cluster, error) {
 		if err != nil {
 			return nil, err
 		}
-		c.Peers = append(c.Peers, Peer{ID: fmt.Sprintf("c%d", i), RaftAddr: ra, HTTPAddr: ha})
+		c.Peers = append(c.Peers, api.Peer{ID: fmt.Sprintf("c%d", i), RaftAddr: ra, HTTPAddr: ha})
 	}
 	for i := range n {
 		if err := c.Start(i); err != nil {
@@ -107,7 +108,7 @@ func (c *Cluster) Start(i int) error {
 	if !boot {
 		// A joining node knows the cluster's addresses (for redirects)
 		// but does not bootstrap it.
-		peers = slices.Concat(peers, []Peer{p})
+		peers = slices.Concat(peers, []api.Peer{p})
 	}
 	cfg := Config{ID: p.ID, RaftAddr: p.RaftAddr, HTTPAddr: p.HTTPAddr, DataDir: filepath.Join(c.dir, p.ID),
 		Bootstrap: boot, Peers: peers, Fast: c.fast, Logger: c.log, IRStore: c.irs}
@@ -153,7 +154,7 @@ func (c *Cluster) Grow() (int, error) {
 		return -1, err
 	}
 	i := len(c.Nodes)
-	c.Peers = append(c.Peers, Peer{ID: fmt.Sprintf("c%d", i), RaftAddr: ra, HTTPAddr: ha})
+	c.Peers = append(c.Peers, api.Peer{ID: fmt.Sprintf("c%d", i), RaftAddr: ra, HTTPAddr: ha})
 	c.Nodes = append(c.Nodes, nil)
 	c.servers = append(c.servers, nil)
 	return i, c.Start(i)
@@ -191,12 +192,12 @@ func (c *Cluster) Leader(timeout time.Duration) (int, error) {
 // ApplyOnLeader applies c on whichever node leads, again on the next
 // leader when leadership moves before it commits (commands are
 // idempotent), until timeout. It returns the node that committed it.
-func (c *Cluster) ApplyOnLeader(cmd *Command, timeout time.Duration) (int, Result, error) {
+func (c *Cluster) ApplyOnLeader(cmd *api.Command, timeout time.Duration) (int, api.Result, error) {
 	deadline := time.Now().Add(timeout)
 	for {
 		li, err := c.Leader(time.Until(deadline))
 		if err != nil {
-			return -1, Result{}, err
+			return -1, api.Result{}, err
 		}
 		r, err := c.Nodes[li].Apply(cmd, time.Until(deadline))
 		if !errors.Is(err, ErrNotLeader) || time.Now().After(deadline) {

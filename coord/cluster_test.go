@@ -6,17 +6,18 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tmmu/tmmu/coord/api"
 	"github.com/tmmu/tmmu/ir"
 	"github.com/tmmu/tmmu/models"
 )
 
-func tinySubmit(t testing.TB, name string) *SubmitRequest {
+func tinySubmit(t testing.TB, name string) *api.SubmitRequest {
 	m, err := models.GPT2(models.GPT2Config{Layers: 2, Hidden: 32, Heads: 2, Seq: 8, Context: 8, Batch: 1, Vocab: 64, DType: ir.BF16, Train: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	irJSON, _ := json.Marshal(m)
-	return &SubmitRequest{Name: name, IR: irJSON, ShardSpec: json.RawMessage(`{"world_size": 4, "data_parallel": {"zero_stage": 3}}`), Steps: 3}
+	return &api.SubmitRequest{Name: name, IR: irJSON, ShardSpec: json.RawMessage(`{"world_size": 4, "data_parallel": {"zero_stage": 3}}`), Steps: 3}
 }
 
 // startCluster starts 3 nodes for the test and returns the cluster and
@@ -54,14 +55,14 @@ func waitFor(t *testing.T, what string, timeout time.Duration, ok func() bool) {
 func TestRaftClusterSurvivesLeaderLossAndRestarts(t *testing.T) {
 	c, li := startCluster(t)
 	follower := (li + 1) % 3
-	cl := NewClient(c.URLs()[follower])
+	cl := api.NewClient(c.URLs()[follower])
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	job, err := cl.Submit(ctx, tinySubmit(t, "gpt2-tiny"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if job.Status != StatusAgreeing || len(job.Current().Expected) != 4 {
+	if job.Status != api.StatusAgreeing || len(job.Current().Expected) != 4 {
 		t.Fatalf("submitted job: %+v", job)
 	}
 	// Any node serves a rank's plan, equal to the committed expectation.
@@ -82,7 +83,7 @@ func TestRaftClusterSurvivesLeaderLossAndRestarts(t *testing.T) {
 	}
 	// Commit an outcome, then lose the leader (the node that committed
 	// it: on a loaded machine leadership may have moved since the start).
-	li, _, err = c.ApplyOnLeader(&Command{Kind: CmdOutcome, Job: "gpt2-tiny", Epoch: 0, Outcome: &Outcome{Agreed: true}}, 10*time.Second)
+	li, _, err = c.ApplyOnLeader(&api.Command{Kind: api.CmdOutcome, Job: "gpt2-tiny", Epoch: 0, Outcome: &api.Outcome{Agreed: true}}, 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,16 +95,16 @@ func TestRaftClusterSurvivesLeaderLossAndRestarts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := NewClient(c.URLs()[nl]).Status(ctx)
+	st, err := api.NewClient(c.URLs()[nl]).Status(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("failover: node %d → node %d serving status after %s", li, nl, time.Since(start))
-	if len(st.Jobs) != 1 || st.Jobs[0].Status != StatusRunning || !st.Jobs[0].Agreed {
+	if len(st.Jobs) != 1 || st.Jobs[0].Status != api.StatusRunning || !st.Jobs[0].Agreed {
 		t.Fatalf("status after failover: %+v", st)
 	}
 	// The new leader takes writes.
-	if _, _, err := c.ApplyOnLeader(&Command{Kind: CmdProgress, Job: "gpt2-tiny", Step: 1}, 10*time.Second); err != nil {
+	if _, _, err := c.ApplyOnLeader(&api.Command{Kind: api.CmdProgress, Job: "gpt2-tiny", Step: 1}, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	// The old leader comes back from its bolt files and catches up.
@@ -124,7 +125,7 @@ func TestVotersJoinAndLeave(t *testing.T) {
 	c, li := startCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	follower := NewClient(c.URLs()[(li+1)%3])
+	follower := api.NewClient(c.URLs()[(li+1)%3])
 	if _, err := follower.Submit(ctx, tinySubmit(t, "before-join")); err != nil {
 		t.Fatal(err)
 	}
@@ -144,7 +145,7 @@ func TestVotersJoinAndLeave(t *testing.T) {
 		return s.Jobs["before-join"] != nil && s.Peers[c.Peers[ni].ID].HTTPAddr == c.Peers[ni].HTTPAddr
 	})
 	// The new voter knows the leader's HTTP address and redirects writes.
-	if _, err := NewClient(c.URLs()[ni]).Submit(ctx, tinySubmit(t, "after-join")); err != nil {
+	if _, err := api.NewClient(c.URLs()[ni]).Submit(ctx, tinySubmit(t, "after-join")); err != nil {
 		t.Fatal(err)
 	}
 	st, err = follower.RemoveVoter(ctx, c.Peers[ni].ID)
@@ -176,7 +177,7 @@ func TestTransferOnShutdown(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("leadership moved from node %d to node %d in %s", li, nl, time.Since(start))
-	if _, _, err := c.ApplyOnLeader(&Command{Kind: CmdSubmit, Job: "after", Spec: &JobSpec{Name: "after"}, New: &Epoch{}}, 10*time.Second); err != nil {
+	if _, _, err := c.ApplyOnLeader(&api.Command{Kind: api.CmdSubmit, Job: "after", Spec: &api.JobSpec{Name: "after"}, New: &api.Epoch{}}, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
 }

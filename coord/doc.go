@@ -2,9 +2,13 @@
 // jobs and plan epochs, the HTTP API operators and workers use, and the
 // leader's side of the agreement protocol.
 //
+// The state machine, the wire types and the HTTP client live in package
+// coord/api, which depends on neither raft nor bolt: workers and tools
+// import it, not this package.
+//
 // # State
 //
-// State holds every job: its spec (the global IR as canonical CBOR, the
+// api.State holds every job: its spec (the global IR as canonical CBOR, the
 // resolved shard spec, arena config, mode, strategy, replay token, replan
 // policy, steps), its epochs — each with every rank's expected plan hash,
 // the global plan hash, the step it starts at, why it exists, and, once
@@ -18,7 +22,7 @@
 // once, a conflicting one (another plan for an existing epoch) is
 // refused, a refused command changes nothing, and the first outcome of an
 // epoch stands. A job is done once its last step and the checkpoint of
-// its last step are committed. State.Apply is pure; Node feeds it raft's
+// its last step are committed. api.State.Apply is pure; Node feeds it raft's
 // committed log.
 //
 // # Node
@@ -104,7 +108,7 @@
 // Handler serves /v1/jobs, /v1/jobs/{name} (GET, DELETE; 410 once
 // deleted), /v1/jobs/{name}/ir, /v1/jobs/{name}/cancel, /v1/status (with
 // each job's ranks that hold no lease, and since when), /v1/voters,
-// /livez, /readyz and /metrics; Client calls it with retries across nodes,
-// and retries a not-found that a node without a leader answered. Cluster runs several nodes on loopback for
-// tests and tmmu demo.
+// /livez, /readyz and /metrics; api.Client calls it with retries across
+// nodes, and retries a not-found that a node without a leader answered.
+// Cluster runs several nodes on loopback for tests and tmmu demo.
 package coord

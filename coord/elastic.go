@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tmmu/tmmu/coord/api"
 	"github.com/tmmu/tmmu/shard"
 	"github.com/tmmu/tmmu/transport"
 )
@@ -22,9 +23,9 @@ import (
 // from the checkpoint the old world writes just before it. The new epoch
 // keeps the tensor and pipeline degrees and gives the data-parallel group
 // the rest; its ranks are the live identities in their old rank order.
-func (a *agreement) resize(ctx context.Context, j *Job) error {
+func (a *agreement) resize(ctx context.Context, j *api.Job) error {
 	cur := j.Current()
-	if j.Status != StatusRunning || cur.Outcome == nil || !cur.Outcome.Agreed {
+	if j.Status != api.StatusRunning || cur.Outcome == nil || !cur.Outcome.Agreed {
 		return nil
 	}
 	spec, members := j.World(cur.Epoch)
@@ -83,14 +84,14 @@ func (a *agreement) resize(ctx context.Context, j *Job) error {
 	}
 	group := spec.TensorParallel.Degree * spec.Stages()
 	boundary := cur.StartStep
-	var restore *Restore
+	var restore *api.Restore
 	var reason string
 	switch {
 	case len(gone) > 0 && len(keep) > 0:
 		if uint64(len(keep))%group != 0 {
 			return fmt.Errorf("coord: job %q kept %d ranks, not a multiple of tensor × pipeline %d: it waits for ranks to return", j.Spec.Name, len(keep), group)
 		}
-		restore = &Restore{Rollback: true}
+		restore = &api.Restore{Rollback: true}
 		from := "the initial state"
 		if k := j.LastCheckpoint(); k != nil {
 			restore.Step = k.Step
@@ -107,7 +108,7 @@ func (a *agreement) resize(ctx context.Context, j *Job) error {
 		}
 		back = back[:n-uint64(len(keep))]
 		keep = append(keep, back...)
-		restore = &Restore{} // at the boundary, from the old world's checkpoint there
+		restore = &api.Restore{} // at the boundary, from the old world's checkpoint there
 		reason = fmt.Sprintf("%s came back: world %d → %d, from the checkpoint at the boundary", strings.Join(back, ", "), spec.WorldSize, len(keep))
 	default:
 		return nil
@@ -128,12 +129,12 @@ func (a *agreement) resize(ctx context.Context, j *Job) error {
 	if err != nil {
 		return err
 	}
-	e := &Epoch{Epoch: cur.Epoch + 1, StartStep: boundary, GlobalPlanHash: gp.Hash, IRHash: gp.IRHash, ShardSpec: rs, Members: keep,
+	e := &api.Epoch{Epoch: cur.Epoch + 1, StartStep: boundary, GlobalPlanHash: gp.Hash, IRHash: gp.IRHash, ShardSpec: rs, Members: keep,
 		Reason: reason, CommittedAt: time.Now().UnixNano(), Restore: restore}
 	for _, r := range gp.Ranks {
 		e.Expected = append(e.Expected, r.PlanHash)
 	}
-	if _, err := a.n.Apply(&Command{Kind: CmdEpoch, Job: j.Spec.Name, New: e}, 10*time.Second); err != nil {
+	if _, err := a.n.Apply(&api.Command{Kind: api.CmdEpoch, Job: j.Spec.Name, New: e}, 10*time.Second); err != nil {
 		return err
 	}
 	a.announce(j, transport.Announcement{Job: j.Spec.Name, Epoch: e.Epoch, Kind: transport.KindEpoch, StartStep: e.StartStep, Reason: trim(e.Reason)})
@@ -142,7 +143,7 @@ func (a *agreement) resize(ctx context.Context, j *Job) error {
 
 // checkMembership runs resize for every elastic job, at most every
 // interval.
-func (a *agreement) checkMembership(ctx context.Context, s *State) {
+func (a *agreement) checkMembership(ctx context.Context, s *api.State) {
 	if a.rv == nil || time.Since(a.lastCheck) < 200*time.Millisecond {
 		return
 	}

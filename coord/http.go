@@ -15,58 +15,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/tmmu/tmmu/coord/api"
 	"github.com/tmmu/tmmu/failure"
 )
 
-// MaxSubmitBytes bounds a submission's body (413 past it): ten times the
-// JSON IR of a Llama-2-70B-sized training graph (1.6 MB). The IR is
-// still replicated in the raft log with the job, so the bound is also
-// what one log entry may carry.
-const MaxSubmitBytes = 16 << 20
-
-// Status is GET /v1/status: the cluster as this node sees it.
-type Status struct {
-	ID           string       `json:"id"`
-	State        string       `json:"state"` // Leader, Follower, Candidate, Shutdown
-	Leader       string       `json:"leader"`
-	LeaderHTTP   string       `json:"leader_http,omitempty"`
-	Term         uint64       `json:"term"`
-	AppliedIndex uint64       `json:"applied_index"`
-	Voters       []Peer       `json:"voters"`
-	Jobs         []JobSummary `json:"jobs"`
-	// JobsFrom names the node whose applied state Jobs comes from (a
-	// follower's may trail the leader's; Client.Status takes the jobs
-	// from the leader).
-	JobsFrom string `json:"jobs_from"`
-}
-
-// JobSummary is a job's line in status and job lists.
-type JobSummary struct {
-	Name           string   `json:"name"`
-	Status         string   `json:"status"`
-	Reason         string   `json:"reason,omitempty"`
-	Epoch          uint64   `json:"epoch"`
-	Agreed         bool     `json:"agreed"`
-	WorldSize      uint64   `json:"world_size"`
-	LastStep       uint64   `json:"last_step"`
-	Steps          uint64   `json:"steps"`
-	GlobalPlanHash string   `json:"global_plan_hash"`
-	Missing        []uint64 `json:"missing_ranks,omitempty"`
-	// Absent are the ranks without an etcd lease, and since when this
-	// node has seen them so (nodes given etcd only).
-	Absent []Absent `json:"absent_ranks,omitempty"`
-	// Paused says why the job waits (a full checkpoint store).
-	Paused string `json:"paused,omitempty"`
-	// LastCheckpoint is the step of the newest committed checkpoint (0:
-	// none), of Checkpoints kept.
-	LastCheckpoint uint64 `json:"last_checkpoint"`
-	Checkpoints    int    `json:"checkpoints"`
-}
-
-func (n *Node) summarize(j *Job) JobSummary {
+func (n *Node) summarize(j *api.Job) api.JobSummary {
 	e := j.Current()
 	spec, _ := j.World(e.Epoch)
-	s := JobSummary{Name: j.Spec.Name, Status: j.Status, Reason: j.Reason, Epoch: e.Epoch, WorldSize: spec.WorldSize,
+	s := api.JobSummary{Name: j.Spec.Name, Status: j.Status, Reason: j.Reason, Epoch: e.Epoch, WorldSize: spec.WorldSize,
 		LastStep: j.LastStep, Steps: j.Spec.Steps, GlobalPlanHash: e.GlobalPlanHash.String(), Paused: j.Paused, Checkpoints: len(j.Checkpoints)}
 	if e.Outcome != nil {
 		s.Agreed, s.Missing = e.Outcome.Agreed, e.Outcome.Missing
@@ -76,11 +32,6 @@ func (n *Node) summarize(j *Job) JobSummary {
 	}
 	s.Absent = n.absentOf(j.Spec.Name)
 	return s
-}
-
-// CancelRequest is the body of POST /v1/jobs/{name}/cancel.
-type CancelRequest struct {
-	Reason string `json:"reason"`
 }
 
 // metrics are a node's Prometheus collectors (a registry per node, so
@@ -182,7 +133,7 @@ func (n *Node) Handler() http.Handler {
 			return
 		}
 		s, _ := n.State()
-		out := []JobSummary{}
+		out := []api.JobSummary{}
 		for _, name := range s.Names() {
 			out = append(out, n.summarize(s.Jobs[name]))
 		}
@@ -255,7 +206,7 @@ func (n *Node) Handler() http.Handler {
 		if n.redirect(w, r) {
 			return
 		}
-		var req ReplanRequest
+		var req api.ReplanRequest
 		if !decodeBody(w, r, 1<<20, "replan request", &req) {
 			return
 		}
@@ -270,26 +221,26 @@ func (n *Node) Handler() http.Handler {
 		if n.redirect(w, r) {
 			return
 		}
-		var req CancelRequest
+		var req api.CancelRequest
 		if !decodeBody(w, r, 1<<16, "cancel request", &req) {
 			return
 		}
 		if strings.TrimSpace(req.Reason) == "" {
 			req.Reason = "cancelled by an operator"
 		}
-		n.mutate(w, r.PathValue("name"), &Command{Kind: CmdCancel, Job: r.PathValue("name"), Reason: req.Reason})
+		n.mutate(w, r.PathValue("name"), &api.Command{Kind: api.CmdCancel, Job: r.PathValue("name"), Reason: req.Reason})
 	}))
 	mux.HandleFunc("DELETE /v1/jobs/{name}", n.authorized(func(w http.ResponseWriter, r *http.Request) {
 		if n.redirect(w, r) {
 			return
 		}
-		n.mutate(w, r.PathValue("name"), &Command{Kind: CmdDelete, Job: r.PathValue("name"), At: time.Now().UnixNano()})
+		n.mutate(w, r.PathValue("name"), &api.Command{Kind: api.CmdDelete, Job: r.PathValue("name"), At: time.Now().UnixNano()})
 	}))
 	mux.HandleFunc("POST /v1/voters", n.authorized(func(w http.ResponseWriter, r *http.Request) {
 		if n.redirect(w, r) {
 			return
 		}
-		var p Peer
+		var p api.Peer
 		if !decodeBody(w, r, 1<<16, "voter", &p) {
 			return
 		}
@@ -331,15 +282,15 @@ func (n *Node) Handler() http.Handler {
 }
 
 // Status returns the node's view of the cluster.
-func (n *Node) Status() Status {
+func (n *Node) Status() api.Status {
 	s, idx := n.State()
 	lid, lhttp := n.Leader()
-	st := Status{ID: n.cfg.ID, State: n.raft.State().String(), Leader: lid, LeaderHTTP: lhttp, AppliedIndex: idx, Jobs: []JobSummary{}, JobsFrom: n.cfg.ID}
+	st := api.Status{ID: n.cfg.ID, State: n.raft.State().String(), Leader: lid, LeaderHTTP: lhttp, AppliedIndex: idx, Jobs: []api.JobSummary{}, JobsFrom: n.cfg.ID}
 	st.Term, _ = strconv.ParseUint(n.raft.Stats()["term"], 10, 64)
 	if f := n.raft.GetConfiguration(); f.Error() == nil {
 		for _, sv := range f.Configuration().Servers {
 			if sv.Suffrage == raft.Voter {
-				st.Voters = append(st.Voters, Peer{ID: string(sv.ID), RaftAddr: string(sv.Address), HTTPAddr: n.httpAddr(string(sv.ID))})
+				st.Voters = append(st.Voters, api.Peer{ID: string(sv.ID), RaftAddr: string(sv.Address), HTTPAddr: n.httpAddr(string(sv.ID))})
 			}
 		}
 	}
@@ -375,7 +326,7 @@ func (n *Node) scheme() string {
 
 // job answers a read of job {name}: it redirects to the leader or writes
 // a 404 and returns nil, or returns the job.
-func (n *Node) job(w http.ResponseWriter, r *http.Request) *Job {
+func (n *Node) job(w http.ResponseWriter, r *http.Request) *api.Job {
 	if n.readRedirect(w, r) {
 		return nil
 	}
@@ -393,7 +344,7 @@ func (n *Node) job(w http.ResponseWriter, r *http.Request) *Job {
 }
 
 // mutate commits c for job and answers with the job (404 for no job).
-func (n *Node) mutate(w http.ResponseWriter, job string, c *Command) {
+func (n *Node) mutate(w http.ResponseWriter, job string, c *api.Command) {
 	s, _ := n.State()
 	if s.Jobs[job] == nil {
 		writeError(w, http.StatusNotFound, fmt.Errorf("no job %q", job))
@@ -454,22 +405,11 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	json.NewEncoder(w).Encode(v) // compact: workers poll these
 }
 
-// APIError is the body of every error response.
-type APIError struct {
-	Error       string            `json:"error"`
-	FailureCode failure.Code      `json:"failure_code,omitempty"`
-	Diagnostics map[string]string `json:"diagnostics,omitempty"`
-	// Operator and Message are the failure's own fields, so that a client
-	// rebuilds the typed error (see Client).
-	Operator string `json:"failure_operator,omitempty"`
-	Message  string `json:"message,omitempty"`
-}
-
 func writeError(w http.ResponseWriter, status int, err error) { writeJSON(w, status, apiError(err)) }
 
 // apiError is the body that answers err.
-func apiError(err error) APIError {
-	e := APIError{Error: err.Error()}
+func apiError(err error) api.APIError {
+	e := api.APIError{Error: err.Error()}
 	var fe *failure.Error
 	if errors.As(err, &fe) {
 		e.FailureCode, e.Diagnostics, e.Operator, e.Message = fe.Code, fe.Diagnostics, fe.Operator, fe.Message

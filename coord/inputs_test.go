@@ -11,13 +11,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tmmu/tmmu/coord/api"
 	"github.com/tmmu/tmmu/failure"
 )
 
 // post sends body to url and returns the status and the decoded API
 // error (empty on success), again while the cluster answers 503 (no
 // leader for a while, on a loaded machine), as the client does.
-func post(t *testing.T, url string, body []byte) (int, APIError) {
+func post(t *testing.T, url string, body []byte) (int, api.APIError) {
 	t.Helper()
 	deadline := time.Now().Add(time.Minute)
 	for {
@@ -31,7 +32,7 @@ func post(t *testing.T, url string, body []byte) (int, APIError) {
 			time.Sleep(100 * time.Millisecond)
 			continue
 		}
-		var e APIError
+		var e api.APIError
 		if resp.StatusCode >= 400 {
 			if err := json.Unmarshal(data, &e); err != nil {
 				t.Fatalf("%s: %s is not an API error: %v", url, data, err)
@@ -52,14 +53,14 @@ func TestBadInputsAreRefused(t *testing.T) {
 	good := tinySubmit(t, "bounded")
 	for _, tc := range []struct {
 		field string
-		set   func(*SubmitRequest)
+		set   func(*api.SubmitRequest)
 	}{
-		{"window", func(r *SubmitRequest) { r.Window = math.MaxUint64 }},
-		{"window", func(r *SubmitRequest) { r.Window = MaxWindow + 1 }},
-		{"steps", func(r *SubmitRequest) { r.Steps = MaxSteps + 1 }},
-		{"checkpoint_every", func(r *SubmitRequest) { r.CheckpointEvery = math.MaxUint64 }},
-		{"checkpoint_keep", func(r *SubmitRequest) { r.CheckpointKeep = MaxCheckpointKeep + 1 }},
-		{"shard_spec.world_size", func(r *SubmitRequest) { r.ShardSpec = json.RawMessage(`{"world_size": 1000000}`) }},
+		{"window", func(r *api.SubmitRequest) { r.Window = math.MaxUint64 }},
+		{"window", func(r *api.SubmitRequest) { r.Window = MaxWindow + 1 }},
+		{"steps", func(r *api.SubmitRequest) { r.Steps = MaxSteps + 1 }},
+		{"checkpoint_every", func(r *api.SubmitRequest) { r.CheckpointEvery = math.MaxUint64 }},
+		{"checkpoint_keep", func(r *api.SubmitRequest) { r.CheckpointKeep = MaxCheckpointKeep + 1 }},
+		{"shard_spec.world_size", func(r *api.SubmitRequest) { r.ShardSpec = json.RawMessage(`{"world_size": 1000000}`) }},
 	} {
 		req := *good
 		tc.set(&req)
@@ -70,7 +71,7 @@ func TestBadInputsAreRefused(t *testing.T) {
 		}
 	}
 	// A body past MaxSubmitBytes: 413, read no further than the limit.
-	huge := append([]byte(`{"name": "huge", "ir": "`), bytes.Repeat([]byte("x"), MaxSubmitBytes)...)
+	huge := append([]byte(`{"name": "huge", "ir": "`), bytes.Repeat([]byte("x"), api.MaxSubmitBytes)...)
 	huge = append(huge, `"}`...)
 	if status, e := post(t, base+"/v1/jobs", huge); status != http.StatusRequestEntityTooLarge || e.FailureCode != failure.InvalidEncoding {
 		t.Errorf("a %d-byte submission: %d %s %q, want 413 INVALID_ENCODING", len(huge), status, e.FailureCode, e.Error)
@@ -83,16 +84,16 @@ func TestBadInputsAreRefused(t *testing.T) {
 	silent := closed.Addr().String()
 	closed.Close()
 	for _, tc := range []struct {
-		peer Peer
+		peer api.Peer
 		want string
 	}{
-		{Peer{ID: "c4", RaftAddr: "not-an-addr"}, "raft_addr"},
-		{Peer{ID: "c4", RaftAddr: "127.0.0.1:0"}, "raft_addr"},
-		{Peer{ID: "c4", RaftAddr: "127.0.0.1:99999"}, "raft_addr"},
-		{Peer{ID: "c4", RaftAddr: silent}, "does not answer"},
-		{Peer{ID: "c4", RaftAddr: c.Peers[0].RaftAddr, HTTPAddr: "nowhere"}, "http_addr"},
-		{Peer{ID: "../c4", RaftAddr: c.Peers[0].RaftAddr}, "id"},
-		{Peer{ID: c.Peers[(li+1)%3].ID, RaftAddr: c.Peers[li].RaftAddr}, "remove it before"},
+		{api.Peer{ID: "c4", RaftAddr: "not-an-addr"}, "raft_addr"},
+		{api.Peer{ID: "c4", RaftAddr: "127.0.0.1:0"}, "raft_addr"},
+		{api.Peer{ID: "c4", RaftAddr: "127.0.0.1:99999"}, "raft_addr"},
+		{api.Peer{ID: "c4", RaftAddr: silent}, "does not answer"},
+		{api.Peer{ID: "c4", RaftAddr: c.Peers[0].RaftAddr, HTTPAddr: "nowhere"}, "http_addr"},
+		{api.Peer{ID: "../c4", RaftAddr: c.Peers[0].RaftAddr}, "id"},
+		{api.Peer{ID: c.Peers[(li+1)%3].ID, RaftAddr: c.Peers[li].RaftAddr}, "remove it before"},
 	} {
 		body, _ := json.Marshal(tc.peer)
 		status, e := post(t, base+"/v1/voters", body)
@@ -131,7 +132,7 @@ func TestBadInputsAreRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	s, _ = c.Nodes[li].State()
-	if j := s.Jobs["bounded"]; j == nil || j.Spec.Steps != good.Steps || j.Spec.Window != DefaultWindow {
+	if j := s.Jobs["bounded"]; j == nil || j.Spec.Steps != good.Steps || j.Spec.Window != api.DefaultWindow {
 		t.Errorf("the job after a changed resubmission: %+v", j)
 	}
 }

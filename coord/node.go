@@ -19,17 +19,11 @@ import (
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 
 	"github.com/tmmu/tmmu/checkpoint"
+	"github.com/tmmu/tmmu/coord/api"
 	"github.com/tmmu/tmmu/failure"
 	"github.com/tmmu/tmmu/ir"
 	"github.com/tmmu/tmmu/transport"
 )
-
-// Peer is one coordinator: its raft id, raft address and HTTP address.
-type Peer struct {
-	ID       string `json:"id"`
-	RaftAddr string `json:"raft_addr"`
-	HTTPAddr string `json:"http_addr"`
-}
 
 // Config configures a coordinator node.
 type Config struct {
@@ -46,7 +40,7 @@ type Config struct {
 	// existing cluster (Bootstrap false; a leader adds it with AddVoter)
 	// lists the cluster's nodes too. Voters added later are known by
 	// their recorded addresses.
-	Peers []Peer
+	Peers []api.Peer
 	// Fast shortens raft's timeouts for loopback clusters (tests, demo).
 	Fast bool
 	// APIToken, when set, is the bearer token every call of the HTTP API
@@ -98,17 +92,17 @@ func (c *Config) Validate() error {
 // fsm adapts State to raft.FSM. Readers take a clone under the lock.
 type fsm struct {
 	mu    sync.RWMutex
-	state *State
+	state *api.State
 	index uint64 // last applied index
 	// onApply, if set, is called after each applied command (outside
 	// the lock) so the node can react to commits.
-	onApply func(*Command, Result)
+	onApply func(*api.Command, api.Result)
 }
 
 func (f *fsm) Apply(l *raft.Log) any {
-	var c Command
+	var c api.Command
 	if err := ir.UnmarshalCBOR(l.Data, &c); err != nil {
-		return Result{Err: fmt.Errorf("coord: undecodable command at index %d: %w", l.Index, err)}
+		return api.Result{Err: fmt.Errorf("coord: undecodable command at index %d: %w", l.Index, err)}
 	}
 	f.mu.Lock()
 	r := f.state.Apply(&c)
@@ -136,12 +130,12 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 	if err != nil {
 		return err
 	}
-	var s State
+	var s api.State
 	if err := ir.UnmarshalCBOR(b, &s); err != nil {
 		return fmt.Errorf("coord: restoring a snapshot: %w", err)
 	}
 	if s.Jobs == nil {
-		s.Jobs = map[string]*Job{}
+		s.Jobs = map[string]*api.Job{}
 	}
 	if len(s.Peers) == 0 {
 		s.Peers = nil
@@ -172,7 +166,7 @@ type Node struct {
 	raft  *raft.Raft
 	trans *raft.NetworkTransport
 	store *raftboltdb.BoltStore
-	peers map[string]Peer // by raft id
+	peers map[string]api.Peer // by raft id
 
 	commits chan struct{} // signalled (non-blocking) after every applied command
 	metrics *metrics
@@ -182,7 +176,7 @@ type Node struct {
 	recovers chan transport.RecoveryRequest
 	// absent is, on the leader, each live job's ranks without a lease.
 	absentMu sync.Mutex
-	absent   map[string][]Absent
+	absent   map[string][]api.Absent
 	// token is the bearer token every call needs, readToken a token
 	// reads accept too ("" for none).
 	token, readToken atomic.Pointer[string]
@@ -212,7 +206,7 @@ func Open(cfg Config) (*Node, error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("coord: %w", err)
 	}
-	n := &Node{cfg: cfg, log: log.With("node", cfg.ID), peers: map[string]Peer{}, commits: make(chan struct{}, 1), replans: make(chan replanEvent, 256), recovers: make(chan transport.RecoveryRequest, 256),
+	n := &Node{cfg: cfg, log: log.With("node", cfg.ID), peers: map[string]api.Peer{}, commits: make(chan struct{}, 1), replans: make(chan replanEvent, 256), recovers: make(chan transport.RecoveryRequest, 256),
 		subs: map[string]*submission{}, planning: make(chan struct{}, MaxPlanning)}
 	if cfg.IRStore != nil {
 		n.SetIRStore(cfg.IRStore)
@@ -220,7 +214,7 @@ func Open(cfg Config) (*Node, error) {
 	for _, p := range cfg.Peers {
 		n.peers[p.ID] = p
 	}
-	n.fsm = &fsm{state: &State{Jobs: map[string]*Job{}}, onApply: func(*Command, Result) {
+	n.fsm = &fsm{state: &api.State{Jobs: map[string]*api.Job{}}, onApply: func(*api.Command, api.Result) {
 		select {
 		case n.commits <- struct{}{}:
 		default:
@@ -346,9 +340,9 @@ var peerID = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
 // raft address where nothing accepts a TCP connection within probe.
 // The cluster needs a majority of its voters; a voter that cannot
 // answer is one failure closer to a cluster that stops.
-func CheckPeer(p Peer, probe time.Duration) error {
+func CheckPeer(p api.Peer, probe time.Duration) error {
 	bad := func(format string, args ...any) error {
-		return failure.New(failure.InvalidOptions, OpCoordinator, fmt.Sprintf("voter: "+format, args...))
+		return failure.New(failure.InvalidOptions, api.OpCoordinator, fmt.Sprintf("voter: "+format, args...))
 	}
 	if !peerID.MatchString(p.ID) {
 		return bad("id %q: use 1 to 64 of A-Z a-z 0-9 _ . -", p.ID)
@@ -375,7 +369,7 @@ func CheckPeer(p Peer, probe time.Duration) error {
 
 // AddVoter adds p to the cluster as a voter (leader only) and records its
 // HTTP address. p's node must be running, started without bootstrap.
-func (n *Node) AddVoter(p Peer, timeout time.Duration) error {
+func (n *Node) AddVoter(p api.Peer, timeout time.Duration) error {
 	if !n.IsLeader() {
 		return ErrNotLeader
 	}
@@ -388,14 +382,14 @@ func (n *Node) AddVoter(p Peer, timeout time.Duration) error {
 	}
 	for _, sv := range cf.Configuration().Servers {
 		if string(sv.ID) == p.ID && string(sv.Address) != p.RaftAddr {
-			return failure.New(failure.InvalidOptions, OpCoordinator,
+			return failure.New(failure.InvalidOptions, api.OpCoordinator,
 				fmt.Sprintf("voter %s is at %s, not %s: remove it before adding it at another address", p.ID, sv.Address, p.RaftAddr))
 		}
 	}
 	if err := n.raft.AddVoter(raft.ServerID(p.ID), raft.ServerAddress(p.RaftAddr), 0, timeout).Error(); err != nil {
 		return fmt.Errorf("coord: adding voter %s: %w", p.ID, leaderLost(err))
 	}
-	_, err := n.Apply(&Command{Kind: CmdPeer, Peer: &p}, timeout)
+	_, err := n.Apply(&api.Command{Kind: api.CmdPeer, Peer: &p}, timeout)
 	return err
 }
 
@@ -405,7 +399,7 @@ func (n *Node) RemoveVoter(id string, timeout time.Duration) error {
 	if !n.IsLeader() {
 		return ErrNotLeader
 	}
-	if _, err := n.Apply(&Command{Kind: CmdPeer, Peer: &Peer{ID: id}, Remove: true}, timeout); err != nil {
+	if _, err := n.Apply(&api.Command{Kind: api.CmdPeer, Peer: &api.Peer{ID: id}, Remove: true}, timeout); err != nil {
 		return err
 	}
 	if err := n.raft.RemoveServer(raft.ServerID(id), 0, timeout).Error(); err != nil {
@@ -419,7 +413,7 @@ func (n *Node) RemoveVoter(id string, timeout time.Duration) error {
 // term (a leader applies its predecessor's last entries only after its own
 // first commit), it first waits for that, up to a second: a new leader
 // never answers with less than the old one committed.
-func (n *Node) State() (*State, uint64) {
+func (n *Node) State() (*api.State, uint64) {
 	if n.IsLeader() {
 		term := n.raft.CurrentTerm()
 		if n.caughtUpTerm.Load() != term && n.raft.Barrier(time.Second).Error() == nil {
@@ -430,7 +424,7 @@ func (n *Node) State() (*State, uint64) {
 }
 
 // applied returns a copy of the state as applied, without waiting.
-func (n *Node) applied() (*State, uint64) {
+func (n *Node) applied() (*api.State, uint64) {
 	n.fsm.mu.RLock()
 	defer n.fsm.mu.RUnlock()
 	return n.fsm.state.Clone(), n.fsm.index
@@ -445,19 +439,19 @@ var ErrNotLeader = errors.New("coord: not the leader")
 // Apply replicates c and returns its result once committed and applied
 // here. It fails with ErrNotLeader on a follower; a caller that gets a
 // timeout or a lost leadership may retry, since commands are idempotent.
-func (n *Node) Apply(c *Command, timeout time.Duration) (Result, error) {
+func (n *Node) Apply(c *api.Command, timeout time.Duration) (api.Result, error) {
 	if !n.IsLeader() {
-		return Result{}, ErrNotLeader
+		return api.Result{}, ErrNotLeader
 	}
 	b, err := ir.CanonicalCBOR(c)
 	if err != nil {
-		return Result{}, err
+		return api.Result{}, err
 	}
 	f := n.raft.Apply(b, timeout)
 	if err := f.Error(); err != nil {
-		return Result{}, leaderLost(err)
+		return api.Result{}, leaderLost(err)
 	}
-	r, _ := f.Response().(Result)
+	r, _ := f.Response().(api.Result)
 	return r, r.Err
 }
 

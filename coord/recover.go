@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/tmmu/tmmu/checkpoint"
+	"github.com/tmmu/tmmu/coord/api"
 	"github.com/tmmu/tmmu/recovery"
 	"github.com/tmmu/tmmu/rendezvous"
 	"github.com/tmmu/tmmu/transport"
@@ -37,19 +38,12 @@ type Leading struct {
 // DefaultShrinkAfter is Leading.ShrinkAfter's default.
 const DefaultShrinkAfter = 10 * time.Second
 
-// Absent is a rank whose etcd lease is gone, as the leader saw it.
-type Absent struct {
-	Rank     uint64    `json:"rank"`
-	Identity string    `json:"identity,omitempty"`
-	Since    time.Time `json:"since"`
-}
-
 // recoveryJob is what package recovery's decisions need of j.
-func recoveryJob(j *Job) recovery.Job {
+func recoveryJob(j *api.Job) recovery.Job {
 	rj := recovery.Job{LastStep: j.LastStep, Final: j.Final(), Paused: j.Paused != ""}
 	for i := range j.Epochs {
 		e := &j.Epochs[i]
-		re := recovery.Epoch{Epoch: e.Epoch, StartStep: e.StartStep, World: worldOf(j, e.Epoch), Agreed: e.Outcome != nil && e.Outcome.Agreed}
+		re := recovery.Epoch{Epoch: e.Epoch, StartStep: e.StartStep, World: j.WorldSize(e.Epoch), Agreed: e.Outcome != nil && e.Outcome.Agreed}
 		if e.Restore != nil {
 			re.Restore = &recovery.Restore{Step: e.Restore.Step, Rollback: e.Restore.Rollback}
 		}
@@ -92,13 +86,13 @@ func (a *agreement) watchCheckpoints(ctx context.Context, job string) {
 		if !ok {
 			continue
 		}
-		k := &Checkpoint{Step: r.Step, Epoch: r.Epoch, World: uint64(len(shards)), CommittedAt: time.Now().UnixNano()}
+		k := &api.Checkpoint{Step: r.Step, Epoch: r.Epoch, World: uint64(len(shards)), CommittedAt: time.Now().UnixNano()}
 		for _, sh := range shards {
-			k.Shards = append(k.Shards, CheckpointShard{Rank: sh.Rank, Identity: sh.Identity, Digest: sh.Digest, StateHash: sh.State, Bytes: sh.Bytes})
+			k.Shards = append(k.Shards, api.CheckpointShard{Rank: sh.Rank, Identity: sh.Identity, Digest: sh.Digest, StateHash: sh.State, Bytes: sh.Bytes})
 			k.Bytes += sh.Bytes
 			k.WriteNanos = max(k.WriteNanos, sh.Nanos)
 		}
-		if _, err := a.n.Apply(&Command{Kind: CmdCheckpoint, Job: job, Checkpoint: k}, 5*time.Second); err != nil {
+		if _, err := a.n.Apply(&api.Command{Kind: api.CmdCheckpoint, Job: job, Checkpoint: k}, 5*time.Second); err != nil {
 			// The reports stay stored: the watch starts over (on this
 			// node if it still leads, else on the next leader).
 			a.n.log.Warn("committing a checkpoint", "job", job, "step", k.Step, "err", err)
@@ -122,7 +116,7 @@ func (a *agreement) watchCheckpoints(ctx context.Context, job string) {
 
 // collect deletes the job's stored objects that no kept checkpoint needs
 // (recovery.Garbage): older checkpoints, partial ones, dropped ones.
-func (a *agreement) collect(ctx context.Context, job string, j *Job) {
+func (a *agreement) collect(ctx context.Context, job string, j *api.Job) {
 	objs, err := a.store.List(ctx, checkpoint.JobPrefix(job))
 	if err != nil {
 		a.n.log.Warn("listing checkpoint objects", "job", job, "err", err)
@@ -180,9 +174,9 @@ func (a *agreement) handleRecovery(q transport.RecoveryRequest) {
 		return
 	case recovery.Rollback:
 		cur := j.Current()
-		next := &Epoch{Epoch: cur.Epoch + 1, StartStep: d.To + 1, Reason: d.Reason, GlobalPlanHash: cur.GlobalPlanHash, IRHash: cur.IRHash,
-			Expected: slices.Clone(cur.Expected), Restore: &Restore{Step: d.To, Rollback: true}, CommittedAt: time.Now().UnixNano()}
-		c := &Command{Kind: CmdEpoch, Job: q.Job, New: next}
+		next := &api.Epoch{Epoch: cur.Epoch + 1, StartStep: d.To + 1, Reason: d.Reason, GlobalPlanHash: cur.GlobalPlanHash, IRHash: cur.IRHash,
+			Expected: slices.Clone(cur.Expected), Restore: &api.Restore{Step: d.To, Rollback: true}, CommittedAt: time.Now().UnixNano()}
+		c := &api.Command{Kind: api.CmdEpoch, Job: q.Job, New: next}
 		if d.Drop != nil {
 			c.Drop = &d.Drop.Step
 		}
@@ -193,13 +187,13 @@ func (a *agreement) handleRecovery(q transport.RecoveryRequest) {
 		a.n.log.Warn("rollback committed", "job", q.Job, "epoch", next.Epoch, "to_step", d.To, "reason", d.Reason)
 		a.announce(j, transport.Announcement{Job: q.Job, Epoch: next.Epoch, Kind: transport.KindEpoch, StartStep: next.StartStep, Reason: trim(d.Reason)})
 	case recovery.Pause:
-		if _, err := a.n.Apply(&Command{Kind: CmdPause, Job: q.Job, Reason: d.Reason, Step: q.Step}, 5*time.Second); err != nil {
+		if _, err := a.n.Apply(&api.Command{Kind: api.CmdPause, Job: q.Job, Reason: d.Reason, Step: q.Step}, 5*time.Second); err != nil {
 			a.n.log.Warn("pausing a job", "job", q.Job, "err", err)
 			return
 		}
 		a.n.log.Warn("job paused", "job", q.Job, "reason", d.Reason)
 	case recovery.Fail:
-		if _, err := a.n.Apply(&Command{Kind: CmdFail, Job: q.Job, Reason: d.Reason}, 5*time.Second); err != nil {
+		if _, err := a.n.Apply(&api.Command{Kind: api.CmdFail, Job: q.Job, Reason: d.Reason}, 5*time.Second); err != nil {
 			a.n.log.Warn("failing a job", "job", q.Job, "err", err)
 			return
 		}
@@ -217,7 +211,7 @@ type mark struct {
 // announceChanges tells a job's workers when its status or pause changed
 // or it was deleted (they fetch it and stop or go on), and cleans up
 // after deleted jobs: their reports and checkpoint objects.
-func (a *agreement) announceChanges(ctx context.Context, s *State) {
+func (a *agreement) announceChanges(ctx context.Context, s *api.State) {
 	for _, name := range s.Names() {
 		j := s.Jobs[name]
 		m := mark{status: j.Status, paused: j.Paused, exists: true}
@@ -263,13 +257,13 @@ func (a *agreement) announceChanges(ctx context.Context, s *State) {
 // trackAbsent reads, at most every second, which ranks of each live job
 // hold no lease in etcd, and since when (for tmmu status, on every node,
 // and the leader's elastic shrinking).
-func (a *agreement) trackAbsent(ctx context.Context, s *State) {
+func (a *agreement) trackAbsent(ctx context.Context, s *api.State) {
 	if a.rv == nil || time.Since(a.lastAbsent) < time.Second {
 		return
 	}
 	a.lastAbsent = time.Now()
 	now := time.Now()
-	out := map[string][]Absent{}
+	out := map[string][]api.Absent{}
 	for _, name := range s.Names() {
 		j := s.Jobs[name]
 		if j.Final() {
@@ -282,7 +276,7 @@ func (a *agreement) trackAbsent(ctx context.Context, s *State) {
 			out[name] = a.n.absentOf(name) // keep what was seen
 			continue
 		}
-		prev := map[uint64]Absent{}
+		prev := map[uint64]api.Absent{}
 		for _, x := range a.n.absentOf(name) {
 			prev[x.Rank] = x
 		}
@@ -290,7 +284,7 @@ func (a *agreement) trackAbsent(ctx context.Context, s *State) {
 			if m.Present {
 				continue
 			}
-			x := Absent{Rank: m.Rank, Identity: m.Identity, Since: now}
+			x := api.Absent{Rank: m.Rank, Identity: m.Identity, Since: now}
 			if p, ok := prev[m.Rank]; ok && p.Identity == m.Identity {
 				x.Since = p.Since
 			}
@@ -303,7 +297,7 @@ func (a *agreement) trackAbsent(ctx context.Context, s *State) {
 }
 
 // absentOf returns the missing ranks of job as this node last saw them.
-func (n *Node) absentOf(job string) []Absent {
+func (n *Node) absentOf(job string) []api.Absent {
 	n.absentMu.Lock()
 	defer n.absentMu.Unlock()
 	return slices.Clone(n.absent[job])

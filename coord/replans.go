@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/tmmu/tmmu/coord/api"
 	"github.com/tmmu/tmmu/ir"
 	"github.com/tmmu/tmmu/planner"
 	"github.com/tmmu/tmmu/replan"
@@ -18,36 +19,17 @@ import (
 	"github.com/tmmu/tmmu/transport"
 )
 
-// ReplanRequest is the body of POST /v1/jobs/{name}/replan: an operator
-// asks for a new plan epoch. Every field but Reason is optional.
-type ReplanRequest struct {
-	ID          string                 `json:"id,omitempty"` // deduplicates retries (default: a new id)
-	Reason      string                 `json:"reason"`
-	ArenaConfig planner.ArenaConfig    `json:"arena_config,omitempty"`
-	Strategy    planner.Strategy       `json:"strategy,omitempty"`
-	Envelope    map[string]ir.DimRange `json:"envelope,omitempty"`
-}
-
-// ReplanReply answers an operator request.
-type ReplanReply struct {
-	Ack      string   `json:"ack"`                // accepted, duplicate, held, ...
-	Decision string   `json:"decision"`           // none, replan, abort
-	Epoch    uint64   `json:"epoch,omitempty"`    // the new epoch, for a replan
-	Boundary uint64   `json:"boundary,omitempty"` // its first step
-	Reasons  []string `json:"reasons,omitempty"`
-}
-
 // replanEvent is a worker's envelope exit or an operator's request, for
 // the agreement loop.
 type replanEvent struct {
 	job    string
 	worker *transport.ReplanRequest
-	op     *ReplanRequest
+	op     *api.ReplanRequest
 	reply  chan replyOrErr
 }
 
 type replyOrErr struct {
-	r   ReplanReply
+	r   api.ReplanReply
 	err error
 }
 
@@ -65,12 +47,12 @@ type jobReplans struct {
 
 // OperatorReplan hands an operator's replan request to the leader's
 // agreement loop and waits for its decision.
-func (n *Node) OperatorReplan(job string, req *ReplanRequest, timeout time.Duration) (ReplanReply, error) {
+func (n *Node) OperatorReplan(job string, req *api.ReplanRequest, timeout time.Duration) (api.ReplanReply, error) {
 	if !n.IsLeader() {
-		return ReplanReply{}, ErrNotLeader
+		return api.ReplanReply{}, ErrNotLeader
 	}
 	if strings.TrimSpace(req.Reason) == "" {
-		return ReplanReply{}, errors.New("coord: a replan request needs a reason")
+		return api.ReplanReply{}, errors.New("coord: a replan request needs a reason")
 	}
 	if req.ID == "" {
 		req.ID = fmt.Sprintf("op-%d", time.Now().UnixNano())
@@ -79,17 +61,17 @@ func (n *Node) OperatorReplan(job string, req *ReplanRequest, timeout time.Durat
 	select {
 	case n.replans <- ev:
 	case <-time.After(timeout):
-		return ReplanReply{}, errors.New("coord: the agreement loop is not running on the leader")
+		return api.ReplanReply{}, errors.New("coord: the agreement loop is not running on the leader")
 	}
 	select {
 	case r := <-ev.reply:
 		return r.r, r.err
 	case <-time.After(timeout):
-		return ReplanReply{}, errors.New("coord: no replan decision in time")
+		return api.ReplanReply{}, errors.New("coord: no replan decision in time")
 	}
 }
 
-func replanEpoch(j *Job, i uint64) replan.Epoch {
+func replanEpoch(j *api.Job, i uint64) replan.Epoch {
 	_, opts, env := j.Inputs(i)
 	return replan.Epoch{Epoch: j.Epochs[i].Epoch, StartStep: j.Epochs[i].StartStep, Envelope: replan.Envelope(maps.Clone(env)),
 		World: j.Spec.ShardSpec.WorldSize, Mode: string(opts.Mode), Strategy: string(opts.Strategy), ArenaConfigHash: arenaHash(opts.Arenas)}
@@ -105,11 +87,11 @@ func arenaHash(c planner.ArenaConfig) ir.Hash {
 
 // syncReplans keeps a replanner per live job in step with the committed
 // state. Called from sync with a.mu held.
-func (a *agreement) syncReplans(s *State) {
+func (a *agreement) syncReplans(s *api.State) {
 	for _, name := range s.Names() {
 		j := s.Jobs[name]
 		jr := a.replans[name]
-		if j.Status == StatusDone || j.Status == StatusFailed {
+		if j.Status == api.StatusDone || j.Status == api.StatusFailed {
 			if jr != nil {
 				jr.sub.Unsubscribe()
 				delete(a.replans, name)
@@ -167,7 +149,7 @@ func (jr *jobReplans) hasPending() bool {
 // handleReplan feeds one event to its job's replanner and carries out the
 // decision.
 func (a *agreement) handleReplan(ev replanEvent) {
-	reply := func(r ReplanReply, err error) {
+	reply := func(r api.ReplanReply, err error) {
 		if ev.reply != nil {
 			ev.reply <- replyOrErr{r, err}
 		} else if err != nil {
@@ -182,7 +164,7 @@ func (a *agreement) handleReplan(ev replanEvent) {
 	jr := a.replans[ev.job]
 	a.mu.Unlock()
 	if j == nil || jr == nil {
-		reply(ReplanReply{}, fmt.Errorf("coord: job %q is not running", ev.job))
+		reply(api.ReplanReply{}, fmt.Errorf("coord: job %q is not running", ev.job))
 		return
 	}
 	var ack replan.Ack
@@ -204,19 +186,19 @@ func (a *agreement) handleReplan(ev replanEvent) {
 		if q.ArenaConfig != nil {
 			h := arenaHash(q.ArenaConfig)
 			if h.IsZero() {
-				reply(ReplanReply{}, errors.New("coord: the arena config does not resolve"))
+				reply(api.ReplanReply{}, errors.New("coord: the arena config does not resolve"))
 				return
 			}
 			rq.ArenaConfigHash = &h
 			jr.arenas[h] = q.ArenaConfig
 		}
 		if len(q.Envelope) > 0 && j.Spec.Source == nil {
-			reply(ReplanReply{}, fmt.Errorf("coord: job %q was submitted as a bare IR; a new envelope needs a model source", ev.job))
+			reply(api.ReplanReply{}, fmt.Errorf("coord: job %q was submitted as a bare IR; a new envelope needs a model source", ev.job))
 			return
 		}
 		ack = jr.r.Request(rq)
 	}
-	out := ReplanReply{Ack: string(ack), Decision: string(replan.None)}
+	out := api.ReplanReply{Ack: string(ack), Decision: string(replan.None)}
 	if ack == replan.Duplicate && ev.op != nil {
 		// A retry: answer with the epoch the request made, if any.
 		for _, e := range j.Epochs {
@@ -235,7 +217,7 @@ func (a *agreement) handleReplan(ev replanEvent) {
 	switch d.Kind {
 	case replan.AbortJob:
 		reason := "aborted at a safepoint: " + strings.Join(d.Reasons, "; ")
-		if _, err := a.n.Apply(&Command{Kind: CmdFail, Job: ev.job, Reason: reason}, 5*time.Second); err != nil {
+		if _, err := a.n.Apply(&api.Command{Kind: api.CmdFail, Job: ev.job, Reason: reason}, 5*time.Second); err != nil {
 			reply(out, err)
 			return
 		}
@@ -262,10 +244,10 @@ func trim(s string) string {
 
 // commitEpoch plans every rank for a replan decision and commits the new
 // epoch; it returns the epoch as committed (with its boundary).
-func (a *agreement) commitEpoch(j *Job, jr *jobReplans, d replan.Decision) (*Epoch, error) {
+func (a *agreement) commitEpoch(j *api.Job, jr *jobReplans, d replan.Decision) (*api.Epoch, error) {
 	last := uint64(len(j.Epochs) - 1)
 	ref, opts, env := j.Inputs(last)
-	next := &Epoch{Epoch: d.Next.Epoch, StartStep: d.Next.StartStep, Reason: strings.Join(d.Reasons, "; "), CommittedAt: time.Now().UnixNano(), Requests: d.Requests}
+	next := &api.Epoch{Epoch: d.Next.Epoch, StartStep: d.Next.StartStep, Reason: strings.Join(d.Reasons, "; "), CommittedAt: time.Now().UnixNano(), Requests: d.Requests}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	var m *ir.Model
@@ -308,7 +290,7 @@ func (a *agreement) commitEpoch(j *Job, jr *jobReplans, d replan.Decision) (*Epo
 		jr.plans[gp.Hash] = next.Expected
 	}
 	jr.r.Remember(d.Next, next.GlobalPlanHash)
-	if _, err := a.n.Apply(&Command{Kind: CmdEpoch, Job: j.Spec.Name, New: next}, 10*time.Second); err != nil {
+	if _, err := a.n.Apply(&api.Command{Kind: api.CmdEpoch, Job: j.Spec.Name, New: next}, 10*time.Second); err != nil {
 		return nil, err
 	}
 	s, _ := a.n.State()

@@ -16,6 +16,7 @@ import (
 	"github.com/hashicorp/raft"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/tmmu/tmmu/coord/api"
 	"github.com/tmmu/tmmu/ir"
 	"github.com/tmmu/tmmu/trust"
 )
@@ -202,7 +203,7 @@ func TestSubmissionsArePlannedOffTheRequestPath(t *testing.T) {
 	<-lead.planning
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cl := NewClient(c.URLs()...)
+	cl := api.NewClient(c.URLs()...)
 	for i := range MaxQueued {
 		j, err := cl.Submit(ctx, tinySubmit(t, fmt.Sprint("q", i))) // follows 202s to the answer
 		if err != nil || j.Spec.Name != fmt.Sprint("q", i) {
@@ -223,7 +224,7 @@ func TestSubmissionsArePlannedOffTheRequestPath(t *testing.T) {
 	}
 	// Every node serves the IR from the store; no log entry carries it.
 	for i, n := range c.Nodes {
-		got, err := n.model(ctx, ModelRef{Digest: j.Spec.ModelDigest})
+		got, err := n.model(ctx, api.ModelRef{Digest: j.Spec.ModelDigest})
 		if err != nil || !bytes.Equal(got, want) {
 			t.Fatalf("node %d: the IR from the store: %v", i, err)
 		}
@@ -245,6 +246,6 @@ func TestSubmissionsArePlannedOffTheRequestPath(t *testing.T) {
 	}
 }
 
-func jsonBody(req *SubmitRequest) ([]byte, error) { return json.Marshal(req) }
+func jsonBody(req *api.SubmitRequest) ([]byte, error) { return json.Marshal(req) }
 
-func jsonModel(req *SubmitRequest) (*ir.Model, error) { return ir.DecodeJSON(req.IR) }
+func jsonModel(req *api.SubmitRequest) (*ir.Model, error) { return ir.DecodeJSON(req.IR) }

@@ -2,51 +2,22 @@ package coord
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"regexp"
 
+	"github.com/tmmu/tmmu/coord/api"
 	"github.com/tmmu/tmmu/failure"
 	"github.com/tmmu/tmmu/ir"
 	"github.com/tmmu/tmmu/planner"
 	"github.com/tmmu/tmmu/shard"
 )
 
-// SubmitRequest is the body of POST /v1/jobs.
-type SubmitRequest struct {
-	Name string `json:"name"`
-	// IR is the global graph as a UML_Model_IR JSON object; or Model
-	// names a generator with dynamic dimensions (shape replans need one).
-	IR    json.RawMessage `json:"ir,omitempty"`
-	Model *ModelSource    `json:"model,omitempty"`
-	// ShardSpec is a shard spec JSON object (see package shard).
-	ShardSpec    json.RawMessage     `json:"shard_spec"`
-	ArenaConfig  planner.ArenaConfig `json:"arena_config,omitempty"`
-	Mode         planner.Mode        `json:"mode,omitempty"`     // default: the graph's
-	Strategy     planner.Strategy    `json:"strategy,omitempty"` // default packed
-	Steps        uint64              `json:"steps"`
-	ReplanPolicy string              `json:"replan_policy,omitempty"` // default replan_at_safepoint
-	ReplayToken  string              `json:"replay_token,omitempty"`  // 64 hex digits
-	Window       uint64              `json:"window,omitempty"`        // default DefaultWindow
-	Elastic      bool                `json:"elastic,omitempty"`
-	DataMode     string              `json:"data_mode,omitempty"` // standard (default), confidential or regulated
-	// CheckpointEvery is the checkpoint interval in steps (default
-	// DefaultCheckpointEvery), CheckpointKeep how many checkpoints to keep
-	// (default DefaultCheckpointKeep), Seed the job's seed.
-	CheckpointEvery uint64 `json:"checkpoint_every,omitempty"`
-	CheckpointKeep  uint64 `json:"checkpoint_keep,omitempty"`
-	Seed            uint64 `json:"seed,omitempty"`
-}
-
 var jobName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
-
-// OpCoordinator names the coordinator in its failures.
-const OpCoordinator = "tmmu.coordinator"
 
 // checkJobName refuses a job name that is not 1 to 64 of A-Z a-z 0-9 _ -.
 func checkJobName(name string) error {
 	if !jobName.MatchString(name) {
-		return failure.New(failure.InvalidOptions, OpCoordinator, fmt.Sprintf("job name %q: use 1 to 64 of A-Z a-z 0-9 _ -", name))
+		return failure.New(failure.InvalidOptions, api.OpCoordinator, fmt.Sprintf("job name %q: use 1 to 64 of A-Z a-z 0-9 _ -", name))
 	}
 	return nil
 }
@@ -54,7 +25,7 @@ func checkJobName(name string) error {
 // PrepareSubmit validates a submission and plans every rank of it: the
 // command to replicate carries the expected plan hash of every rank (the
 // coordinator computes them all; planning is pure).
-func PrepareSubmit(req *SubmitRequest) (*Command, *shard.GlobalPlan, error) {
+func PrepareSubmit(req *api.SubmitRequest) (*api.Command, *shard.GlobalPlan, error) {
 	if err := checkJobName(req.Name); err != nil {
 		return nil, nil, err
 	}
@@ -62,10 +33,10 @@ func PrepareSubmit(req *SubmitRequest) (*Command, *shard.GlobalPlan, error) {
 	var err error
 	switch {
 	case (req.IR == nil) == (req.Model == nil):
-		return nil, nil, failure.New(failure.InvalidOptions, OpCoordinator, "a submission has either an ir or a model source")
+		return nil, nil, failure.New(failure.InvalidOptions, api.OpCoordinator, "a submission has either an ir or a model source")
 	case req.Model != nil:
 		if err := req.Model.Validate(); err != nil {
-			return nil, nil, failure.New(failure.InvalidOptions, OpCoordinator, err.Error())
+			return nil, nil, failure.New(failure.InvalidOptions, api.OpCoordinator, err.Error())
 		}
 		m, err = req.Model.Generate(req.Model.Envelope())
 	default:
@@ -75,7 +46,7 @@ func PrepareSubmit(req *SubmitRequest) (*Command, *shard.GlobalPlan, error) {
 		return nil, nil, err
 	}
 	if len(m.Tensors) > MaxIRTensors || len(m.Nodes) > MaxIRTensors {
-		return nil, nil, failure.New(failure.InvalidOptions, OpCoordinator,
+		return nil, nil, failure.New(failure.InvalidOptions, api.OpCoordinator,
 			fmt.Sprintf("ir has %d tensors and %d nodes; a submission may have at most %d of each", len(m.Tensors), len(m.Nodes), MaxIRTensors), "field", "ir")
 	}
 	spec, err := shard.Decode(req.ShardSpec)
@@ -88,27 +59,27 @@ func PrepareSubmit(req *SubmitRequest) (*Command, *shard.GlobalPlan, error) {
 	}
 	policy := req.ReplanPolicy
 	if policy == "" {
-		policy = ReplanAtSafepoint
+		policy = api.ReplanAtSafepoint
 	}
-	if policy != ReplanAtSafepoint && policy != ReplanAbort {
-		return nil, nil, failure.New(failure.InvalidOptions, OpCoordinator, fmt.Sprintf("replan_policy %q: want %s or %s", policy, ReplanAtSafepoint, ReplanAbort))
+	if policy != api.ReplanAtSafepoint && policy != api.ReplanAbort {
+		return nil, nil, failure.New(failure.InvalidOptions, api.OpCoordinator, fmt.Sprintf("replan_policy %q: want %s or %s", policy, api.ReplanAtSafepoint, api.ReplanAbort))
 	}
 	switch req.DataMode {
-	case "", DataStandard, DataConfidential, DataRegulated:
+	case "", api.DataStandard, api.DataConfidential, api.DataRegulated:
 	default:
-		return nil, nil, failure.New(failure.InvalidOptions, OpCoordinator, fmt.Sprintf("data_mode %q: want %s, %s or %s", req.DataMode, DataStandard, DataConfidential, DataRegulated))
+		return nil, nil, failure.New(failure.InvalidOptions, api.OpCoordinator, fmt.Sprintf("data_mode %q: want %s, %s or %s", req.DataMode, api.DataStandard, api.DataConfidential, api.DataRegulated))
 	}
-	js := &JobSpec{Name: req.Name, ShardSpec: *rs, ArenaConfig: req.ArenaConfig, Mode: req.Mode, Strategy: req.Strategy,
+	js := &api.JobSpec{Name: req.Name, ShardSpec: *rs, ArenaConfig: req.ArenaConfig, Mode: req.Mode, Strategy: req.Strategy,
 		ReplanPolicy: policy, Steps: req.Steps, Window: req.Window, Source: req.Model, Elastic: req.Elastic, DataMode: req.DataMode,
 		CheckpointEvery: req.CheckpointEvery, CheckpointKeep: req.CheckpointKeep, Seed: req.Seed}
 	if js.CheckpointEvery == 0 {
-		js.CheckpointEvery = DefaultCheckpointEvery
+		js.CheckpointEvery = api.DefaultCheckpointEvery
 	}
 	if js.CheckpointKeep == 0 {
-		js.CheckpointKeep = DefaultCheckpointKeep
+		js.CheckpointKeep = api.DefaultCheckpointKeep
 	}
 	if js.Window == 0 {
-		js.Window = DefaultWindow
+		js.Window = api.DefaultWindow
 	}
 	if js.Strategy == "" {
 		js.Strategy = planner.Packed
@@ -118,7 +89,7 @@ func PrepareSubmit(req *SubmitRequest) (*Command, *shard.GlobalPlan, error) {
 	}
 	if req.ReplayToken != "" {
 		if js.ReplayToken, err = ir.ParseHash(req.ReplayToken); err != nil {
-			return nil, nil, failure.New(failure.InvalidOptions, OpCoordinator, "replay_token: "+err.Error())
+			return nil, nil, failure.New(failure.InvalidOptions, api.OpCoordinator, "replay_token: "+err.Error())
 		}
 	}
 	if js.Model, err = m.EncodeCBOR(); err != nil {
@@ -128,24 +99,18 @@ func PrepareSubmit(req *SubmitRequest) (*Command, *shard.GlobalPlan, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	e := &Epoch{Epoch: 0, StartStep: 1, Reason: "submitted", GlobalPlanHash: gp.Hash, IRHash: gp.IRHash}
+	e := &api.Epoch{Epoch: 0, StartStep: 1, Reason: "submitted", GlobalPlanHash: gp.Hash, IRHash: gp.IRHash}
 	if req.Model != nil {
 		e.Envelope = req.Model.Envelope()
 	}
 	for _, r := range gp.Ranks {
 		e.Expected = append(e.Expected, r.PlanHash)
 	}
-	return &Command{Kind: CmdSubmit, Job: req.Name, Spec: js, New: e, IRHash: gp.IRHash, SSHash: gp.ShardSpecHash}, gp, nil
-}
-
-// PlanOptions returns the planner options of the job (rank, world size and
-// shard spec hash are set per rank by package shard).
-func (s *JobSpec) PlanOptions() planner.Options {
-	return planner.Options{Mode: s.Mode, Strategy: s.Strategy, ReplayToken: s.ReplayToken, Arenas: s.ArenaConfig}
+	return &api.Command{Kind: api.CmdSubmit, Job: req.Name, Spec: js, New: e, IRHash: gp.IRHash, SSHash: gp.ShardSpecHash}, gp, nil
 }
 
 // PlanRank plans one rank of job j under epoch i, as its workers do.
-func (n *Node) PlanRank(ctx context.Context, j *Job, i, rank uint64) (*shard.RankPlan, error) {
+func (n *Node) PlanRank(ctx context.Context, j *api.Job, i, rank uint64) (*shard.RankPlan, error) {
 	ref, opts, _ := j.Inputs(i)
 	m, err := n.decodeModel(ctx, ref)
 	if err != nil {
@@ -180,7 +145,7 @@ const (
 )
 
 // checkBounds refuses a job whose numeric fields are past their bounds.
-func checkBounds(js *JobSpec) error {
+func checkBounds(js *api.JobSpec) error {
 	for _, b := range []struct {
 		field  string
 		v, max uint64
@@ -192,7 +157,7 @@ func checkBounds(js *JobSpec) error {
 		{"checkpoint_keep", js.CheckpointKeep, MaxCheckpointKeep},
 	} {
 		if b.v > b.max {
-			return failure.New(failure.InvalidOptions, OpCoordinator,
+			return failure.New(failure.InvalidOptions, api.OpCoordinator,
 				fmt.Sprintf("%s %d is above its bound %d", b.field, b.v, b.max), "field", b.field)
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/tmmu/tmmu/coord/api"
 	"github.com/tmmu/tmmu/failure"
 	"github.com/tmmu/tmmu/ir"
 )
@@ -43,13 +44,6 @@ type submission struct {
 	finished time.Time
 }
 
-// Submission is the body of a 202 answer and of GET /v1/submissions/{name}
-// while the submission is being planned.
-type Submission struct {
-	Name   string `json:"name"`
-	Status string `json:"status"` // "planning"
-}
-
 func (n *Node) pendingDigests() []ir.Hash {
 	n.subMu.Lock()
 	defer n.subMu.Unlock()
@@ -66,12 +60,12 @@ func (n *Node) pendingDigests() []ir.Hash {
 func readBody(w http.ResponseWriter, r *http.Request, limit int64, what string) ([]byte, bool) {
 	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	if tooBig := new(http.MaxBytesError); errors.As(err, &tooBig) {
-		writeError(w, http.StatusRequestEntityTooLarge, failure.New(failure.InvalidEncoding, OpCoordinator,
+		writeError(w, http.StatusRequestEntityTooLarge, failure.New(failure.InvalidEncoding, api.OpCoordinator,
 			fmt.Sprintf("%s: the body is larger than %d bytes", what, limit)))
 		return nil, false
 	}
 	if err != nil {
-		writeError(w, http.StatusBadRequest, failure.New(failure.InvalidEncoding, OpCoordinator, what+": "+err.Error()))
+		writeError(w, http.StatusBadRequest, failure.New(failure.InvalidEncoding, api.OpCoordinator, what+": "+err.Error()))
 		return nil, false
 	}
 	return b, true
@@ -87,11 +81,11 @@ func (n *Node) handleSubmit(w http.ResponseWriter, r *http.Request) {
 	if n.redirect(w, r) {
 		return
 	}
-	body, ok := readBody(w, r, MaxSubmitBytes, "submission")
+	body, ok := readBody(w, r, api.MaxSubmitBytes, "submission")
 	if !ok {
 		return
 	}
-	var req SubmitRequest
+	var req api.SubmitRequest
 	if !decodeJSON(w, body, "submission", &req) {
 		return
 	}
@@ -111,7 +105,7 @@ func (n *Node) handleSubmit(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case sub != nil && sub.finished.IsZero() && sub.body != sum:
 		n.subMu.Unlock()
-		writeError(w, http.StatusConflict, failure.New(failure.InvalidOptions, OpCoordinator,
+		writeError(w, http.StatusConflict, failure.New(failure.InvalidOptions, api.OpCoordinator,
 			fmt.Sprintf("another submission of job %q is being planned: wait for its answer (GET /v1/submissions/%s)", req.Name, req.Name)))
 		return
 	case sub == nil || !sub.finished.IsZero():
@@ -143,14 +137,14 @@ func (n *Node) handleSubmit(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, sub.status, sub.answer)
 	case <-t.C:
 		w.Header().Set("Location", "/v1/submissions/"+req.Name)
-		writeJSON(w, http.StatusAccepted, Submission{Name: req.Name, Status: "planning"})
+		writeJSON(w, http.StatusAccepted, api.Submission{Name: req.Name, Status: "planning"})
 	case <-r.Context().Done():
 	}
 }
 
 // plan plans a submission, stores its IR and commits it, then records the
 // answer. It holds one of the MaxPlanning slots while it plans.
-func (n *Node) plan(sub *submission, req *SubmitRequest) {
+func (n *Node) plan(sub *submission, req *api.SubmitRequest) {
 	status, answer := n.prepare(sub, req)
 	n.subMu.Lock()
 	sub.status, sub.answer, sub.finished = status, answer, time.Now()
@@ -158,7 +152,7 @@ func (n *Node) plan(sub *submission, req *SubmitRequest) {
 	close(sub.done)
 }
 
-func (n *Node) prepare(sub *submission, req *SubmitRequest) (int, any) {
+func (n *Node) prepare(sub *submission, req *api.SubmitRequest) (int, any) {
 	n.planning <- struct{}{}
 	defer func() { <-n.planning }()
 	cmd, _, err := PrepareSubmit(req)
@@ -208,7 +202,7 @@ func (n *Node) handleSubmission(w http.ResponseWriter, r *http.Request) {
 	case sub == nil:
 		writeError(w, http.StatusNotFound, fmt.Errorf("no submission of job %q on this leader", r.PathValue("name")))
 	case status == 0:
-		writeJSON(w, http.StatusAccepted, Submission{Name: r.PathValue("name"), Status: "planning"})
+		writeJSON(w, http.StatusAccepted, api.Submission{Name: r.PathValue("name"), Status: "planning"})
 	default:
 		writeJSON(w, status, answer)
 	}
@@ -220,7 +214,7 @@ func decodeJSON(w http.ResponseWriter, body []byte, what string, v any) bool {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		writeError(w, http.StatusBadRequest, failure.New(failure.InvalidEncoding, OpCoordinator, what+": "+err.Error()))
+		writeError(w, http.StatusBadRequest, failure.New(failure.InvalidEncoding, api.OpCoordinator, what+": "+err.Error()))
 		return false
 	}
 	return true

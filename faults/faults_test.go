@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/tmmu/tmmu/coord"
+	"github.com/tmmu/tmmu/coord/api"
 	"github.com/tmmu/tmmu/engine"
 	"github.com/tmmu/tmmu/internal/cli"
 	"github.com/tmmu/tmmu/ir"
@@ -40,7 +41,7 @@ type testCluster struct {
 	natsURL    string
 	etcdURL    string
 	urls       []string
-	client     *coord.Client
+	client     *api.Client
 	secrets    string // tmmu secrets init's layout: everything speaks TLS with its own identity
 }
 
@@ -114,7 +115,7 @@ func startCluster(t *testing.T) *testCluster {
 		tc.coords = append(tc.coords, p)
 		tc.start(p)
 	}
-	tc.client = coord.NewClient(tc.urls...)
+	tc.client = api.NewClient(tc.urls...)
 	l := trust.Layout{Dir: tc.secrets}
 	rt, err := cli.CoordinatorTransport(trust.TLSFiles{CA: l.CACert()})
 	if err != nil {
@@ -164,13 +165,13 @@ func (tc *testCluster) worker(job, identity string) *proc {
 		"--nats", tc.natsURL, "--etcd", tc.etcdURL, "--executor", "cpu", "--lease-ttl", "3", "--poll", "200ms", "--log-format", "json", "--secrets", tc.secrets)
 }
 
-func submission(t *testing.T, name string) *coord.SubmitRequest {
+func submission(t *testing.T, name string) *api.SubmitRequest {
 	m, err := models.GPT2(models.GPT2Config{Layers: 1, Hidden: 32, Heads: 2, Seq: 16, Context: 16, Batch: 1, Vocab: 32, DType: ir.F32, Train: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	irJSON, _ := json.Marshal(m)
-	return &coord.SubmitRequest{Name: name, IR: irJSON, Steps: jobSteps, CheckpointEvery: ckptEvery, Seed: 5,
+	return &api.SubmitRequest{Name: name, IR: irJSON, Steps: jobSteps, CheckpointEvery: ckptEvery, Seed: 5,
 		ShardSpec:   json.RawMessage(fmt.Sprintf(`{"world_size": %d, "data_parallel": {"zero_stage": 3}}`, world)),
 		ArenaConfig: engine.ExecutableArenas(engine.PortableLimits, nil)}
 }
@@ -179,7 +180,7 @@ func submission(t *testing.T, name string) *coord.SubmitRequest {
 type progress struct {
 	mu      sync.Mutex
 	samples []sample
-	last    *coord.Job
+	last    *api.Job
 }
 
 type sample struct {
@@ -206,7 +207,7 @@ func (tc *testCluster) watch(ctx context.Context, job string) *progress {
 	return pr
 }
 
-func (pr *progress) job() *coord.Job {
+func (pr *progress) job() *api.Job {
 	pr.mu.Lock()
 	defer pr.mu.Unlock()
 	return pr.last
@@ -259,8 +260,8 @@ func (tc *testCluster) runJob(t *testing.T, name string) []*proc {
 }
 
 // finish waits until the job is done and every worker exited 0.
-func (tc *testCluster) finish(t *testing.T, name string, ws []*proc, timeout time.Duration) *coord.Job {
-	var j *coord.Job
+func (tc *testCluster) finish(t *testing.T, name string, ws []*proc, timeout time.Duration) *api.Job {
+	var j *api.Job
 	for deadline := time.Now().Add(timeout); ; time.Sleep(100 * time.Millisecond) {
 		jj, err := tc.client.Job(context.Background(), name)
 		if err == nil && jj.Final() {
@@ -271,7 +272,7 @@ func (tc *testCluster) finish(t *testing.T, name string, ws []*proc, timeout tim
 			t.Fatalf("job %s not done within %s: %+v %v\n%s", name, timeout, jj, err, tail(ws[0].log, 30))
 		}
 	}
-	if j.Status != coord.StatusDone {
+	if j.Status != api.StatusDone {
 		t.Fatalf("job %s is %s: %s", name, j.Status, j.Reason)
 	}
 	for _, p := range ws {

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tmmu/tmmu/coord"
+	"github.com/tmmu/tmmu/coord/api"
 	"github.com/tmmu/tmmu/ir"
 	"github.com/tmmu/tmmu/shard"
 	"github.com/tmmu/tmmu/transport"
@@ -45,9 +45,9 @@ func benchRound(b *testing.B, ranks int) {
 		}
 		return hs
 	}
-	spec := &coord.JobSpec{Name: "bench", ShardSpec: shard.Spec{WorldSize: uint64(ranks)}}
-	if _, err := leader.Apply(&coord.Command{Kind: coord.CmdSubmit, Job: "bench", Spec: spec,
-		New: &coord.Epoch{Epoch: 0, StartStep: 1, GlobalPlanHash: ir.Hash{1}, Expected: expected(0)}}, 5*time.Second); err != nil {
+	spec := &api.JobSpec{Name: "bench", ShardSpec: shard.Spec{WorldSize: uint64(ranks)}}
+	if _, err := leader.Apply(&api.Command{Kind: api.CmdSubmit, Job: "bench", Spec: spec,
+		New: &api.Epoch{Epoch: 0, StartStep: 1, GlobalPlanHash: ir.Hash{1}, Expected: expected(0)}}, 5*time.Second); err != nil {
 		b.Fatal(err)
 	}
 	type rank struct {
@@ -97,8 +97,8 @@ func benchRound(b *testing.B, ranks int) {
 	for i := 0; i < b.N; i++ {
 		e := uint64(i + 1)
 		b.StopTimer()
-		if _, err := leader.Apply(&coord.Command{Kind: coord.CmdEpoch, Job: "bench",
-			New: &coord.Epoch{Epoch: e, StartStep: 1, GlobalPlanHash: ir.Hash{byte(e), 1}, Expected: expected(e), Reason: "bench"}}, 5*time.Second); err != nil {
+		if _, err := leader.Apply(&api.Command{Kind: api.CmdEpoch, Job: "bench",
+			New: &api.Epoch{Epoch: e, StartStep: 1, GlobalPlanHash: ir.Hash{byte(e), 1}, Expected: expected(e), Reason: "bench"}}, 5*time.Second); err != nil {
 			b.Fatal(err)
 		}
 		b.StartTimer()

@@ -35,6 +35,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/tmmu/tmmu/coord"
+	"github.com/tmmu/tmmu/coord/api"
 	"github.com/tmmu/tmmu/internal/cli"
 	"github.com/tmmu/tmmu/rendezvous"
 	"github.com/tmmu/tmmu/transport"
@@ -258,7 +259,7 @@ func (l *Local) RestartCoordinator(i int) error {
 
 // Client returns an HTTP client for the coordinators, with the API token
 // (an operator's).
-func (l *Local) Client() *coord.Client { return l.client(l.apiToken) }
+func (l *Local) Client() *api.Client { return l.client(l.apiToken) }
 
 // APIToken returns the coordinators' API token ("" when insecure).
 func (l *Local) APIToken() string { return l.apiToken }
@@ -277,10 +278,10 @@ func (l *Local) CAFile() string {
 
 // ReadClient returns an HTTP client for the coordinators with the read
 // token only (a worker's).
-func (l *Local) ReadClient() *coord.Client { return l.client(l.readToken) }
+func (l *Local) ReadClient() *api.Client { return l.client(l.readToken) }
 
-func (l *Local) client(token string) *coord.Client {
-	c := coord.NewClient(l.Coord.URLs()...)
+func (l *Local) client(token string) *api.Client {
+	c := api.NewClient(l.Coord.URLs()...)
 	c.Token = token
 	if l.secure {
 		// One transport for every client: its connections (and their

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tmmu/tmmu/coord"
+	"github.com/tmmu/tmmu/coord/api"
 	"github.com/tmmu/tmmu/engine"
 	"github.com/tmmu/tmmu/ir"
 	"github.com/tmmu/tmmu/localcluster"
@@ -66,7 +66,7 @@ func benchReplan(b *testing.B, ranks int, insecure bool) {
 	}
 	irJSON, _ := json.Marshal(m)
 	ctx := context.Background()
-	if _, err := l.Client().Submit(ctx, &coord.SubmitRequest{Name: "bench", IR: irJSON, Steps: 0, Strategy: planner.GreedySize,
+	if _, err := l.Client().Submit(ctx, &api.SubmitRequest{Name: "bench", IR: irJSON, Steps: 0, Strategy: planner.GreedySize,
 		ShardSpec: json.RawMessage(fmt.Sprintf(`{"world_size": %d, "data_parallel": {"zero_stage": 1}}`, ranks))}); err != nil {
 		b.Fatal(err)
 	}
@@ -125,7 +125,7 @@ func benchReplan(b *testing.B, ranks int, insecure bool) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		start := time.Now()
-		out, err := l.Client().Replan(ctx, "bench", "", &coord.ReplanRequest{ID: fmt.Sprint("bench-", i), Reason: "bench", Strategy: strategies[i%2]})
+		out, err := l.Client().Replan(ctx, "bench", "", &api.ReplanRequest{ID: fmt.Sprint("bench-", i), Reason: "bench", Strategy: strategies[i%2]})
 		if err != nil || out.Decision != "replan" {
 			if j, jerr := l.Client().Job(ctx, "bench"); jerr == nil {
 				for _, e := range j.Epochs[max(0, len(j.Epochs)-3):] {
@@ -191,7 +191,7 @@ func BenchmarkCheckpointOverhead(b *testing.B) {
 	run := func(every uint64) time.Duration {
 		n++
 		name := fmt.Sprintf("overhead-%d", n)
-		if _, err := l.Client().Submit(context.Background(), &coord.SubmitRequest{Name: name, IR: irJSON, Steps: steps, CheckpointEvery: every,
+		if _, err := l.Client().Submit(context.Background(), &api.SubmitRequest{Name: name, IR: irJSON, Steps: steps, CheckpointEvery: every,
 			ShardSpec: json.RawMessage(`{"world_size": 2, "data_parallel": {"zero_stage": 3}}`), ArenaConfig: engine.ExecutableArenas(engine.PortableLimits, nil)}); err != nil {
 			b.Fatal(err)
 		}

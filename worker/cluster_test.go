@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tmmu/tmmu/coord"
+	"github.com/tmmu/tmmu/coord/api"
 	"github.com/tmmu/tmmu/ir"
 	"github.com/tmmu/tmmu/localcluster"
 	"github.com/tmmu/tmmu/models"
@@ -47,7 +47,7 @@ func (r *recorder) record(e worker.Event) {
 
 // check fails the test if a step ran under an epoch whose committed
 // outcome is not "agreed" on the given node state.
-func (r *recorder) check(t *testing.T, s *coord.State) {
+func (r *recorder) check(t *testing.T, s *api.State) {
 	t.Helper()
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -62,13 +62,13 @@ func (r *recorder) check(t *testing.T, s *coord.State) {
 	}
 }
 
-func submission(t *testing.T, name string, world, steps uint64, spec string) *coord.SubmitRequest {
+func submission(t *testing.T, name string, world, steps uint64, spec string) *api.SubmitRequest {
 	m, err := models.GPT2(models.GPT2Config{Layers: 2, Hidden: 32, Heads: 2, Seq: 8, Context: 8, Batch: 1, Vocab: 64, DType: ir.BF16, Train: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	irJSON, _ := json.Marshal(m)
-	return &coord.SubmitRequest{Name: name, IR: irJSON, ShardSpec: json.RawMessage(spec), Steps: steps}
+	return &api.SubmitRequest{Name: name, IR: irJSON, ShardSpec: json.RawMessage(spec), Steps: steps}
 }
 
 // slow wraps the arena executor with a pause per step, so a test can act
@@ -149,7 +149,7 @@ func (f *fleet) kill(identity string) {
 	cancel()
 }
 
-func leaderState(t *testing.T, l *localcluster.Local) *coord.State {
+func leaderState(t *testing.T, l *localcluster.Local) *api.State {
 	t.Helper()
 	i, err := l.Coord.Leader(10 * time.Second)
 	if err != nil {
@@ -162,7 +162,7 @@ func leaderState(t *testing.T, l *localcluster.Local) *coord.State {
 	return s
 }
 
-func waitJob(t *testing.T, l *localcluster.Local, what string, timeout time.Duration, ok func(*coord.Job) bool) *coord.Job {
+func waitJob(t *testing.T, l *localcluster.Local, what string, timeout time.Duration, ok func(*api.Job) bool) *api.Job {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
@@ -214,7 +214,7 @@ func TestClusterAgreesAndSurvives(t *testing.T) {
 	for i := range world {
 		f.start(fmt.Sprintf("w%d", i), nil)
 	}
-	j := waitJob(t, l, "agreement", 60*time.Second, func(j *coord.Job) bool { return j.Status == coord.StatusRunning && j.LastStep >= 2 })
+	j := waitJob(t, l, "agreement", 60*time.Second, func(j *api.Job) bool { return j.Status == api.StatusRunning && j.LastStep >= 2 })
 	if !j.Epochs[0].Outcome.Agreed {
 		t.Fatalf("epoch 0: %+v", j.Epochs[0].Outcome)
 	}
@@ -237,7 +237,7 @@ func TestClusterAgreesAndSurvives(t *testing.T) {
 		t.Fatalf("missing ranks after killing w3: %v", missing)
 	}
 	// tmmu status shows it, with its identity and since when.
-	var absent []coord.Absent
+	var absent []api.Absent
 	for deadline := time.Now().Add(10 * time.Second); len(absent) == 0 && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 		if st, err := l.Client().Status(ctx); err == nil && len(st.Jobs) == 1 {
 			absent = st.Jobs[0].Absent
@@ -247,7 +247,7 @@ func TestClusterAgreesAndSurvives(t *testing.T) {
 		t.Fatalf("status shows absent ranks %+v; rank %d (w3) is missing", absent, missing[0])
 	}
 	t.Logf("status: rank %d (%s) missing since %s", absent[0].Rank, absent[0].Identity, absent[0].Since.Format(time.TimeOnly))
-	stalled := waitJob(t, l, "progress to settle", 5*time.Second, func(j *coord.Job) bool { return true }).LastStep
+	stalled := waitJob(t, l, "progress to settle", 5*time.Second, func(j *api.Job) bool { return true }).LastStep
 	time.Sleep(300 * time.Millisecond)
 	if s := leaderState(t, l).Jobs["train"].LastStep; s > stalled+1 {
 		t.Errorf("progress went on from step %d to %d without rank %d", stalled, s, missing[0])
@@ -286,7 +286,7 @@ func TestClusterAgreesAndSurvives(t *testing.T) {
 	if len(after.Epochs) < len(before.Epochs) || after.Epochs[0].Outcome == nil || after.LastStep < before.LastStep {
 		t.Fatalf("the new leader lost committed state: before %+v, after %+v", before, after)
 	}
-	done := waitJob(t, l, "the job to finish", 90*time.Second, func(j *coord.Job) bool { return j.Status == coord.StatusDone })
+	done := waitJob(t, l, "the job to finish", 90*time.Second, func(j *api.Job) bool { return j.Status == api.StatusDone })
 	if done.LastStep != steps {
 		t.Errorf("finished at step %d, want %d", done.LastStep, steps)
 	}
@@ -306,7 +306,7 @@ func TestClusterAgreesAndSurvives(t *testing.T) {
 	deadline = time.Now().Add(10 * time.Second)
 	for {
 		s, _ := l.Coord.Nodes[li].State()
-		if j := s.Jobs["train"]; j != nil && j.Status == coord.StatusDone {
+		if j := s.Jobs["train"]; j != nil && j.Status == api.StatusDone {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -338,7 +338,7 @@ func TestClusterAgreesAndSurvives(t *testing.T) {
 	}
 	mj := leaderState(t, l).Jobs["mismatch"]
 	o := mj.Epochs[0].Outcome
-	if mj.Status != coord.StatusFailed || o == nil || o.Agreed || len(o.Mismatches) != 1 || o.Mismatches[0].Expected != mj.Epochs[0].Expected[o.Mismatches[0].Rank] {
+	if mj.Status != api.StatusFailed || o == nil || o.Agreed || len(o.Mismatches) != 1 || o.Mismatches[0].Expected != mj.Epochs[0].Expected[o.Mismatches[0].Rank] {
 		t.Fatalf("mismatch job: %+v, outcome %+v", mj, o)
 	}
 	t.Logf("committed mismatch: rank %d expected %s got %s; job: %s", o.Mismatches[0].Rank, o.Mismatches[0].Expected.Short(), o.Mismatches[0].Got.Short(), mj.Reason)

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/tmmu/tmmu/checkpoint"
-	"github.com/tmmu/tmmu/coord"
+	"github.com/tmmu/tmmu/coord/api"
 	"github.com/tmmu/tmmu/engine"
 	"github.com/tmmu/tmmu/ir"
 	"github.com/tmmu/tmmu/localcluster"
@@ -131,13 +131,13 @@ func (tr *trainer) last(identity string) (worker.Result, error) {
 	return rs[len(rs)-1], es[len(es)-1]
 }
 
-func recoverSubmission(t *testing.T, name string, world, steps uint64, zero int) *coord.SubmitRequest {
+func recoverSubmission(t *testing.T, name string, world, steps uint64, zero int) *api.SubmitRequest {
 	m, err := models.GPT2(models.GPT2Config{Layers: 1, Hidden: 32, Heads: 2, Seq: 16, Context: 16, Batch: 1, Vocab: 32, DType: ir.F32, Train: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	irJSON, _ := json.Marshal(m)
-	return &coord.SubmitRequest{Name: name, IR: irJSON, Steps: steps, CheckpointEvery: 5, Seed: 11,
+	return &api.SubmitRequest{Name: name, IR: irJSON, Steps: steps, CheckpointEvery: 5, Seed: 11,
 		ShardSpec:   json.RawMessage(fmt.Sprintf(`{"world_size": %d, "data_parallel": {"zero_stage": %d}}`, world, zero)),
 		ArenaConfig: engine.ExecutableArenas(engine.PortableLimits, nil)}
 }
@@ -154,7 +154,7 @@ func recoverSubmission(t *testing.T, name string, world, steps uint64, zero int)
 func TestRestartedWorkerResumesExactly(t *testing.T) {
 	l, ctx := startLocal(t)
 	const world, steps = 4, 24
-	run := func(name string, fault bool) *coord.Job {
+	run := func(name string, fault bool) *api.Job {
 		if _, err := l.Client().Submit(ctx, recoverSubmission(t, name, world, steps, 3)); err != nil {
 			t.Fatal(err)
 		}
@@ -163,7 +163,7 @@ func TestRestartedWorkerResumesExactly(t *testing.T) {
 			tr.start(fmt.Sprintf("%s-w%d", name, i))
 		}
 		if fault {
-			waitJob(t, l, "step 12", 60*time.Second, func(j *coord.Job) bool { return j.Spec.Name == name && j.LastStep >= 12 })
+			waitJob(t, l, "step 12", 60*time.Second, func(j *api.Job) bool { return j.Spec.Name == name && j.LastStep >= 12 })
 			victim := name + "-w2"
 			tr.kill(victim)
 			killed, err := tr.last(victim)
@@ -171,7 +171,7 @@ func TestRestartedWorkerResumesExactly(t *testing.T) {
 			time.Sleep(2 * time.Second)
 			tr.start(victim)
 		}
-		done := waitJob(t, l, name+" to finish", 90*time.Second, func(j *coord.Job) bool { return j.Spec.Name == name && j.Final() })
+		done := waitJob(t, l, name+" to finish", 90*time.Second, func(j *api.Job) bool { return j.Spec.Name == name && j.Final() })
 		tr.wg.Wait()
 		for id, errs := range tr.errs {
 			if err := errs[len(errs)-1]; err != nil {
@@ -196,7 +196,7 @@ func TestRestartedWorkerResumesExactly(t *testing.T) {
 	}
 	straight := run("straight", false)
 	faulty := run("faulty", true)
-	if straight.Status != coord.StatusDone || faulty.Status != coord.StatusDone {
+	if straight.Status != api.StatusDone || faulty.Status != api.StatusDone {
 		t.Fatalf("status %s and %s", straight.Status, faulty.Status)
 	}
 	a, b := straight.LastCheckpoint(), faulty.LastCheckpoint()
@@ -293,7 +293,7 @@ func TestElasticReshardZeRO3(t *testing.T) {
 	}
 	// same checks that the ranks of epoch e hold, right after their
 	// restore, exactly the gathered state of the checkpoint of step.
-	same := func(j *coord.Job, e coord.Epoch, step uint64) (int, int) {
+	same := func(j *api.Job, e api.Epoch, step uint64) (int, int) {
 		k := j.Checkpoint(step)
 		if k == nil {
 			t.Fatalf("no checkpoint of step %d: %+v", step, j.Checkpoints)
@@ -352,9 +352,9 @@ func TestElasticReshardZeRO3(t *testing.T) {
 	for i := range 4 {
 		tr.start(fmt.Sprintf("r%d", i))
 	}
-	waitJob(t, l, "step 12", 60*time.Second, func(j *coord.Job) bool { return j.Spec.Name == "elastic3" && j.LastStep >= 12 })
+	waitJob(t, l, "step 12", 60*time.Second, func(j *api.Job) bool { return j.Spec.Name == "elastic3" && j.LastStep >= 12 })
 	tr.kill("r1")
-	j := waitJob(t, l, "the shrink to run", 60*time.Second, func(j *coord.Job) bool {
+	j := waitJob(t, l, "the shrink to run", 60*time.Second, func(j *api.Job) bool {
 		e := j.Current()
 		return j.Spec.Name == "elastic3" && e.ShardSpec != nil && e.ShardSpec.WorldSize == 3 && e.Outcome != nil && j.LastStep >= e.StartStep+4
 	})
@@ -366,7 +366,7 @@ func TestElasticReshardZeRO3(t *testing.T) {
 	tensors, elems := same(j, shrink, 10)
 	t.Logf("shrink 4 → 3: the 3 ranks hold the checkpoint of step 10 (world 4, %d tensors, %d elements) bit for bit", tensors, elems)
 	tr.start("r1")
-	j = waitJob(t, l, "the growth to run", 60*time.Second, func(j *coord.Job) bool {
+	j = waitJob(t, l, "the growth to run", 60*time.Second, func(j *api.Job) bool {
 		e := j.Current()
 		return j.Spec.Name == "elastic3" && e.ShardSpec != nil && e.ShardSpec.WorldSize == 4 && e.Outcome != nil && j.LastStep >= e.StartStep+2
 	})
@@ -395,19 +395,19 @@ func TestElasticReshardZeRO3(t *testing.T) {
 	}
 }
 
-func leaderStateNoFail(l *localcluster.Local) *coord.State {
+func leaderStateNoFail(l *localcluster.Local) *api.State {
 	for _, n := range l.Coord.Nodes {
 		if n != nil && n.IsLeader() {
 			s, _ := n.State()
 			return s
 		}
 	}
-	return &coord.State{}
+	return &api.State{}
 }
 
 // runToEnd runs a job of world ranks to its end with a fault injected by
 // fault (nil: none) once the job committed step at, and returns it.
-func runToEnd(t *testing.T, l *localcluster.Local, sub *coord.SubmitRequest, world int, store checkpoint.Store, at uint64, fault func(tr *trainer, j *coord.Job)) *coord.Job {
+func runToEnd(t *testing.T, l *localcluster.Local, sub *api.SubmitRequest, world int, store checkpoint.Store, at uint64, fault func(tr *trainer, j *api.Job)) *api.Job {
 	ctx := context.Background()
 	if _, err := l.Client().Submit(ctx, sub); err != nil {
 		t.Fatal(err)
@@ -418,10 +418,10 @@ func runToEnd(t *testing.T, l *localcluster.Local, sub *coord.SubmitRequest, wor
 		tr.start(fmt.Sprintf("%s-w%d", sub.Name, i))
 	}
 	if fault != nil {
-		j := waitJob(t, l, fmt.Sprintf("%s at step %d", sub.Name, at), 60*time.Second, func(j *coord.Job) bool { return j.Spec.Name == sub.Name && j.LastStep >= at })
+		j := waitJob(t, l, fmt.Sprintf("%s at step %d", sub.Name, at), 60*time.Second, func(j *api.Job) bool { return j.Spec.Name == sub.Name && j.LastStep >= at })
 		fault(tr, j)
 	}
-	done := waitJob(t, l, sub.Name+" to finish", 90*time.Second, func(j *coord.Job) bool { return j.Spec.Name == sub.Name && j.Final() })
+	done := waitJob(t, l, sub.Name+" to finish", 90*time.Second, func(j *api.Job) bool { return j.Spec.Name == sub.Name && j.Final() })
 	tr.wg.Wait()
 	for id, errs := range tr.errs {
 		if err := errs[len(errs)-1]; err != nil {
@@ -431,7 +431,7 @@ func runToEnd(t *testing.T, l *localcluster.Local, sub *coord.SubmitRequest, wor
 	return done
 }
 
-func sameFinalState(t *testing.T, a, b *coord.Job) {
+func sameFinalState(t *testing.T, a, b *api.Job) {
 	t.Helper()
 	ka, kb := a.LastCheckpoint(), b.LastCheckpoint()
 	for r := range ka.Shards {
@@ -461,7 +461,7 @@ func TestCorruptCheckpoint(t *testing.T) {
 	}
 	var bad string
 	var badStep uint64
-	faulty := runToEnd(t, l, recoverSubmission(t, "rotten", 2, 16, 3), 2, nil, 11, func(tr *trainer, _ *coord.Job) {
+	faulty := runToEnd(t, l, recoverSubmission(t, "rotten", 2, 16, 3), 2, nil, 11, func(tr *trainer, _ *api.Job) {
 		// With rotten-w1 dead no checkpoint can commit: the newest one is
 		// what the rollback will restore. Corrupt its object of it (the
 		// survivor restores its own from memory).
@@ -528,9 +528,9 @@ func TestFullStorePausesTheJob(t *testing.T) {
 		t.Fatal(err)
 	}
 	store.SetMaxBytes(270 << 10) // the two shards of step 5 and one more
-	var paused *coord.Job
-	full := runToEnd(t, l, recoverSubmission(t, "cramped", 2, 16, 3), 2, store, 1, func(tr *trainer, _ *coord.Job) {
-		paused = waitJob(t, l, "the pause", 60*time.Second, func(j *coord.Job) bool { return j.Spec.Name == "cramped" && j.Paused != "" })
+	var paused *api.Job
+	full := runToEnd(t, l, recoverSubmission(t, "cramped", 2, 16, 3), 2, store, 1, func(tr *trainer, _ *api.Job) {
+		paused = waitJob(t, l, "the pause", 60*time.Second, func(j *api.Job) bool { return j.Spec.Name == "cramped" && j.Paused != "" })
 		st, _ := l.Client().Status(context.Background())
 		for _, s := range st.Jobs {
 			if s.Name == "cramped" {
@@ -538,7 +538,7 @@ func TestFullStorePausesTheJob(t *testing.T) {
 			}
 		}
 		time.Sleep(time.Second) // paused: no step, no checkpoint
-		if j := leaderState(t, l).Jobs["cramped"]; j.LastStep > paused.LastStep+coord.DefaultWindow+1 || j.Checkpoint(10) != nil {
+		if j := leaderState(t, l).Jobs["cramped"]; j.LastStep > paused.LastStep+api.DefaultWindow+1 || j.Checkpoint(10) != nil {
 			t.Errorf("paused at step %d, then at %d with checkpoints %+v", paused.LastStep, j.LastStep, j.Checkpoints)
 		}
 		store.SetMaxBytes(0)

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tmmu/tmmu/coord"
+	"github.com/tmmu/tmmu/coord/api"
 	"github.com/tmmu/tmmu/ir"
 	"github.com/tmmu/tmmu/localcluster"
 	"github.com/tmmu/tmmu/planner"
@@ -25,7 +25,7 @@ import (
 // b, no rank runs b or later under e. A rollback epoch abandons the
 // timeline before it from its start on: a step there is checked against
 // the epochs committed before the rollback.
-func (r *recorder) checkBoundaries(t *testing.T, s *coord.State) {
+func (r *recorder) checkBoundaries(t *testing.T, s *api.State) {
 	t.Helper()
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -66,8 +66,8 @@ func TestReplansAtSafepoints(t *testing.T) {
 	const world = 4
 	cfg, _ := json.Marshal(map[string]any{"layers": 2, "hidden": 32, "heads": 2, "seq": 8, "context": 8, "batch": 1, "vocab": 64, "dtype": "bf16", "train": true})
 	// Steps 0: the job runs until the test drains the workers.
-	sub := &coord.SubmitRequest{Name: "dyn", Steps: 0, ShardSpec: json.RawMessage(`{"world_size": 4, "data_parallel": {"zero_stage": 1}}`),
-		Model: &coord.ModelSource{Model: "gpt2", Config: cfg, Dims: map[string]coord.DimSpec{"seq": {Min: 1, Max: 8, Buckets: []uint64{8, 16, 32}}}}}
+	sub := &api.SubmitRequest{Name: "dyn", Steps: 0, ShardSpec: json.RawMessage(`{"world_size": 4, "data_parallel": {"zero_stage": 1}}`),
+		Model: &api.ModelSource{Model: "gpt2", Config: cfg, Dims: map[string]api.DimSpec{"seq": {Min: 1, Max: 8, Buckets: []uint64{8, 16, 32}}}}}
 	if _, err := l.Client().Submit(ctx, sub); err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +96,7 @@ func TestReplansAtSafepoints(t *testing.T) {
 					if e.Epoch == 1 && e.Step >= l1(l)+3 {
 						opOnce.Do(func() {
 							go func() {
-								out, err := l.Client().Replan(ctx, "dyn", "", &coord.ReplanRequest{ID: "op-1", Reason: "try the spec's slot layout", Strategy: planner.Slots})
+								out, err := l.Client().Replan(ctx, "dyn", "", &api.ReplanRequest{ID: "op-1", Reason: "try the spec's slot layout", Strategy: planner.Slots})
 								if err != nil {
 									t.Error(err)
 									return
@@ -126,7 +126,7 @@ func TestReplansAtSafepoints(t *testing.T) {
 		}()
 	}
 	// Drain once the operator's epoch has run a few steps.
-	waitJob(t, l, "the operator's epoch to run", 2*time.Minute, func(j *coord.Job) bool {
+	waitJob(t, l, "the operator's epoch to run", 2*time.Minute, func(j *api.Job) bool {
 		return len(j.Epochs) == 3 && j.Epochs[2].Outcome != nil && j.LastStep >= j.Epochs[2].StartStep+3
 	})
 	drain()
@@ -221,9 +221,9 @@ func l1(l *localcluster.Local) uint64 {
 func TestAbortPolicy(t *testing.T) {
 	l, ctx := startLocal(t)
 	cfg, _ := json.Marshal(map[string]any{"layers": 1, "hidden": 32, "heads": 2, "seq": 8, "context": 8, "batch": 1, "vocab": 64, "dtype": "bf16", "train": true})
-	if _, err := l.Client().Submit(ctx, &coord.SubmitRequest{Name: "strict", Steps: 0, ReplanPolicy: coord.ReplanAbort,
+	if _, err := l.Client().Submit(ctx, &api.SubmitRequest{Name: "strict", Steps: 0, ReplanPolicy: api.ReplanAbort,
 		ShardSpec: json.RawMessage(`{"world_size": 2}`),
-		Model:     &coord.ModelSource{Model: "gpt2", Config: cfg, Dims: map[string]coord.DimSpec{"seq": {Min: 1, Max: 8}}}}); err != nil {
+		Model:     &api.ModelSource{Model: "gpt2", Config: cfg, Dims: map[string]api.DimSpec{"seq": {Min: 1, Max: 8}}}}); err != nil {
 		t.Fatal(err)
 	}
 	var wg sync.WaitGroup
@@ -252,7 +252,7 @@ func TestAbortPolicy(t *testing.T) {
 		}
 	}
 	j := leaderState(t, l).Jobs["strict"]
-	if j.Status != coord.StatusFailed || !strings.Contains(j.Reason, "seq=9 exceeds the envelope [1,8] (policy abort)") || len(j.Epochs) != 1 {
+	if j.Status != api.StatusFailed || !strings.Contains(j.Reason, "seq=9 exceeds the envelope [1,8] (policy abort)") || len(j.Epochs) != 1 {
 		t.Fatalf("job: %s, %q, %d epochs", j.Status, j.Reason, len(j.Epochs))
 	}
 	t.Logf("job failed: %s (last step %d)", j.Reason, j.LastStep)
@@ -278,9 +278,9 @@ func TestElasticJobShrinks(t *testing.T) {
 	for i := range 4 {
 		f.start(fmt.Sprintf("e%d", i), nil)
 	}
-	waitJob(t, l, "steps", 60*time.Second, func(j *coord.Job) bool { return j.Spec.Name == "elastic" && j.LastStep >= 4 })
+	waitJob(t, l, "steps", 60*time.Second, func(j *api.Job) bool { return j.Spec.Name == "elastic" && j.LastStep >= 4 })
 	f.kill("e1")
-	j := waitJob(t, l, "the shrink to run", 90*time.Second, func(j *coord.Job) bool {
+	j := waitJob(t, l, "the shrink to run", 90*time.Second, func(j *api.Job) bool {
 		return j.Spec.Name == "elastic" && len(j.Epochs) == 2 && j.Epochs[1].Outcome != nil && j.LastStep >= j.Epochs[1].StartStep+3
 	})
 	e := j.Epochs[1]
@@ -291,7 +291,7 @@ func TestElasticJobShrinks(t *testing.T) {
 	// e1 comes back with the same identity: it waits outside the world
 	// until the leader grows it back to 4 ranks.
 	f.start("e1", nil)
-	j = waitJob(t, l, "the world to grow back", 90*time.Second, func(j *coord.Job) bool {
+	j = waitJob(t, l, "the world to grow back", 90*time.Second, func(j *api.Job) bool {
 		return j.Spec.Name == "elastic" && len(j.Epochs) == 3 && j.Epochs[2].Outcome != nil && j.LastStep >= j.Epochs[2].StartStep+3
 	})
 	g := j.Epochs[2]

@@ -9,7 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/tmmu/tmmu/checkpoint"
-	"github.com/tmmu/tmmu/coord"
+	"github.com/tmmu/tmmu/coord/api"
 	"github.com/tmmu/tmmu/failure"
 	"github.com/tmmu/tmmu/ir"
 	"github.com/tmmu/tmmu/recovery"
@@ -18,7 +18,7 @@ import (
 )
 
 // recoveryEpoch is what the decisions need of epoch e.
-func recoveryEpoch(job *coord.Job, e *coord.Epoch) recovery.Epoch {
+func recoveryEpoch(job *api.Job, e *api.Epoch) recovery.Epoch {
 	spec, _ := job.World(e.Epoch)
 	re := recovery.Epoch{Epoch: e.Epoch, StartStep: e.StartStep, World: spec.WorldSize, Agreed: e.Outcome != nil && e.Outcome.Agreed}
 	if e.Restore != nil {
@@ -29,7 +29,7 @@ func recoveryEpoch(job *coord.Job, e *coord.Epoch) recovery.Epoch {
 
 // holdState brings the state step needs into p's executor, as
 // recovery.Prepare decides; it says whether p's executor holds it.
-func (w *run) holdState(ctx context.Context, job *coord.Job, p *epochPlan, step uint64) (bool, error) {
+func (w *run) holdState(ctx context.Context, job *api.Job, p *epochPlan, step uint64) (bool, error) {
 	if w.holder == nil && p.exec == nil {
 		// Holding nothing: build the epoch's executor first, which says
 		// whether there is model state to hold at all.
@@ -116,7 +116,7 @@ func (w *run) statsOf(step uint64) runtime.StepStats {
 
 // wrote reports whether this worker stored its shard of the checkpoint
 // of step in the job's current timeline.
-func (w *run) wrote(job *coord.Job, step uint64) bool {
+func (w *run) wrote(job *api.Job, step uint64) bool {
 	w.ckptMu.Lock()
 	defer w.ckptMu.Unlock()
 	sw, ok := w.written[step]
@@ -372,7 +372,7 @@ func (w *run) layout(ctx context.Context, p *epochPlan) ([]checkpoint.Slice, err
 // and — same world — the state hash the checkpoint recorded. A corrupt
 // object is reported (the leader drops the checkpoint and rolls back to
 // the one before); a state that does not match fails the job.
-func (w *run) restore(ctx context.Context, job *coord.Job, p *epochPlan, step uint64) error {
+func (w *run) restore(ctx context.Context, job *api.Job, p *epochPlan, step uint64) error {
 	x, ok := p.exec.(runtime.StateCarrier)
 	if !ok {
 		return nil // nothing to restore into
@@ -457,7 +457,7 @@ func (w *run) restore(ctx context.Context, job *coord.Job, p *epochPlan, step ui
 // object returns a checkpoint's object: from memory when this worker
 // wrote it last, else from the store (retrying what may pass; a missing
 // object counts as corrupt).
-func (w *run) object(ctx context.Context, job string, m *coord.Checkpoint, sh coord.CheckpointShard) ([]byte, error) {
+func (w *run) object(ctx context.Context, job string, m *api.Checkpoint, sh api.CheckpointShard) ([]byte, error) {
 	w.ckptMu.Lock()
 	wr, ok := w.written[m.Step]
 	w.ckptMu.Unlock()

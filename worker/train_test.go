@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tmmu/tmmu/coord"
+	"github.com/tmmu/tmmu/coord/api"
 	"github.com/tmmu/tmmu/engine"
 	"github.com/tmmu/tmmu/ir"
 	"github.com/tmmu/tmmu/models"
@@ -32,7 +32,7 @@ func TestWorkersTrain(t *testing.T) {
 	}
 	irJSON, _ := json.Marshal(m)
 	train := func(name string, replan bool) []worker.Result {
-		if _, err := l.Client().Submit(ctx, &coord.SubmitRequest{Name: name, IR: irJSON, Steps: steps,
+		if _, err := l.Client().Submit(ctx, &api.SubmitRequest{Name: name, IR: irJSON, Steps: steps,
 			ShardSpec:   json.RawMessage(fmt.Sprintf(`{"world_size": %d, "data_parallel": {"zero_stage": 0}}`, world)),
 			ArenaConfig: engine.ExecutableArenas(engine.PortableLimits, nil)}); err != nil {
 			t.Fatal(err)
@@ -49,7 +49,7 @@ func TestWorkersTrain(t *testing.T) {
 						if replan && e.Step == 3 {
 							once.Do(func() {
 								go func() {
-									out, err := l.Client().Replan(ctx, name, "", &coord.ReplanRequest{ID: name + "-op", Reason: "another layout", Strategy: planner.Slots})
+									out, err := l.Client().Replan(ctx, name, "", &api.ReplanRequest{ID: name + "-op", Reason: "another layout", Strategy: planner.Slots})
 									if err != nil || out.Decision != "replan" {
 										t.Errorf("replan: %+v %v", out, err)
 									}
@@ -97,7 +97,7 @@ func TestConfidentialJob(t *testing.T) {
 		t.Fatal(err)
 	}
 	irJSON, _ := json.Marshal(m)
-	if _, err := l.Client().Submit(ctx, &coord.SubmitRequest{Name: "secret", IR: irJSON, Steps: 3, DataMode: coord.DataConfidential,
+	if _, err := l.Client().Submit(ctx, &api.SubmitRequest{Name: "secret", IR: irJSON, Steps: 3, DataMode: api.DataConfidential,
 		ShardSpec: json.RawMessage(`{"world_size": 1}`), ArenaConfig: engine.ExecutableArenas(engine.PortableLimits, nil)}); err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +108,7 @@ func TestConfidentialJob(t *testing.T) {
 	if res.Executor != "cpu" || res.StepsRun != 3 || len(res.Losses) != 0 || res.LastState == "" {
 		t.Fatalf("confidential job: executor %s, %d steps, losses %v, state %q", res.Executor, res.StepsRun, res.Losses, res.LastState)
 	}
-	if _, err := l.Client().Submit(ctx, &coord.SubmitRequest{Name: "bad", IR: irJSON, DataMode: "secretive", ShardSpec: json.RawMessage(`{"world_size": 1}`)}); err == nil {
+	if _, err := l.Client().Submit(ctx, &api.SubmitRequest{Name: "bad", IR: irJSON, DataMode: "secretive", ShardSpec: json.RawMessage(`{"world_size": 1}`)}); err == nil {
 		t.Fatal("a data mode that does not exist was accepted")
 	}
 }

@@ -73,7 +73,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/tmmu/tmmu/checkpoint"
-	"github.com/tmmu/tmmu/coord"
+	"github.com/tmmu/tmmu/coord/api"
 	"github.com/tmmu/tmmu/ir"
 	"github.com/tmmu/tmmu/planner"
 	"github.com/tmmu/tmmu/recovery"
@@ -87,7 +87,7 @@ import (
 type Config struct {
 	Identity    string // stable across restarts of this worker
 	Job         string
-	Coordinator *coord.Client
+	Coordinator *api.Client
 	Transport   *transport.Transport
 	Rendezvous  *rendezvous.Client
 	// Store holds the checkpoints; nil means the JetStream object store
@@ -252,7 +252,7 @@ type run struct {
 	// poll says it changed. A stale copy is safe: it can only hold less
 	// progress, and a new epoch's boundary lies past every horizon the
 	// leader granted, so a rank waits at the boundary until it fetches.
-	job  *coord.Job
+	job  *api.Job
 	wake chan struct{} // announcements and outcomes: refresh the job
 	// stepWake is wake for the supervisor of a long step (see step).
 	stepWake chan struct{}
@@ -709,7 +709,7 @@ func (w *run) observe(p *epochPlan, step uint64) {
 }
 
 // current returns the job as last fetched.
-func (w *run) current() *coord.Job {
+func (w *run) current() *api.Job {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.job
@@ -717,9 +717,9 @@ func (w *run) current() *coord.Job {
 
 // fetch returns the job as the coordinators hold it. Failures are
 // retryable, but for a deleted job.
-func (w *run) fetch(ctx context.Context) (*coord.Job, error) {
+func (w *run) fetch(ctx context.Context) (*api.Job, error) {
 	j, err := w.cfg.Coordinator.RecentJob(ctx, w.cfg.Job)
-	if errors.Is(err, coord.ErrGone) {
+	if errors.Is(err, api.ErrGone) {
 		return nil, fmt.Errorf("%w: %v", ErrDeleted, err)
 	}
 	if err != nil {
@@ -740,13 +740,13 @@ func (w *run) fetch(ctx context.Context) (*coord.Job, error) {
 }
 
 // final returns the error that ends the worker for a job that is over.
-func final(job *coord.Job, step uint64) error {
+func final(job *api.Job, step uint64) error {
 	switch job.Status {
-	case coord.StatusDone:
+	case api.StatusDone:
 		return errFinished
-	case coord.StatusCancelled:
+	case api.StatusCancelled:
 		return fmt.Errorf("%w: %s", ErrCancelled, job.Reason)
-	case coord.StatusFailed:
+	case api.StatusFailed:
 		if e := job.EpochFor(step); e.Outcome != nil && !e.Outcome.Agreed {
 			return fmt.Errorf("%w: %s", ErrNotAgreed, job.Reason)
 		}
@@ -823,7 +823,7 @@ func isRetryable(err error) bool {
 // ready plans every epoch from the step's on, brings the state the step
 // needs into the step's epoch, and reports the rank ready for the step
 // when the job's horizon allows; it says whether every rank is.
-func (w *run) ready(ctx context.Context, job *coord.Job, step uint64) (*epochPlan, bool, error) {
+func (w *run) ready(ctx context.Context, job *api.Job, step uint64) (*epochPlan, bool, error) {
 	e := job.EpochFor(step)
 	// Plan and report every epoch from e on as soon as it exists.
 	for i := e.Epoch; i < uint64(len(job.Epochs)); i++ {
@@ -866,7 +866,7 @@ func (w *run) ready(ctx context.Context, job *coord.Job, step uint64) (*epochPla
 	if outcome == nil {
 		w.mu.Lock()
 		if o, ok := w.agreed[e.Epoch]; ok && o.Agreed {
-			outcome = &coord.Outcome{Agreed: true, Holders: o.Holders}
+			outcome = &api.Outcome{Agreed: true, Holders: o.Holders}
 			if holders == nil {
 				holders = o.Holders
 			}
@@ -923,7 +923,7 @@ type viewKey struct {
 }
 
 // prepare plans this rank under epoch i and reports the hash, once.
-func (w *run) prepare(ctx context.Context, job *coord.Job, i uint64) (*epochPlan, error) {
+func (w *run) prepare(ctx context.Context, job *api.Job, i uint64) (*epochPlan, error) {
 	w.mu.Lock()
 	p := w.plans[i]
 	w.mu.Unlock()
@@ -1001,7 +1001,7 @@ func (w *run) prepare(ctx context.Context, job *coord.Job, i uint64) (*epochPlan
 }
 
 // model returns the job's IR under epoch i (fetched once per IR hash).
-func (w *run) model(ctx context.Context, job *coord.Job, i uint64) (*ir.Model, error) {
+func (w *run) model(ctx context.Context, job *api.Job, i uint64) (*ir.Model, error) {
 	h := job.Epochs[0].IRHash
 	for k := uint64(0); k <= i; k++ {
 		if !job.Epochs[k].IRHash.IsZero() {
@@ -1044,13 +1044,13 @@ func newExecutor(cfg Config, g *ir.Graph, p *planner.Plan) (runtime.Executor, er
 // waitJob fetches the job until the coordinators have it: a worker may
 // start before its job is submitted, and a coordinator that restarted
 // may not know the leader yet. A deleted job is final.
-func waitJob(ctx context.Context, cfg Config) (*coord.Job, error) {
+func waitJob(ctx context.Context, cfg Config) (*api.Job, error) {
 	for try := 0; ; try++ {
 		j, err := cfg.Coordinator.RecentJob(ctx, cfg.Job)
 		if err == nil {
 			return j, nil
 		}
-		if errors.Is(err, coord.ErrGone) {
+		if errors.Is(err, api.ErrGone) {
 			return nil, fmt.Errorf("%w: %v", ErrDeleted, err)
 		}
 		select {

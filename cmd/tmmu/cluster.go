@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tmmu/tmmu/coord"
+	"github.com/tmmu/tmmu/coord/api"
 	"github.com/tmmu/tmmu/engine"
 	"github.com/tmmu/tmmu/failure"
 	"github.com/tmmu/tmmu/internal/cli"
@@ -79,7 +79,7 @@ func emit(e *env, format string, v any, text func(io.Writer)) error {
 
 // parse parses a cluster command's flags (with out its -o, text or json)
 // and returns the positional arguments and a client for the cluster.
-func (c clusterFlags) parse(e *env, fs *flag.FlagSet, out *string, args []string) ([]string, *coord.Client, error) {
+func (c clusterFlags) parse(e *env, fs *flag.FlagSet, out *string, args []string) ([]string, *api.Client, error) {
 	pos, err := parse(fs, args)
 	if err != nil {
 		return nil, nil, err
@@ -91,7 +91,7 @@ func (c clusterFlags) parse(e *env, fs *flag.FlagSet, out *string, args []string
 	return pos, cl, err
 }
 
-func (c clusterFlags) client(e *env, fs *flag.FlagSet) (*coord.Client, error) {
+func (c clusterFlags) client(e *env, fs *flag.FlagSet) (*api.Client, error) {
 	if err := cli.ApplyEnv(fs); err != nil {
 		return nil, usagef("%v", err)
 	}
@@ -112,7 +112,7 @@ func (c clusterFlags) client(e *env, fs *flag.FlagSet) (*coord.Client, error) {
 	if urls == "" {
 		urls = "http://127.0.0.1:8080"
 	}
-	cl := coord.NewClient(strings.Split(urls, ",")...)
+	cl := api.NewClient(strings.Split(urls, ",")...)
 	cl.Token = *c.token
 	if *c.tokenFile != "" {
 		tok, err := cli.ReadSecret(*c.tokenFile)
@@ -161,10 +161,10 @@ func runJob(c *command, e *env, args []string) error {
 		mode = fs.String("mode", "", "planning mode (default: the graph's)")
 		strategy = fs.String("strategy", string(planner.Packed), "placement strategy")
 		arenaFile = fs.String("arena-config", "", "arena config file (default: every arena aligned to 256 bytes in 128 MiB regions, WebGPU's default limits, so any worker's device can run the plan)")
-		policy = fs.String("replan-policy", coord.ReplanAtSafepoint, "replan_at_safepoint or abort")
-		dataMode = fs.String("data-mode", coord.DataStandard, "standard, confidential or regulated (the last two forbid debug fills and keep the loss out of logs and metrics)")
-		every = fs.Uint64("checkpoint-every", coord.DefaultCheckpointEvery, "checkpoint the model state every N steps (and at every epoch boundary and after the last step)")
-		keep = fs.Uint64("checkpoint-keep", coord.DefaultCheckpointKeep, "keep the last K checkpoints")
+		policy = fs.String("replan-policy", api.ReplanAtSafepoint, "replan_at_safepoint or abort")
+		dataMode = fs.String("data-mode", api.DataStandard, "standard, confidential or regulated (the last two forbid debug fills and keep the loss out of logs and metrics)")
+		every = fs.Uint64("checkpoint-every", api.DefaultCheckpointEvery, "checkpoint the model state every N steps (and at every epoch boundary and after the last step)")
+		keep = fs.Uint64("checkpoint-keep", api.DefaultCheckpointKeep, "keep the last K checkpoints")
 		seed = fs.Uint64("seed", 0, "the job's seed: the batch of a step and every random draw derive from (seed, step, rank)")
 		elastic = fs.Bool("elastic", false, "shrink the job when ranks leave for good (it rolls back to its last checkpoint, recut for the ranks left) and grow it when they come back")
 		source = fs.String("source", "", "instead of an IR file, a model source JSON file: {\"model\": \"gpt2\", \"config\": {...}, \"dims\": {\"seq\": {\"min\": 1, \"max\": 512, \"buckets\": [512, 1024]}}} (dynamic dimensions, for shape replans)")
@@ -229,7 +229,7 @@ func runJob(c *command, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	req := &coord.SubmitRequest{Name: *name, ShardSpec: specJSON, Mode: planner.Mode(*mode),
+	req := &api.SubmitRequest{Name: *name, ShardSpec: specJSON, Mode: planner.Mode(*mode),
 		Strategy: planner.Strategy(*strategy), Steps: *steps, ReplanPolicy: *policy, DataMode: *dataMode,
 		CheckpointEvery: *every, CheckpointKeep: *keep, Seed: *seed, Elastic: *elastic}
 	if *source != "" {
@@ -237,7 +237,7 @@ func runJob(c *command, e *env, args []string) error {
 		if err != nil {
 			return err
 		}
-		req.Model = &coord.ModelSource{}
+		req.Model = &api.ModelSource{}
 		dec := json.NewDecoder(bytes.NewReader(data))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(req.Model); err != nil {
@@ -274,7 +274,7 @@ func runJob(c *command, e *env, args []string) error {
 	return nil
 }
 
-func printJobs(w io.Writer, jobs []coord.JobSummary) {
+func printJobs(w io.Writer, jobs []api.JobSummary) {
 	t := &table{align: "llrlrrrrl"}
 	t.add("JOB", "STATUS", "EPOCH", "AGREED", "RANKS", "STEP", "OF", "CHECKPOINT", "MISSING")
 	for _, j := range jobs {
@@ -342,7 +342,7 @@ func runStatus(c *command, e *env, args []string) error {
 	return emit(e, *out, st, func(w io.Writer) { printStatus(w, st) })
 }
 
-func printStatus(w io.Writer, st *coord.Status) {
+func printStatus(w io.Writer, st *api.Status) {
 	leader := st.Leader
 	if leader == "" {
 		leader = "(none)"
@@ -386,9 +386,9 @@ func runVoter(c *command, e *env, args []string) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), *cf.timeout)
 	defer cancel()
-	var st *coord.Status
+	var st *api.Status
 	if sub == "add" {
-		st, err = cl.AddVoter(ctx, coord.Peer{ID: pos[0], RaftAddr: pos[1], HTTPAddr: pos[2]})
+		st, err = cl.AddVoter(ctx, api.Peer{ID: pos[0], RaftAddr: pos[1], HTTPAddr: pos[2]})
 	} else {
 		st, err = cl.RemoveVoter(ctx, pos[0])
 	}
@@ -415,7 +415,7 @@ type epochRecord struct {
 	Strategy    planner.Strategy       `json:"strategy"`
 	World       uint64                 `json:"world"`
 	Envelope    map[string]ir.DimRange `json:"envelope,omitempty"`
-	Restore     *coord.Restore         `json:"restore,omitempty"`
+	Restore     *api.Restore           `json:"restore,omitempty"`
 	Agreed      *bool                  `json:"agreed,omitempty"` // nil while agreeing
 	AgreementMs float64                `json:"agreement_ms,omitempty"`
 }
@@ -432,7 +432,7 @@ type checkpointRecord struct {
 	DropReason string   `json:"reason,omitempty"`
 }
 
-func history(j *coord.Job) jobHistory {
+func history(j *api.Job) jobHistory {
 	var out jobHistory
 	for i, e := range j.Epochs {
 		_, opts, env := j.Inputs(uint64(i))
@@ -451,7 +451,7 @@ func history(j *coord.Job) jobHistory {
 		}
 		out.Epochs = append(out.Epochs, r)
 	}
-	rec := func(k coord.Checkpoint) checkpointRecord {
+	rec := func(k api.Checkpoint) checkpointRecord {
 		c := checkpointRecord{Step: k.Step, Epoch: k.Epoch, World: k.World, Bytes: k.Bytes, WriteMs: float64(k.WriteNanos) / 1e6,
 			Committed: time.Unix(0, k.CommittedAt).UTC().Format(time.RFC3339Nano), DropReason: k.Reason}
 		for _, sh := range k.Shards {
@@ -536,7 +536,7 @@ func runReplan(c *command, e *env, args []string) error {
 	if len(pos) != 0 || *job == "" || *reason == "" {
 		return usagef("replan takes --job and --reason")
 	}
-	req := &coord.ReplanRequest{ID: *id, Reason: *reason, Strategy: planner.Strategy(*strategy)}
+	req := &api.ReplanRequest{ID: *id, Reason: *reason, Strategy: planner.Strategy(*strategy)}
 	if *arenaFile != "" {
 		if req.ArenaConfig, err = loadArenaConfig(e, *arenaFile); err != nil {
 			return err

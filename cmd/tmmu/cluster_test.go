@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/tmmu/tmmu/checkpoint"
-	"github.com/tmmu/tmmu/coord"
+	"github.com/tmmu/tmmu/coord/api"
 	"github.com/tmmu/tmmu/ir"
 	"github.com/tmmu/tmmu/localcluster"
 	"github.com/tmmu/tmmu/planner"
@@ -38,7 +38,7 @@ func TestDemo(t *testing.T) {
 		}
 	}
 	var doc struct {
-		Job   coord.Job `json:"job"`
+		Job   api.Job `json:"job"`
 		Ranks []struct {
 			Rank  uint64 `json:"rank"`
 			Steps uint64 `json:"steps_run"`
@@ -47,7 +47,7 @@ func TestDemo(t *testing.T) {
 	if err := json.Unmarshal([]byte(mustRun(t, "", "demo", "--workers", "2", "--steps", "1", "--layers", "1", "--hidden", "32", "--heads", "2", "--seq", "8", "--batch", "1", "--vocab", "64", "--executor", "plan-only", "-o", "json")), &doc); err != nil {
 		t.Fatal(err)
 	}
-	if doc.Job.Status != coord.StatusDone || len(doc.Ranks) != 2 || doc.Ranks[1].Rank != 1 || doc.Ranks[1].Steps != 1 {
+	if doc.Job.Status != api.StatusDone || len(doc.Ranks) != 2 || doc.Ranks[1].Rank != 1 || doc.Ranks[1].Steps != 1 {
 		t.Errorf("demo JSON: %+v", doc)
 	}
 }
@@ -73,7 +73,7 @@ func TestClusterCommands(t *testing.T) {
 	if !strings.Contains(out, "job gpt2 submitted: epoch 0, 4 ranks, status agreeing") {
 		t.Errorf("submit:\n%s", out)
 	}
-	var jobs []coord.JobSummary
+	var jobs []api.JobSummary
 	if err := json.Unmarshal([]byte(mustRun(t, "", "job", "list", "--coordinators", urls, "-o", "json")), &jobs); err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +82,7 @@ func TestClusterCommands(t *testing.T) {
 	}
 
 	t.Setenv("TMMU_COORDINATORS", l.Coord.URLs()[2])
-	var st coord.Status
+	var st api.Status
 	if err := json.Unmarshal([]byte(mustRun(t, "", "status", "-o", "json")), &st); err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +164,7 @@ func TestReplanCommands(t *testing.T) {
 	}
 	defer func() { drain(); wg.Wait() }()
 	for {
-		var jobs []coord.JobSummary
+		var jobs []api.JobSummary
 		json.Unmarshal([]byte(mustRun(t, "", "job", "list", "--coordinators", urls, "-o", "json")), &jobs)
 		if len(jobs) == 1 && jobs[0].Agreed && jobs[0].LastStep >= 2 {
 			break

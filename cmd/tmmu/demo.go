@@ -11,7 +11,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/tmmu/tmmu/coord"
+	"github.com/tmmu/tmmu/coord/api"
 	"github.com/tmmu/tmmu/engine"
 	"github.com/tmmu/tmmu/ir"
 	"github.com/tmmu/tmmu/localcluster"
@@ -131,7 +131,7 @@ func runDemo(c *command, e *env, args []string) error {
 	t1 := time.Now()
 	// Planned for WebGPU's default limits, so every rank's device can
 	// bind the arenas and every rank agrees on one plan.
-	job, err := l.Client().Submit(ctx, &coord.SubmitRequest{Name: "demo", IR: irJSON, ShardSpec: json.RawMessage(spec), Steps: *steps,
+	job, err := l.Client().Submit(ctx, &api.SubmitRequest{Name: "demo", IR: irJSON, ShardSpec: json.RawMessage(spec), Steps: *steps,
 		ArenaConfig: engine.ExecutableArenas(engine.PortableLimits, nil)})
 	if err != nil {
 		return err
@@ -192,10 +192,10 @@ func runDemo(c *command, e *env, args []string) error {
 	took := time.Since(t2)
 	sort.Slice(ranks, func(a, b int) bool { return ranks[a].Rank < ranks[b].Rank })
 	final, ferr := l.Client().Job(ctx, "demo")
-	if ferr == nil && final.Status != coord.StatusDone {
+	if ferr == nil && final.Status != api.StatusDone {
 		// Progress is committed asynchronously; give the leader a moment.
 		deadline := time.Now().Add(5 * time.Second)
-		for final.Status != coord.StatusDone && time.Now().Before(deadline) {
+		for final.Status != api.StatusDone && time.Now().Before(deadline) {
 			time.Sleep(20 * time.Millisecond)
 			final, ferr = l.Client().Job(ctx, "demo")
 			if ferr != nil {
@@ -208,7 +208,7 @@ func runDemo(c *command, e *env, args []string) error {
 	}
 	if *out == "json" {
 		return errors.Join(append(errs, writeJSON(e.stdout, struct {
-			Job   *coord.Job `json:"job"`
+			Job   *api.Job   `json:"job"`
 			Ranks []demoRank `json:"ranks"`
 		}{final, ranks}))...)
 	}

@@ -129,7 +129,7 @@ func (s *Security) EtcdTLS() (*tls.Config, error) {
 }
 
 // CoordinatorTransport returns the HTTP transport for the coordinators'
-// API (for coord.Client's HTTP client): nil without TLS, else TLS that
+// API (for api.Client's HTTP client): nil without TLS, else TLS that
 // checks the server's certificate is a coordinator's.
 func (s *Security) CoordinatorTransport() (http.RoundTripper, error) {
 	return CoordinatorTransport(s.TLS())

@@ -22,6 +22,7 @@ import (
 
 	"github.com/tmmu/tmmu/checkpoint"
 	"github.com/tmmu/tmmu/coord"
+	"github.com/tmmu/tmmu/coord/api"
 	"github.com/tmmu/tmmu/internal/cli"
 	"github.com/tmmu/tmmu/rendezvous"
 	"github.com/tmmu/tmmu/transport"
@@ -33,8 +34,8 @@ import (
 func Main(args []string, stderr io.Writer) int { return cli.Main("coordinator", args, stderr, run) }
 
 // parsePeers reads id=raftaddr=httpaddr,...
-func parsePeers(s string) ([]coord.Peer, error) {
-	var out []coord.Peer
+func parsePeers(s string) ([]api.Peer, error) {
+	var out []api.Peer
 	for _, p := range strings.Split(s, ",") {
 		if p = strings.TrimSpace(p); p == "" {
 			continue
@@ -43,7 +44,7 @@ func parsePeers(s string) ([]coord.Peer, error) {
 		if len(f) != 3 {
 			return nil, fmt.Errorf("peer %q: want id=raft_host:port=http_host:port", p)
 		}
-		out = append(out, coord.Peer{ID: f[0], RaftAddr: f[1], HTTPAddr: f[2]})
+		out = append(out, api.Peer{ID: f[0], RaftAddr: f[1], HTTPAddr: f[2]})
 	}
 	return out, nil
 }
@@ -122,7 +123,7 @@ func run(args []string, stderr io.Writer) error {
 		return err
 	}
 	if len(ps) == 0 {
-		ps = []coord.Peer{{ID: *id, RaftAddr: *raftAddr, HTTPAddr: *httpAddr}}
+		ps = []api.Peer{{ID: *id, RaftAddr: *raftAddr, HTTPAddr: *httpAddr}}
 	}
 	cfg := coord.Config{ID: *id, RaftAddr: *raftAddr, HTTPAddr: *httpAddr, DataDir: *dataDir,
 		Bootstrap: *bootstrap, Peers: ps, Fast: *fast, APIToken: apiToken, ReadToken: readToken, Logger: log}

@@ -36,6 +36,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/tmmu/tmmu/coord"
+	"github.com/tmmu/tmmu/coord/api"
 	"github.com/tmmu/tmmu/ir"
 	"github.com/tmmu/tmmu/models"
 	"github.com/tmmu/tmmu/transport"
@@ -112,7 +113,7 @@ type prober struct {
 	nc  *nats.Conn
 	js  jetstream.JetStream
 	tr  *transport.Transport // bound to the identity, as its worker's would be
-	api *coord.Client
+	api *api.Client
 }
 
 // Run makes every attack in turn and returns what each found. It fails
@@ -137,7 +138,7 @@ func Run(ctx context.Context, t Target) ([]Result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("probe: opening the buckets as %s: %w", t.Identity, err)
 	}
-	api := coord.NewClient(t.Coordinators...)
+	api := api.NewClient(t.Coordinators...)
 	// The client's own HTTP client keeps the token across a follower's
 	// redirect to the leader; it takes t.HTTP's transport (the CA).
 	api.HTTP.Transport, api.Token = t.HTTP.Transport, t.APIToken
@@ -171,10 +172,10 @@ func (p *prober) refusedPut(ctx context.Context, bucket, key string, value []byt
 	return nil
 }
 
-func (p *prober) job(ctx context.Context) (*coord.Job, error) { return p.api.Job(ctx, p.t.Job) }
+func (p *prober) job(ctx context.Context) (*api.Job, error) { return p.api.Job(ctx, p.t.Job) }
 
 // victim is an identity that holds a rank of the job (not the attacker).
-func (p *prober) victim(ctx context.Context) (string, uint64, *coord.Job, error) {
+func (p *prober) victim(ctx context.Context) (string, uint64, *api.Job, error) {
 	j, err := p.job(ctx)
 	if err != nil {
 		return "", 0, nil, err
@@ -282,7 +283,7 @@ func (p *prober) forgedPlans(ctx context.Context) (string, error) {
 		return "", err
 	}
 	irJSON, _ := json.Marshal(m)
-	j, err := p.api.Submit(ctx, &coord.SubmitRequest{Name: name, IR: irJSON, ShardSpec: json.RawMessage(`{"world_size": 4, "data_parallel": {"zero_stage": 1}}`), Steps: 1})
+	j, err := p.api.Submit(ctx, &api.SubmitRequest{Name: name, IR: irJSON, ShardSpec: json.RawMessage(`{"world_size": 4, "data_parallel": {"zero_stage": 1}}`), Steps: 1})
 	if err != nil {
 		return "", fmt.Errorf("submitting the probe job: %w", err)
 	}
@@ -488,7 +489,7 @@ func (p *prober) deliveredGrant(ctx context.Context) (string, error) {
 
 // readySteps returns the highest step any rank reported ready for under
 // the job's current epoch.
-func (p *prober) readySteps(ctx context.Context, j *coord.Job) (uint64, error) {
+func (p *prober) readySteps(ctx context.Context, j *api.Job) (uint64, error) {
 	rs, err := p.tr.Steps(ctx, p.t.Job, j.Current().Epoch)
 	if err != nil {
 		return 0, err
@@ -650,7 +651,7 @@ func (p *prober) bigSubmission(ctx context.Context) (string, error) {
 	} else if status != http.StatusRequestEntityTooLarge {
 		return "", fmt.Errorf("a 100 MB submission: %d %s", status, answer)
 	}
-	if _, err := p.api.Job(ctx, "probe-big"); !errors.Is(err, coord.ErrNotFound) {
+	if _, err := p.api.Job(ctx, "probe-big"); !errors.Is(err, api.ErrNotFound) {
 		return "", fmt.Errorf("job probe-big: %v, want not found", err)
 	}
 	// The cluster keeps committing steps.
@@ -677,7 +678,7 @@ func (r repeat) Read(b []byte) (int, error) {
 }
 
 func trimAnswer(s string) string {
-	var e coord.APIError
+	var e api.APIError
 	if json.Unmarshal([]byte(s), &e) == nil && e.Error != "" {
 		return e.Error
 	}
@@ -721,7 +722,7 @@ func (p *prober) hugeWindow(ctx context.Context) (string, error) {
 	if status != http.StatusBadRequest || !strings.Contains(answer, "window") {
 		return "", fmt.Errorf("window 2^64-1: %d %s", status, answer)
 	}
-	if _, err := p.api.Job(ctx, "probe-window"); !errors.Is(err, coord.ErrNotFound) {
+	if _, err := p.api.Job(ctx, "probe-window"); !errors.Is(err, api.ErrNotFound) {
 		return "", fmt.Errorf("job probe-window: %v, want not found", err)
 	}
 	now := p.answers(ctx, http.StatusBadRequest)

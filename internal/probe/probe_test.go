@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tmmu/tmmu/coord"
+	"github.com/tmmu/tmmu/coord/api"
 	"github.com/tmmu/tmmu/internal/cli"
 	"github.com/tmmu/tmmu/ir"
 	"github.com/tmmu/tmmu/localcluster"
@@ -45,7 +45,7 @@ func running(t *testing.T, insecure bool) (*localcluster.Local, Target) {
 		t.Fatal(err)
 	}
 	irJSON, _ := json.Marshal(m)
-	if _, err := l.Client().Submit(ctx, &coord.SubmitRequest{Name: "train", IR: irJSON, Steps: 0, CheckpointEvery: 1000,
+	if _, err := l.Client().Submit(ctx, &api.SubmitRequest{Name: "train", IR: irJSON, Steps: 0, CheckpointEvery: 1000,
 		ShardSpec: json.RawMessage(`{"world_size": 2, "data_parallel": {"zero_stage": 1}}`)}); err != nil {
 		t.Fatal(err)
 	}
@@ -139,7 +139,7 @@ func TestSecuredClusterRefusesEveryAttack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if after.LastStep <= before.LastStep || len(after.Epochs) != len(before.Epochs) || after.Status != coord.StatusRunning {
+	if after.LastStep <= before.LastStep || len(after.Epochs) != len(before.Epochs) || after.Status != api.StatusRunning {
 		t.Errorf("the job: step %d → %d, epochs %d → %d, status %s", before.LastStep, after.LastStep, len(before.Epochs), len(after.Epochs), after.Status)
 	}
 }

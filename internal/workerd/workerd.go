@@ -21,7 +21,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/tmmu/tmmu/coord"
+	"github.com/tmmu/tmmu/coord/api"
 	"github.com/tmmu/tmmu/internal/cli"
 	"github.com/tmmu/tmmu/rendezvous"
 	"github.com/tmmu/tmmu/transport"
@@ -101,7 +101,7 @@ func run(args []string, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("--token-file: %w", err)
 	}
-	coordClient := coord.NewClient(strings.Split(*coords, ",")...)
+	coordClient := api.NewClient(strings.Split(*coords, ",")...)
 	coordClient.Token = token
 	if coordClient.HTTP.Transport, err = sec.CoordinatorTransport(); err != nil {
 		return err

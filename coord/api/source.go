@@ -1,4 +1,4 @@
-package coord
+package api
 
 import (
 	"bytes"

@@ -1,4 +1,4 @@
-package coord
+package api
 
 import (
 	"bytes"
@@ -558,7 +558,7 @@ func (s *State) Apply(c *Command) Result {
 		if k == nil || k.Step == 0 || uint64(len(k.Shards)) != k.World {
 			return Result{Err: fmt.Errorf("coord: malformed checkpoint for %q", c.Job)}
 		}
-		if e := j.EpochFor(k.Step); e.Epoch != k.Epoch || worldOf(j, e.Epoch) != k.World {
+		if e := j.EpochFor(k.Step); e.Epoch != k.Epoch || j.WorldSize(e.Epoch) != k.World {
 			return Result{Err: fmt.Errorf("coord: job %q: step %d does not run under epoch %d with %d ranks", c.Job, k.Step, k.Epoch, k.World)}
 		}
 		if have := j.Checkpoint(k.Step); have != nil {
@@ -630,8 +630,8 @@ func (j *Job) dropCheckpoint(step uint64, reason string) {
 	j.Checkpoints = slices.DeleteFunc(j.Checkpoints, func(x Checkpoint) bool { return x.Step == step })
 }
 
-// worldOf returns the world size of epoch i.
-func worldOf(j *Job, i uint64) uint64 {
+// WorldSize returns the world size of epoch i.
+func (j *Job) WorldSize(i uint64) uint64 {
 	spec, _ := j.World(i)
 	return spec.WorldSize
 }

@@ -1,4 +1,4 @@
-package coord
+package api
 
 import (
 	"testing"
@@ -52,30 +52,6 @@ func TestCommandsAreIdempotent(t *testing.T) {
 	j := s.Jobs["j"]
 	if j.Status != StatusFailed || j.LastStep != 2 || len(j.Epochs) != 2 || !j.Epochs[0].Outcome.Agreed {
 		t.Fatalf("final job: %+v", j)
-	}
-}
-
-// TestSnapshotRoundTrip: the CBOR snapshot restores an equal state.
-func TestSnapshotRoundTrip(t *testing.T) {
-	s := &State{}
-	s.Apply(&Command{Kind: CmdSubmit, Job: "a", Spec: &JobSpec{Name: "a", Model: []byte{1, 2}}, New: epoch(0, 3, 1)})
-	s.Apply(&Command{Kind: CmdOutcome, Job: "a", Epoch: 0, Outcome: &Outcome{Agreed: true}})
-	f := &fsm{state: s}
-	snap, err := f.Snapshot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := []byte(snap.(snapshot))
-	var back State
-	if err := ir.UnmarshalCBOR(b, &back); err != nil {
-		t.Fatal(err)
-	}
-	b2, _ := ir.CanonicalCBOR(&back)
-	if string(b) != string(b2) {
-		t.Fatal("snapshot does not round-trip byte for byte")
-	}
-	if back.Jobs["a"].Current().Outcome == nil || len(back.Jobs["a"].Current().Expected) != 3 {
-		t.Fatalf("restored %+v", back.Jobs["a"])
 	}
 }
 
