@@ -3,6 +3,7 @@ module github.com/tmmu/tmmu
 go 1.26.8
 
 require (
+	github.com/cockroachdb/datadriven v1.0.2
 	github.com/cogentcore/webgpu v0.23.0
 	github.com/fxamacker/cbor/v2 v2.9.6
 	github.com/google/go-cmp v0.7.0
@@ -20,6 +21,8 @@ require (
 	google.golang.org/protobuf v1.36.12
 	pgregory.net/rapid v1.3.0
 )
+
+require github.com/pmezard/go-difflib v1.0.1-0.20181226105442-5d4384ee4fb2 // indirect
 
 require (
 	github.com/antithesishq/antithesis-sdk-go v0.8.0-default-no-op // indirect

@@ -7,7 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tmmu/tmmu/internal/datadriven"
+	"github.com/cockroachdb/datadriven"
+	"github.com/tmmu/tmmu/internal/scenario"
 	"github.com/tmmu/tmmu/ir"
 )
 
@@ -28,7 +29,8 @@ func TestScenarios(t *testing.T) {
 		var tally Tally
 		wrote := map[uint64]bool{}
 		started := map[uint64]bool{} // epochs this rank reported a step under
-		datadriven.Run(t, path, func(c *datadriven.Cmd) string {
+		datadriven.RunTest(t, path, func(t *testing.T, d *datadriven.TestData) string {
+			c := scenario.Of(d)
 			switch c.Name {
 			case "reset":
 				j, h, tally, wrote, started = Job{}, Holding{}, Tally{}, map[uint64]bool{}, map[uint64]bool{}
@@ -134,7 +136,7 @@ func TestScenarios(t *testing.T) {
 				}
 				return "due at " + strings.Join(out, " ")
 			}
-			return datadriven.Errorf("unknown command %q", c.Name)
+			return scenario.Errorf("unknown command %q", c.Name)
 		})
 	})
 }
@@ -163,14 +165,14 @@ func describeJob(j *Job) string {
 	return b.String()
 }
 
-func has(c *datadriven.Cmd, k string) bool {
+func has(c *scenario.Cmd, k string) bool {
 	if _, ok := c.Args[k]; ok {
 		return true
 	}
 	return slices.Contains(c.Pos, k)
 }
 
-func u64(c *datadriven.Cmd, k string) uint64 { return mustU64(c.Args[k]) }
+func u64(c *scenario.Cmd, k string) uint64 { return mustU64(c.Args[k]) }
 
 func mustU64(s string) uint64 {
 	if s == "" {

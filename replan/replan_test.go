@@ -8,7 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tmmu/tmmu/internal/datadriven"
+	"github.com/cockroachdb/datadriven"
+	"github.com/tmmu/tmmu/internal/scenario"
 	"github.com/tmmu/tmmu/ir"
 )
 
@@ -17,15 +18,16 @@ import (
 func TestScenarios(t *testing.T) {
 	datadriven.Walk(t, "testdata", func(t *testing.T, path string) {
 		var r *Replanner
-		datadriven.Run(t, path, func(c *datadriven.Cmd) string {
+		datadriven.RunTest(t, path, func(t *testing.T, d *datadriven.TestData) string {
+			c := scenario.Of(d)
 			if c.Name != "init" && r == nil {
-				return datadriven.Errorf("init first")
+				return scenario.Errorf("init first")
 			}
 			switch c.Name {
 			case "init":
 				cfg, e, err := parseInit(c)
 				if err != nil {
-					return datadriven.Errorf("%v", err)
+					return scenario.Errorf("%v", err)
 				}
 				r = New(cfg, e)
 				return describeEpoch("current", r.Current())
@@ -61,12 +63,12 @@ func TestScenarios(t *testing.T) {
 				r.Remember(r.Current(), ir.Hash{byte(mustU64(c.Args["plan"]))})
 				return fmt.Sprintf("plan %02x… remembered for epoch %d", byte(mustU64(c.Args["plan"])), r.Current().Epoch)
 			}
-			return datadriven.Errorf("unknown command %q", c.Name)
+			return scenario.Errorf("unknown command %q", c.Name)
 		})
 	})
 }
 
-func u64(c *datadriven.Cmd, k string) uint64 { return mustU64(c.Args[k]) }
+func u64(c *scenario.Cmd, k string) uint64 { return mustU64(c.Args[k]) }
 
 func mustU64(s string) uint64 {
 	v, err := strconv.ParseUint(s, 10, 64)
@@ -86,7 +88,7 @@ func parseEnv(s string) Envelope {
 	return e
 }
 
-func parseInit(c *datadriven.Cmd) (Config, Epoch, error) {
+func parseInit(c *scenario.Cmd) (Config, Epoch, error) {
 	cfg := Config{Policy: Policy(c.Args["policy"]), Buckets: map[string][]uint64{}, Limit: map[string]uint64{}, Elastic: slices.Contains(c.Pos, "elastic")}
 	if b, ok := c.Arg("buckets"); ok { // seq:512:1024:2048
 		for _, dim := range strings.Split(b, ",") {
