@@ -2,7 +2,6 @@ package coord
 
 import (
 	"context"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -319,12 +318,7 @@ func (a *agreement) progress(ctx context.Context, job string) {
 		a.forgetKey(job + "/progress")
 		return
 	}
-	type rec struct{ rank, step, epoch uint64 }
-	latest := map[string]rec{}
-	// undecided holds, by identity, the latest report of an epoch whose
-	// holders this node does not know yet (it trails the log): checked
-	// again on every pass, not dropped.
-	undecided := map[string]transport.StepDone{}
+	book := newStepBook()
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	for {
@@ -342,68 +336,14 @@ func (a *agreement) progress(ctx context.Context, job string) {
 		}
 		s, _ := a.n.applied()
 		j := s.Jobs[job]
-		if got != nil {
-			undecided[got.Identity] = *got
+		for _, d := range book.take(j, got) {
+			a.forged(ForgedProgress, job, d.Epoch, d.Rank, d.Identity, "not the rank's holder under the epoch")
 		}
-		for id, d := range undecided {
-			if j == nil {
-				break
-			}
-			ok, decided := j.HolderOf(d.Epoch, d.Rank, d.Identity)
-			if !decided {
-				continue
-			}
-			delete(undecided, id)
-			if !ok {
-				a.forged(ForgedProgress, job, d.Epoch, d.Rank, d.Identity, "not the rank's holder under the epoch")
-				continue
-			}
-			if r, seen := latest[d.Identity]; !seen || d.Epoch > r.epoch || (d.Epoch == r.epoch && d.Step > r.step) {
-				latest[d.Identity] = rec{d.Rank, d.Step, d.Epoch}
-			}
-		}
-		if j == nil || j.Final() {
+		low, ok := book.low(j)
+		if !ok {
 			continue
 		}
-		committed, timeline := j.LastStep, j.Timeline()
-		stepOf := func(r rec) uint64 {
-			if r.epoch < timeline {
-				return 0 // an abandoned timeline's
-			}
-			return r.step
-		}
-		last := uint64(len(j.Epochs) - 1)
-		spec, members := j.World(last)
-		var low uint64
-		if members != nil {
-			// The identities that run both the next step (under its
-			// epoch) and the epochs after it: a lost rank stops counting
-			// once an epoch leaves it out, a returning one starts when
-			// its epoch runs.
-			low = ^uint64(0)
-			for _, id := range members {
-				in := true
-				for k := j.EpochFor(committed + 1).Epoch; k < last; k++ {
-					if _, m := j.World(k); m != nil && !slices.Contains(m, id) {
-						in = false
-					}
-				}
-				if in {
-					low = min(low, stepOf(latest[id]))
-				}
-			}
-		} else {
-			perRank := make([]uint64, spec.WorldSize)
-			for _, r := range latest {
-				if r.rank < spec.WorldSize {
-					perRank[r.rank] = max(perRank[r.rank], stepOf(r))
-				}
-			}
-			low = slices.Min(perRank)
-		}
-		if low <= committed {
-			continue
-		}
+		timeline := j.Timeline()
 		if _, err := a.n.Apply(&api.Command{Kind: api.CmdProgress, Job: job, Step: low, Epoch: timeline}, 5*time.Second); err != nil {
 			a.n.log.Debug("committing progress", "job", job, "step", low, "err", err)
 			continue

@@ -276,20 +276,7 @@ func (a *agreement) trackAbsent(ctx context.Context, s *api.State) {
 			out[name] = a.n.absentOf(name) // keep what was seen
 			continue
 		}
-		prev := map[uint64]api.Absent{}
-		for _, x := range a.n.absentOf(name) {
-			prev[x.Rank] = x
-		}
-		for _, m := range ms {
-			if m.Present {
-				continue
-			}
-			x := api.Absent{Rank: m.Rank, Identity: m.Identity, Since: now}
-			if p, ok := prev[m.Rank]; ok && p.Identity == m.Identity {
-				x.Since = p.Since
-			}
-			out[name] = append(out[name], x)
-		}
+		out[name] = absentNow(a.n.absentOf(name), ms, now)
 	}
 	a.n.absentMu.Lock()
 	a.n.absent = out

@@ -1,0 +1,208 @@
+package coord
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/datadriven"
+
+	"github.com/tmmu/tmmu/coord/api"
+	"github.com/tmmu/tmmu/internal/scenario"
+	"github.com/tmmu/tmmu/ir"
+	"github.com/tmmu/tmmu/rendezvous"
+	"github.com/tmmu/tmmu/shard"
+	"github.com/tmmu/tmmu/transport"
+)
+
+// TestLeaderScenarios drives the leader's decisions (decide.go) through
+// the scenarios in testdata: a job built by committed commands, then the
+// reports and rendezvous views the leader sees, and what it decides. Go
+// test ./coord -run TestLeaderScenarios -rewrite rewrites the expected
+// output.
+//
+//	submit world=N [tp=T] [elastic]        job "j", epoch 0 planned
+//	agree epoch=E [holders=a,b]             commit epoch E's agreed outcome
+//	epoch start=S [members=a,b] [restore=K] [rollback]   commit the next epoch
+//	checkpoint step=S                       commit a checkpoint of step S
+//	report id=I rank=R epoch=E step=S       a step report: forged ones, then the progress decision (committed when due)
+//	tick                                    the progress decision without a report
+//	rendezvous at=T ranks=a,!b,c            the rendezvous at T s (!: no lease): the ranks absent, since when
+//	resize at=T [after=A]                   the elastic decision at T s (after: shrink delay, default 10 s), committed as the next epoch, agreed
+func TestLeaderScenarios(t *testing.T) {
+	datadriven.Walk(t, "testdata", func(t *testing.T, path string) {
+		var s api.State
+		var book *stepBook
+		var present []rendezvous.Member
+		var absent []api.Absent
+		apply := func(c *api.Command) string {
+			if r := s.Apply(c); r.Err != nil {
+				return scenario.Errorf("%v", r.Err)
+			}
+			return ""
+		}
+		datadriven.RunTest(t, path, func(t *testing.T, d *datadriven.TestData) string {
+			c := scenario.Of(d)
+			j := s.Jobs["j"]
+			switch c.Name {
+			case "submit":
+				world, tp := num(c, "world", 1), num(c, "tp", 1)
+				spec := &api.JobSpec{Name: "j", Elastic: has(c, "elastic"), ShardSpec: shard.Spec{WorldSize: world,
+					DataParallel: shard.DataParallel{Degree: world / tp}, TensorParallel: shard.TensorParallel{Degree: tp}}}
+				book, present, absent = newStepBook(), nil, nil
+				if msg := apply(&api.Command{Kind: api.CmdSubmit, Job: "j", Spec: spec, New: planned(0, 1, world)}); msg != "" {
+					return msg
+				}
+				return describeJob(s.Jobs["j"])
+			case "agree":
+				o := &api.Outcome{Agreed: true}
+				if h, ok := c.Arg("holders"); ok {
+					o.Holders = strings.Split(h, ",")
+				}
+				if msg := apply(&api.Command{Kind: api.CmdOutcome, Job: "j", Epoch: num(c, "epoch", 0), Outcome: o}); msg != "" {
+					return msg
+				}
+				return describeJob(s.Jobs["j"])
+			case "epoch":
+				spec, _ := j.World(j.Current().Epoch)
+				e := planned(uint64(len(j.Epochs)), num(c, "start", 1), spec.WorldSize)
+				if m, ok := c.Arg("members"); ok {
+					e.Members = strings.Split(m, ",")
+					next := *spec
+					next.WorldSize = uint64(len(e.Members))
+					next.DataParallel.Degree = next.WorldSize / spec.TensorParallel.Degree
+					e = planned(e.Epoch, e.StartStep, next.WorldSize)
+					e.ShardSpec, e.Members = &next, strings.Split(m, ",")
+				}
+				if k, ok := c.Arg("restore"); ok {
+					e.Restore = &api.Restore{Step: mustNum(k), Rollback: has(c, "rollback")}
+				}
+				if msg := apply(&api.Command{Kind: api.CmdEpoch, Job: "j", New: e}); msg != "" {
+					return msg
+				}
+				return describeJob(s.Jobs["j"])
+			case "checkpoint":
+				step := num(c, "step", 0)
+				e := j.EpochFor(step)
+				k := &api.Checkpoint{Step: step, Epoch: e.Epoch, World: j.WorldSize(e.Epoch)}
+				for r := range k.World {
+					k.Shards = append(k.Shards, api.CheckpointShard{Rank: r, Digest: ir.Hash{byte(step), byte(r)}})
+				}
+				if msg := apply(&api.Command{Kind: api.CmdCheckpoint, Job: "j", Checkpoint: k}); msg != "" {
+					return msg
+				}
+				return describeJob(s.Jobs["j"])
+			case "report", "tick":
+				var got *transport.StepDone
+				if c.Name == "report" {
+					got = &transport.StepDone{Job: "j", Identity: c.Args["id"], Rank: num(c, "rank", 0), Epoch: num(c, "epoch", 0), Step: num(c, "step", 0)}
+				}
+				var out strings.Builder
+				for _, f := range book.take(j, got) {
+					fmt.Fprintf(&out, "forged: %s for rank %d under epoch %d\n", f.Identity, f.Rank, f.Epoch)
+				}
+				if n := len(book.undecided); n > 0 {
+					fmt.Fprintf(&out, "undecided: %d\n", n)
+				}
+				low, ok := book.low(j)
+				if !ok {
+					fmt.Fprintf(&out, "hold: every rank has finished step %d, committed %d", low, j.LastStep)
+					return out.String()
+				}
+				if msg := apply(&api.Command{Kind: api.CmdProgress, Job: "j", Step: low, Epoch: j.Timeline()}); msg != "" {
+					return out.String() + msg
+				}
+				fmt.Fprintf(&out, "commit progress %d", low)
+				return out.String()
+			case "rendezvous":
+				present = nil
+				for r, id := range strings.Split(c.Args["ranks"], ",") {
+					m := rendezvous.Member{Rank: uint64(r), Identity: strings.TrimPrefix(id, "!"), Present: !strings.HasPrefix(id, "!")}
+					present = append(present, m)
+				}
+				absent = absentNow(absent, present, at(c))
+				var out []string
+				for _, x := range absent {
+					out = append(out, fmt.Sprintf("rank %d (%s) absent since %ds", x.Rank, x.Identity, x.Since.Unix()))
+				}
+				if out == nil {
+					return "every rank holds its lease"
+				}
+				return strings.Join(out, "\n")
+			case "resize":
+				r, err := planResize(j, present, absent, at(c), time.Duration(num(c, "after", 10))*time.Second)
+				switch {
+				case err != nil:
+					return scenario.Errorf("%v", err)
+				case r == nil:
+					return "keep the world"
+				}
+				e := planned(uint64(len(j.Epochs)), r.boundary, r.spec.WorldSize)
+				e.ShardSpec, e.Members, e.Restore, e.Reason = &r.spec, r.members, r.restore, r.reason
+				out := fmt.Sprintf("resize from step %d: world %d (dp %d × tp %d), restore %+v\nreason: %s",
+					r.boundary, r.spec.WorldSize, r.spec.DataParallel.Degree, r.spec.TensorParallel.Degree, *r.restore, r.reason)
+				if msg := apply(&api.Command{Kind: api.CmdEpoch, Job: "j", New: e}); msg != "" {
+					return out + "\n" + msg
+				}
+				if msg := apply(&api.Command{Kind: api.CmdOutcome, Job: "j", Epoch: e.Epoch, Outcome: &api.Outcome{Agreed: true}}); msg != "" {
+					return out + "\n" + msg
+				}
+				return out + "\n" + describeJob(s.Jobs["j"])
+				return out
+			}
+			return scenario.Errorf("unknown command %q", c.Name)
+		})
+	})
+}
+
+// planned is epoch e of a world of n ranks from step start, planned.
+func planned(e, start, n uint64) *api.Epoch {
+	ep := &api.Epoch{Epoch: e, StartStep: start, GlobalPlanHash: ir.Hash{byte(e + 1)}}
+	for r := range n {
+		ep.Expected = append(ep.Expected, ir.Hash{byte(e + 1), byte(r)})
+	}
+	return ep
+}
+
+func describeJob(j *api.Job) string {
+	e := j.Current()
+	spec, members := j.World(e.Epoch)
+	s := fmt.Sprintf("%s: epoch %d from step %d, world %d", j.Status, e.Epoch, e.StartStep, spec.WorldSize)
+	if members != nil {
+		s += fmt.Sprintf(" %v", members)
+	}
+	s += fmt.Sprintf(", progress %d", j.LastStep)
+	if k := j.LastCheckpoint(); k != nil {
+		s += fmt.Sprintf(", checkpoint %d", k.Step)
+	}
+	return s
+}
+
+func num(c *scenario.Cmd, k string, def uint64) uint64 {
+	if v, ok := c.Arg(k); ok {
+		return mustNum(v)
+	}
+	return def
+}
+
+func mustNum(v string) uint64 {
+	n, err := strconv.ParseUint(v, 10, 64)
+	if err != nil {
+		panic(err)
+	}
+	return n
+}
+
+func has(c *scenario.Cmd, word string) bool {
+	for _, p := range c.Pos {
+		if p == word {
+			return true
+		}
+	}
+	return false
+}
+
+// at is the scenario's clock: at=T seconds after the epoch.
+func at(c *scenario.Cmd) time.Time { return time.Unix(int64(num(c, "at", 0)), 0) }
