@@ -2,7 +2,6 @@ package coord
 
 import (
 	"fmt"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -48,8 +47,8 @@ func TestLeaderScenarios(t *testing.T) {
 			j := s.Jobs["j"]
 			switch c.Name {
 			case "submit":
-				world, tp := num(c, "world", 1), num(c, "tp", 1)
-				spec := &api.JobSpec{Name: "j", Elastic: has(c, "elastic"), ShardSpec: shard.Spec{WorldSize: world,
+				world, tp := c.Uint("world", 1), c.Uint("tp", 1)
+				spec := &api.JobSpec{Name: "j", Elastic: c.Has("elastic"), ShardSpec: shard.Spec{WorldSize: world,
 					DataParallel: shard.DataParallel{Degree: world / tp}, TensorParallel: shard.TensorParallel{Degree: tp}}}
 				book, present, absent = newStepBook(), nil, nil
 				if msg := apply(&api.Command{Kind: api.CmdSubmit, Job: "j", Spec: spec, New: planned(0, 1, world)}); msg != "" {
@@ -61,13 +60,13 @@ func TestLeaderScenarios(t *testing.T) {
 				if h, ok := c.Arg("holders"); ok {
 					o.Holders = strings.Split(h, ",")
 				}
-				if msg := apply(&api.Command{Kind: api.CmdOutcome, Job: "j", Epoch: num(c, "epoch", 0), Outcome: o}); msg != "" {
+				if msg := apply(&api.Command{Kind: api.CmdOutcome, Job: "j", Epoch: c.Uint("epoch", 0), Outcome: o}); msg != "" {
 					return msg
 				}
 				return describeJob(s.Jobs["j"])
 			case "epoch":
 				spec, _ := j.World(j.Current().Epoch)
-				e := planned(uint64(len(j.Epochs)), num(c, "start", 1), spec.WorldSize)
+				e := planned(uint64(len(j.Epochs)), c.Uint("start", 1), spec.WorldSize)
 				if m, ok := c.Arg("members"); ok {
 					e.Members = strings.Split(m, ",")
 					next := *spec
@@ -76,15 +75,15 @@ func TestLeaderScenarios(t *testing.T) {
 					e = planned(e.Epoch, e.StartStep, next.WorldSize)
 					e.ShardSpec, e.Members = &next, strings.Split(m, ",")
 				}
-				if k, ok := c.Arg("restore"); ok {
-					e.Restore = &api.Restore{Step: mustNum(k), Rollback: has(c, "rollback")}
+				if _, ok := c.Arg("restore"); ok {
+					e.Restore = &api.Restore{Step: c.Uint("restore", 0), Rollback: c.Has("rollback")}
 				}
 				if msg := apply(&api.Command{Kind: api.CmdEpoch, Job: "j", New: e}); msg != "" {
 					return msg
 				}
 				return describeJob(s.Jobs["j"])
 			case "checkpoint":
-				step := num(c, "step", 0)
+				step := c.Uint("step", 0)
 				e := j.EpochFor(step)
 				k := &api.Checkpoint{Step: step, Epoch: e.Epoch, World: j.WorldSize(e.Epoch)}
 				for r := range k.World {
@@ -97,7 +96,7 @@ func TestLeaderScenarios(t *testing.T) {
 			case "report", "tick":
 				var got *transport.StepDone
 				if c.Name == "report" {
-					got = &transport.StepDone{Job: "j", Identity: c.Args["id"], Rank: num(c, "rank", 0), Epoch: num(c, "epoch", 0), Step: num(c, "step", 0)}
+					got = &transport.StepDone{Job: "j", Identity: c.Args["id"], Rank: c.Uint("rank", 0), Epoch: c.Uint("epoch", 0), Step: c.Uint("step", 0)}
 				}
 				var out strings.Builder
 				for _, f := range book.take(j, got) {
@@ -132,7 +131,7 @@ func TestLeaderScenarios(t *testing.T) {
 				}
 				return strings.Join(out, "\n")
 			case "resize":
-				r, err := planResize(j, present, absent, at(c), time.Duration(num(c, "after", 10))*time.Second)
+				r, err := planResize(j, present, absent, at(c), time.Duration(c.Uint("after", 10))*time.Second)
 				switch {
 				case err != nil:
 					return scenario.Errorf("%v", err)
@@ -150,7 +149,6 @@ func TestLeaderScenarios(t *testing.T) {
 					return out + "\n" + msg
 				}
 				return out + "\n" + describeJob(s.Jobs["j"])
-				return out
 			}
 			return scenario.Errorf("unknown command %q", c.Name)
 		})
@@ -180,29 +178,5 @@ func describeJob(j *api.Job) string {
 	return s
 }
 
-func num(c *scenario.Cmd, k string, def uint64) uint64 {
-	if v, ok := c.Arg(k); ok {
-		return mustNum(v)
-	}
-	return def
-}
-
-func mustNum(v string) uint64 {
-	n, err := strconv.ParseUint(v, 10, 64)
-	if err != nil {
-		panic(err)
-	}
-	return n
-}
-
-func has(c *scenario.Cmd, word string) bool {
-	for _, p := range c.Pos {
-		if p == word {
-			return true
-		}
-	}
-	return false
-}
-
 // at is the scenario's clock: at=T seconds after the epoch.
-func at(c *scenario.Cmd) time.Time { return time.Unix(int64(num(c, "at", 0)), 0) }
+func at(c *scenario.Cmd) time.Time { return time.Unix(int64(c.Uint("at", 0)), 0) }

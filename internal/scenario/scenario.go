@@ -13,6 +13,8 @@ package scenario
 
 import (
 	"fmt"
+	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/cockroachdb/datadriven"
@@ -42,6 +44,23 @@ func Of(d *datadriven.TestData) *Cmd {
 func (c *Cmd) Arg(key string) (string, bool) {
 	v, ok := c.Args[key]
 	return v, ok
+}
+
+// Has reports whether the bare word w was given.
+func (c *Cmd) Has(w string) bool { return slices.Contains(c.Pos, w) }
+
+// Uint returns the unsigned integer argument key, or def when it is not
+// given; a value that is not one fails the scenario (panics).
+func (c *Cmd) Uint(key string, def uint64) uint64 {
+	v, ok := c.Args[key]
+	if !ok {
+		return def
+	}
+	n, err := strconv.ParseUint(v, 10, 64)
+	if err != nil {
+		panic(fmt.Sprintf("scenario: %s=%q: %v", key, v, err))
+	}
+	return n
 }
 
 // Errorf formats an error line for expected output.
