@@ -834,50 +834,21 @@ func (w *run) ready(ctx context.Context, job *api.Job, step uint64) (*epochPlan,
 	w.mu.Lock()
 	p := w.plans[e.Epoch]
 	w.mu.Unlock()
-	if !p.member {
-		// Standby: the world does not include this worker (it was
-		// counted as lost). A later epoch that takes it back sends it
-		// to that epoch's boundary.
-		for i := e.Epoch + 1; i < uint64(len(job.Epochs)); i++ {
-			w.mu.Lock()
-			q := w.plans[i]
-			w.mu.Unlock()
-			if q != nil && q.member {
-				return nil, false, &skipTo{step: job.Epochs[i].StartStep}
-			}
-		}
-		if w.cfg.Standby == 0 || time.Since(standbySince(&w.standby)) > w.cfg.Standby {
-			return nil, false, fmt.Errorf("%w: epoch %d from step %d", ErrNotMember, e.Epoch, e.StartStep)
-		}
+	v := w.gateView(job, e, step, p)
+	adm, outcome := admit(v)
+	switch adm {
+	case admitWait:
 		return p, false, nil
-	}
-	w.standby = time.Time{}
-	outcome := e.Outcome
-	holders := job.Holders(e.Epoch)
-	if holders == nil && outcome != nil && outcome.Agreed && e.Epoch+2 < uint64(len(job.Epochs)) && !p.barrier.hasHolders() {
-		// A job fetched with the recent epochs' holders only, and an
-		// older epoch to run: fetch it whole.
-		full, err := w.cfg.Coordinator.Job(ctx, w.cfg.Job)
-		if err != nil {
-			return p, false, transient(err)
-		}
-		holders = full.Holders(e.Epoch)
-	}
-	if outcome == nil {
-		w.mu.Lock()
-		if o, ok := w.agreed[e.Epoch]; ok && o.Agreed {
-			outcome = &api.Outcome{Agreed: true, Holders: o.Holders}
-			if holders == nil {
-				holders = o.Holders
-			}
-		}
-		w.mu.Unlock()
-	}
-	if outcome == nil {
-		return p, false, nil
-	}
-	if !outcome.Agreed {
+	case admitRejoin:
+		return nil, false, &skipTo{step: v.rejoin}
+	case admitNotMember:
+		return nil, false, fmt.Errorf("%w: epoch %d from step %d", ErrNotMember, e.Epoch, e.StartStep)
+	case admitNotAgreed:
 		return nil, false, fmt.Errorf("%w: %s", ErrNotAgreed, job.Reason)
+	}
+	holders, err := w.holders(ctx, job, e, p, outcome)
+	if err != nil {
+		return p, false, err
 	}
 	// Only the holders' step reports pass the barrier, and only their
 	// contributions count in the collectives.
@@ -888,20 +859,10 @@ func (w *run) ready(ctx context.Context, job *api.Job, step uint64) (*epochPlan,
 	if ok, err := w.holdState(ctx, job, p, step); !ok || err != nil {
 		return p, false, err
 	}
-	if job.Spec.Steps > 0 && step > job.Spec.Steps {
-		// Every step ran: the job is done once its last checkpoint is
-		// committed, unless a rollback sends the ranks back.
-		return p, false, nil
-	}
-	if job.Paused != "" && step > job.PausedAt {
-		// Paused: ranks still reach the checkpoint that could not be
-		// stored (theirs may store), none goes past it.
-		return p, false, nil
-	}
 	w.mu.Lock()
-	horizon := max(job.Horizon(e.Epoch), w.grants[e.Epoch])
+	grant := w.grants[e.Epoch]
 	w.mu.Unlock()
-	if horizon < step {
+	if ok, _ := mayStep(job, step, grant); !ok {
 		return p, false, nil
 	}
 	if p.put < step {
@@ -912,6 +873,49 @@ func (w *run) ready(ctx context.Context, job *api.Job, step uint64) (*epochPlan,
 		p.put = step
 	}
 	return p, p.barrier.ready(step), nil
+}
+
+// gateView is what this worker knows of its own about step under epoch e,
+// where it holds plan p, for the gate (gate.go).
+func (w *run) gateView(job *api.Job, e *api.Epoch, step uint64, p *epochPlan) gateView {
+	v := gateView{job: job, step: step, member: p.member}
+	w.mu.Lock()
+	for i := e.Epoch + 1; !p.member && i < uint64(len(job.Epochs)); i++ {
+		if q := w.plans[i]; q != nil && q.member {
+			v.rejoin = job.Epochs[i].StartStep
+			break
+		}
+	}
+	if o, ok := w.agreed[e.Epoch]; ok && o.Agreed {
+		v.agreed = &api.Outcome{Agreed: true, Holders: o.Holders}
+	}
+	w.mu.Unlock()
+	switch {
+	case p.member:
+		w.standby = time.Time{}
+	case v.rejoin == 0:
+		v.standbyOver = w.cfg.Standby == 0 || time.Since(standbySince(&w.standby)) > w.cfg.Standby
+	}
+	return v
+}
+
+// holders returns, by rank, the identities whose step reports count under
+// epoch e, agreed by outcome: the job's, the whole job's when it was
+// fetched with the recent epochs' holders only and an older epoch is to
+// run, or the announced outcome's before the committed one is fetched.
+func (w *run) holders(ctx context.Context, job *api.Job, e *api.Epoch, p *epochPlan, outcome *api.Outcome) ([]string, error) {
+	holders := job.Holders(e.Epoch)
+	if holders == nil && e.Outcome != nil && e.Epoch+2 < uint64(len(job.Epochs)) && !p.barrier.hasHolders() {
+		full, err := w.cfg.Coordinator.Job(ctx, w.cfg.Job)
+		if err != nil {
+			return nil, transient(err)
+		}
+		holders = full.Holders(e.Epoch)
+	}
+	if holders == nil && e.Outcome == nil {
+		holders = outcome.Holders
+	}
+	return holders, nil
 }
 
 // viewKey identifies a rank view: the model (one *ir.Model per IR hash),
