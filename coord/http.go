@@ -145,6 +145,7 @@ func (n *Node) Handler() http.Handler {
 			return
 		}
 		if r.URL.Query().Get("expected") == "recent" {
+			j = j.Clone() // the node's view is shared
 			// Workers need the expected hashes and holders of the last
 			// two epochs only, and which checkpoints are committed, not
 			// their shards (a restore fetches the job whole): a long
@@ -152,7 +153,7 @@ func (n *Node) Handler() http.Handler {
 			for i := range len(j.Epochs) - 2 {
 				j.Epochs[i].Expected = nil
 				if o := j.Epochs[i].Outcome; o != nil {
-					o.Holders = nil // j is a copy (State clones outcomes)
+					o.Holders = nil // j is a copy (Job.Clone copies outcomes)
 				}
 			}
 			for i := range j.Checkpoints {

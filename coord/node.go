@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
@@ -89,14 +90,43 @@ func (c *Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// fsm adapts State to raft.FSM. Readers take a clone under the lock.
+// fsm adapts State to raft.FSM. Readers share view, a copy of the state
+// that no command changes: each command replaces it with one that shares
+// every job but the command's (copy on write), so a read costs no copy
+// and a commit copies one job.
 type fsm struct {
-	mu    sync.RWMutex
+	mu    sync.Mutex // serializes Apply and Restore
 	state *api.State
-	index uint64 // last applied index
+	view  atomic.Pointer[view]
 	// onApply, if set, is called after each applied command (outside
 	// the lock) so the node can react to commits.
 	onApply func(*api.Command, api.Result)
+}
+
+// view is the state as applied up to index: read-only.
+type view struct {
+	state *api.State
+	index uint64
+}
+
+// publish replaces the view after a command on job (every job when job
+// is "": a restore).
+func (f *fsm) publish(job string, index uint64) {
+	old := f.view.Load()
+	if old == nil || job == "" {
+		f.view.Store(&view{state: f.state.Clone(), index: index})
+		return
+	}
+	s := &api.State{Jobs: maps.Clone(old.state.Jobs), Peers: maps.Clone(f.state.Peers), Deleted: maps.Clone(f.state.Deleted)}
+	if s.Jobs == nil {
+		s.Jobs = map[string]*api.Job{}
+	}
+	if j := f.state.Jobs[job]; j != nil {
+		s.Jobs[job] = j.Clone()
+	} else {
+		delete(s.Jobs, job)
+	}
+	f.view.Store(&view{state: s, index: index})
 }
 
 func (f *fsm) Apply(l *raft.Log) any {
@@ -106,7 +136,7 @@ func (f *fsm) Apply(l *raft.Log) any {
 	}
 	f.mu.Lock()
 	r := f.state.Apply(&c)
-	f.index = l.Index
+	f.publish(c.Job, l.Index)
 	f.mu.Unlock()
 	if f.onApply != nil {
 		f.onApply(&c, r)
@@ -114,14 +144,11 @@ func (f *fsm) Apply(l *raft.Log) any {
 	return r
 }
 
+// Snapshot takes the current view, which no command changes; Persist
+// encodes it, on raft's snapshot goroutine, while commands go on
+// applying.
 func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	b, err := ir.CanonicalCBOR(f.state)
-	if err != nil {
-		return nil, err
-	}
-	return snapshot(b), nil
+	return &snapshot{state: f.view.Load().state}, nil
 }
 
 func (f *fsm) Restore(rc io.ReadCloser) error {
@@ -142,21 +169,30 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 	}
 	f.mu.Lock()
 	f.state = &s
+	f.publish("", f.view.Load().index)
 	f.mu.Unlock()
 	return nil
 }
 
-type snapshot []byte
+// snapshot is a copy of the state that no command changes.
+type snapshot struct{ state *api.State }
 
-func (s snapshot) Persist(sink raft.SnapshotSink) error {
-	if _, err := sink.Write(s); err != nil {
+// encode returns the snapshot as raft stores it: canonical CBOR.
+func (s *snapshot) encode() ([]byte, error) { return ir.CanonicalCBOR(s.state) }
+
+func (s *snapshot) Persist(sink raft.SnapshotSink) error {
+	b, err := s.encode()
+	if err == nil {
+		_, err = sink.Write(b)
+	}
+	if err != nil {
 		sink.Cancel()
 		return err
 	}
 	return sink.Close()
 }
 
-func (s snapshot) Release() {}
+func (s *snapshot) Release() {}
 
 // Node is one coordinator: a raft member with the job state machine.
 type Node struct {
@@ -220,6 +256,7 @@ func Open(cfg Config) (*Node, error) {
 		default:
 		}
 	}}
+	n.fsm.publish("", 0)
 	rc := raft.DefaultConfig()
 	rc.LocalID = raft.ServerID(cfg.ID)
 	rc.Logger = hclog.New(&hclog.LoggerOptions{Name: "raft", Level: hclog.Warn, Output: io.Discard})
@@ -325,9 +362,8 @@ func (n *Node) httpAddr(id string) string {
 	if p, ok := n.peers[id]; ok {
 		return p.HTTPAddr
 	}
-	n.fsm.mu.RLock()
-	defer n.fsm.mu.RUnlock()
-	return n.fsm.state.Peers[id].HTTPAddr
+	s, _ := n.applied()
+	return s.Peers[id].HTTPAddr
 }
 
 // peerID is what a node id may be: it names the node in raft, in the
@@ -423,11 +459,11 @@ func (n *Node) State() (*api.State, uint64) {
 	return n.applied()
 }
 
-// applied returns a copy of the state as applied, without waiting.
+// applied returns the state as applied, without waiting. It is shared
+// and read-only: clone what you change (Job.Clone).
 func (n *Node) applied() (*api.State, uint64) {
-	n.fsm.mu.RLock()
-	defer n.fsm.mu.RUnlock()
-	return n.fsm.state.Clone(), n.fsm.index
+	v := n.fsm.view.Load()
+	return v.state, v.index
 }
 
 // Commits is signalled after commands are applied on this node.

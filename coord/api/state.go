@@ -676,22 +676,27 @@ func describe(o *Outcome) string {
 func (s *State) Clone() *State {
 	c := &State{Jobs: make(map[string]*Job, len(s.Jobs)), Peers: maps.Clone(s.Peers), Deleted: maps.Clone(s.Deleted)}
 	for name, j := range s.Jobs {
-		jj := *j
-		jj.Checkpoints = slices.Clone(j.Checkpoints)
-		jj.Dropped = slices.Clone(j.Dropped)
-		jj.Epochs = slices.Clone(j.Epochs)
-		for i := range jj.Epochs {
-			jj.Epochs[i].Expected = slices.Clone(jj.Epochs[i].Expected)
-			jj.Epochs[i].Envelope = maps.Clone(jj.Epochs[i].Envelope)
-			if o := jj.Epochs[i].Outcome; o != nil {
-				oo := *o
-				oo.Mismatches, oo.Missing, oo.Holders = slices.Clone(o.Mismatches), slices.Clone(o.Missing), slices.Clone(o.Holders)
-				jj.Epochs[i].Outcome = &oo
-			}
-		}
-		c.Jobs[name] = &jj
+		c.Jobs[name] = j.Clone()
 	}
 	return c
+}
+
+// Clone returns a copy of j that commands applied to j do not change.
+func (j *Job) Clone() *Job {
+	jj := *j
+	jj.Checkpoints = slices.Clone(j.Checkpoints)
+	jj.Dropped = slices.Clone(j.Dropped)
+	jj.Epochs = slices.Clone(j.Epochs)
+	for i := range jj.Epochs {
+		jj.Epochs[i].Expected = slices.Clone(jj.Epochs[i].Expected)
+		jj.Epochs[i].Envelope = maps.Clone(jj.Epochs[i].Envelope)
+		if o := jj.Epochs[i].Outcome; o != nil {
+			oo := *o
+			oo.Mismatches, oo.Missing, oo.Holders = slices.Clone(o.Mismatches), slices.Clone(o.Missing), slices.Clone(o.Holders)
+			jj.Epochs[i].Outcome = &oo
+		}
+	}
+	return &jj
 }
 
 // Names returns the job names, sorted.
