@@ -9,6 +9,7 @@ import (
 	"github.com/cockroachdb/datadriven"
 
 	"github.com/tmmu/tmmu/coord/api"
+	"github.com/tmmu/tmmu/coord/api/apitest"
 	"github.com/tmmu/tmmu/internal/scenario"
 	"github.com/tmmu/tmmu/ir"
 	"github.com/tmmu/tmmu/rendezvous"
@@ -51,10 +52,10 @@ func TestLeaderScenarios(t *testing.T) {
 				spec := &api.JobSpec{Name: "j", Elastic: c.Has("elastic"), ShardSpec: shard.Spec{WorldSize: world,
 					DataParallel: shard.DataParallel{Degree: world / tp}, TensorParallel: shard.TensorParallel{Degree: tp}}}
 				book, present, absent = newStepBook(), nil, nil
-				if msg := apply(&api.Command{Kind: api.CmdSubmit, Job: "j", Spec: spec, New: scenario.Planned(0, 1, world)}); msg != "" {
+				if msg := apply(&api.Command{Kind: api.CmdSubmit, Job: "j", Spec: spec, New: apitest.Planned(0, 1, world)}); msg != "" {
 					return msg
 				}
-				return scenario.Describe(s.Jobs["j"])
+				return apitest.Describe(s.Jobs["j"])
 			case "agree":
 				o := &api.Outcome{Agreed: true}
 				if h, ok := c.Arg("holders"); ok {
@@ -63,16 +64,16 @@ func TestLeaderScenarios(t *testing.T) {
 				if msg := apply(&api.Command{Kind: api.CmdOutcome, Job: "j", Epoch: c.Uint("epoch", 0), Outcome: o}); msg != "" {
 					return msg
 				}
-				return scenario.Describe(s.Jobs["j"])
+				return apitest.Describe(s.Jobs["j"])
 			case "epoch":
 				spec, _ := j.World(j.Current().Epoch)
-				e := scenario.Planned(uint64(len(j.Epochs)), c.Uint("start", 1), spec.WorldSize)
+				e := apitest.Planned(uint64(len(j.Epochs)), c.Uint("start", 1), spec.WorldSize)
 				if m, ok := c.Arg("members"); ok {
 					e.Members = strings.Split(m, ",")
 					next := *spec
 					next.WorldSize = uint64(len(e.Members))
 					next.DataParallel.Degree = next.WorldSize / spec.TensorParallel.Degree
-					e = scenario.Planned(e.Epoch, e.StartStep, next.WorldSize)
+					e = apitest.Planned(e.Epoch, e.StartStep, next.WorldSize)
 					e.ShardSpec, e.Members = &next, strings.Split(m, ",")
 				}
 				if _, ok := c.Arg("restore"); ok {
@@ -81,7 +82,7 @@ func TestLeaderScenarios(t *testing.T) {
 				if msg := apply(&api.Command{Kind: api.CmdEpoch, Job: "j", New: e}); msg != "" {
 					return msg
 				}
-				return scenario.Describe(s.Jobs["j"])
+				return apitest.Describe(s.Jobs["j"])
 			case "checkpoint":
 				step := c.Uint("step", 0)
 				e := j.EpochFor(step)
@@ -92,7 +93,7 @@ func TestLeaderScenarios(t *testing.T) {
 				if msg := apply(&api.Command{Kind: api.CmdCheckpoint, Job: "j", Checkpoint: k}); msg != "" {
 					return msg
 				}
-				return scenario.Describe(s.Jobs["j"])
+				return apitest.Describe(s.Jobs["j"])
 			case "report", "tick":
 				var got *transport.StepDone
 				if c.Name == "report" {
@@ -138,7 +139,7 @@ func TestLeaderScenarios(t *testing.T) {
 				case r == nil:
 					return "keep the world"
 				}
-				e := scenario.Planned(uint64(len(j.Epochs)), r.boundary, r.spec.WorldSize)
+				e := apitest.Planned(uint64(len(j.Epochs)), r.boundary, r.spec.WorldSize)
 				e.ShardSpec, e.Members, e.Restore, e.Reason = &r.spec, r.members, r.restore, r.reason
 				out := fmt.Sprintf("resize from step %d: world %d (dp %d × tp %d), restore %+v\nreason: %s",
 					r.boundary, r.spec.WorldSize, r.spec.DataParallel.Degree, r.spec.TensorParallel.Degree, *r.restore, r.reason)
@@ -148,7 +149,7 @@ func TestLeaderScenarios(t *testing.T) {
 				if msg := apply(&api.Command{Kind: api.CmdOutcome, Job: "j", Epoch: e.Epoch, Outcome: &api.Outcome{Agreed: true}}); msg != "" {
 					return out + "\n" + msg
 				}
-				return out + "\n" + scenario.Describe(s.Jobs["j"])
+				return out + "\n" + apitest.Describe(s.Jobs["j"])
 			}
 			return scenario.Errorf("unknown command %q", c.Name)
 		})

@@ -7,6 +7,7 @@ import (
 	"github.com/cockroachdb/datadriven"
 
 	"github.com/tmmu/tmmu/coord/api"
+	"github.com/tmmu/tmmu/coord/api/apitest"
 	"github.com/tmmu/tmmu/internal/scenario"
 	"github.com/tmmu/tmmu/shard"
 )
@@ -37,12 +38,12 @@ func TestGateScenarios(t *testing.T) {
 				world := c.Uint("world", 1)
 				spec := &api.JobSpec{Name: "j", Steps: c.Uint("steps", 0), Window: c.Uint("window", 0),
 					ShardSpec: shard.Spec{WorldSize: world, DataParallel: shard.DataParallel{Degree: world}, TensorParallel: shard.TensorParallel{Degree: 1}}}
-				cmd = &api.Command{Kind: api.CmdSubmit, Job: "j", Spec: spec, New: scenario.Planned(0, 1, world)}
+				cmd = &api.Command{Kind: api.CmdSubmit, Job: "j", Spec: spec, New: apitest.Planned(0, 1, world)}
 			case "agree":
 				cmd = &api.Command{Kind: api.CmdOutcome, Job: "j", Epoch: c.Uint("epoch", 0), Outcome: &api.Outcome{Agreed: !c.Has("failed"), Reason: "rank 1's plan hash differs"}}
 			case "epoch":
 				j := s.Jobs["j"]
-				cmd = &api.Command{Kind: api.CmdEpoch, Job: "j", New: scenario.Planned(uint64(len(j.Epochs)), c.Uint("start", 1), j.WorldSize(j.Current().Epoch))}
+				cmd = &api.Command{Kind: api.CmdEpoch, Job: "j", New: apitest.Planned(uint64(len(j.Epochs)), c.Uint("start", 1), j.WorldSize(j.Current().Epoch))}
 			case "progress":
 				cmd = &api.Command{Kind: api.CmdProgress, Job: "j", Step: c.Uint("step", 0), Epoch: s.Jobs["j"].Timeline()}
 			case "pause":
@@ -72,7 +73,7 @@ func TestGateScenarios(t *testing.T) {
 			if r := s.Apply(cmd); r.Err != nil {
 				return scenario.Errorf("%v", r.Err)
 			}
-			return scenario.Describe(s.Jobs["j"])
+			return apitest.Describe(s.Jobs["j"])
 		})
 	})
 }

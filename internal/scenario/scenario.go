@@ -18,9 +18,6 @@ import (
 	"strings"
 
 	"github.com/cockroachdb/datadriven"
-
-	"github.com/tmmu/tmmu/coord/api"
-	"github.com/tmmu/tmmu/ir"
 )
 
 // Cmd is one command of a scenario.
@@ -68,32 +65,3 @@ func (c *Cmd) Uint(key string, def uint64) uint64 {
 
 // Errorf formats an error line for expected output.
 func Errorf(format string, args ...any) string { return "error: " + fmt.Sprintf(format, args...) }
-
-// Planned is epoch e of a world of n ranks from step start, planned: made-
-// up plan hashes, one per rank.
-func Planned(e, start, n uint64) *api.Epoch {
-	ep := &api.Epoch{Epoch: e, StartStep: start, GlobalPlanHash: ir.Hash{byte(e + 1)}}
-	for r := range n {
-		ep.Expected = append(ep.Expected, ir.Hash{byte(e + 1), byte(r)})
-	}
-	return ep
-}
-
-// Describe is one line on job j: status, current epoch, world, progress
-// and last checkpoint.
-func Describe(j *api.Job) string {
-	e := j.Current()
-	spec, members := j.World(e.Epoch)
-	s := fmt.Sprintf("%s: epoch %d from step %d, world %d", j.Status, e.Epoch, e.StartStep, spec.WorldSize)
-	if members != nil {
-		s += fmt.Sprintf(" %v", members)
-	}
-	s += fmt.Sprintf(", progress %d", j.LastStep)
-	if k := j.LastCheckpoint(); k != nil {
-		s += fmt.Sprintf(", checkpoint %d", k.Step)
-	}
-	if j.Paused != "" {
-		s += fmt.Sprintf(", paused at %d (%s)", j.PausedAt, j.Paused)
-	}
-	return s
-}
