@@ -22,6 +22,7 @@ import (
 	"github.com/tmmu/tmmu/checkpoint"
 	"github.com/tmmu/tmmu/coord/api"
 	"github.com/tmmu/tmmu/failure"
+	"github.com/tmmu/tmmu/internal/logbridge"
 	"github.com/tmmu/tmmu/ir"
 	"github.com/tmmu/tmmu/transport"
 )
@@ -259,7 +260,9 @@ func Open(cfg Config) (*Node, error) {
 	n.fsm.publish("", 0)
 	rc := raft.DefaultConfig()
 	rc.LocalID = raft.ServerID(cfg.ID)
-	rc.Logger = hclog.New(&hclog.LoggerOptions{Name: "raft", Level: hclog.Warn, Output: io.Discard})
+	// raft's own records (elections, leadership, replication trouble) go
+	// to the node's log.
+	rc.Logger = logbridge.Hclog(n.log, "raft", hclog.Info)
 	if cfg.Fast {
 		rc.HeartbeatTimeout = 300 * time.Millisecond
 		rc.ElectionTimeout = 300 * time.Millisecond
@@ -270,7 +273,7 @@ func Open(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("coord: bolt store: %w", err)
 	}
-	snaps, err := raft.NewFileSnapshotStore(cfg.DataDir, 2, io.Discard)
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.DataDir, 2, logbridge.Hclog(n.log, "raft-snapshots", hclog.Info))
 	if err != nil {
 		store.Close()
 		return nil, fmt.Errorf("coord: snapshot store: %w", err)
@@ -290,10 +293,10 @@ func Open(cfg Config) (*Node, error) {
 			n.log.Warn("refused a raft connection: no valid coordinator certificate", "from", from, "err", err)
 		}
 		if stream, err = newTLSStream(cfg.RaftAddr, addr, cfg.RaftTLS, refused); err == nil {
-			trans = raft.NewNetworkTransport(stream, 3, 2*time.Second, io.Discard)
+			trans = raft.NewNetworkTransportWithLogger(stream, 3, 2*time.Second, logbridge.Hclog(n.log, "raft-net", hclog.Warn))
 		}
 	} else {
-		trans, err = raft.NewTCPTransport(cfg.RaftAddr, addr, 3, 2*time.Second, io.Discard)
+		trans, err = raft.NewTCPTransportWithLogger(cfg.RaftAddr, addr, 3, 2*time.Second, logbridge.Hclog(n.log, "raft-net", hclog.Warn))
 	}
 	if err != nil {
 		store.Close()

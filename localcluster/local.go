@@ -362,13 +362,13 @@ func (l *Local) connect(role, id string, opts ...transport.Option) (*nats.Conn, 
 // EtcdClient returns a new etcd client (the caller closes it).
 func (l *Local) EtcdClient() (*clientv3.Client, error) {
 	if !l.secure {
-		return rendezvous.Dial([]string{l.EtcdEndpoint}, nil)
+		return rendezvous.Dial([]string{l.EtcdEndpoint}, nil, nil)
 	}
 	cfg, err := l.Secrets.TLS(trust.RoleCoordinator, admin).Client(trust.RoleEtcd)
 	if err != nil {
 		return nil, err
 	}
-	return rendezvous.Dial([]string{l.EtcdEndpoint}, cfg)
+	return rendezvous.Dial([]string{l.EtcdEndpoint}, cfg, nil)
 }
 
 // Rendezvous returns a rendezvous client on a new etcd client with the

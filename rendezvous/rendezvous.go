@@ -5,11 +5,13 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/tmmu/tmmu/internal/logbridge"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -400,10 +402,11 @@ func (c *Client) Missing(ctx context.Context, job string, world uint64) ([]uint6
 }
 
 // Dial returns an etcd client for endpoints with the settings tmmu's
-// daemons use: a 5 s dial timeout and etcd's own logging off; with tlsCfg
-// (trust.TLSFiles.Client), https endpoints and a client certificate.
-func Dial(endpoints []string, tlsCfg *tls.Config) (*clientv3.Client, error) {
-	return clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop(), TLS: tlsCfg})
+// daemons use: a 5 s dial timeout, and the client's warnings and errors
+// in log (nil: dropped); with tlsCfg (trust.TLSFiles.Client), https
+// endpoints and a client certificate.
+func Dial(endpoints []string, tlsCfg *tls.Config, log *slog.Logger) (*clientv3.Client, error) {
+	return clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: logbridge.Zap(log, "etcd", zap.WarnLevel), TLS: tlsCfg})
 }
 
 // HeldAt reports whether identity holds rank of job under the claim it

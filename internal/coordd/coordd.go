@@ -192,7 +192,7 @@ func run(args []string, stderr io.Writer) error {
 				log.Error("etcd TLS", "err", err)
 				return
 			}
-			ec, err := rendezvous.Dial(strings.Split(*etcd, ","), etls)
+			ec, err := rendezvous.Dial(strings.Split(*etcd, ","), etls, log)
 			if err != nil {
 				log.Error("etcd", "endpoints", *etcd, "err", err)
 				return

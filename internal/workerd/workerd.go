@@ -125,7 +125,7 @@ func run(args []string, stderr io.Writer) error {
 	}
 	defer nc.Close()
 	m.watch(tr)
-	ec, err := rendezvous.Dial(strings.Split(*etcd, ","), etls)
+	ec, err := rendezvous.Dial(strings.Split(*etcd, ","), etls, log)
 	if err != nil {
 		return fmt.Errorf("etcd %s: %w", *etcd, err)
 	}
