@@ -204,8 +204,9 @@ func (a *agreement) handleRecovery(q transport.RecoveryRequest) {
 
 // mark is what the leader last announced of a job.
 type mark struct {
-	status, paused string
-	exists         bool
+	status api.JobStatus
+	paused string
+	exists bool
 }
 
 // announceChanges tells a job's workers when its status or pause changed

@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 	"regexp"
+	"strings"
 
 	"github.com/tmmu/tmmu/coord/api"
 	"github.com/tmmu/tmmu/failure"
 	"github.com/tmmu/tmmu/ir"
 	"github.com/tmmu/tmmu/planner"
+	"github.com/tmmu/tmmu/replan"
 	"github.com/tmmu/tmmu/shard"
 )
 
@@ -59,15 +61,13 @@ func PrepareSubmit(req *api.SubmitRequest) (*api.Command, *shard.GlobalPlan, err
 	}
 	policy := req.ReplanPolicy
 	if policy == "" {
-		policy = api.ReplanAtSafepoint
+		policy = replan.AtSafepoint
 	}
-	if policy != api.ReplanAtSafepoint && policy != api.ReplanAbort {
-		return nil, nil, failure.New(failure.InvalidOptions, api.OpCoordinator, fmt.Sprintf("replan_policy %q: want %s or %s", policy, api.ReplanAtSafepoint, api.ReplanAbort))
+	if policy != replan.AtSafepoint && policy != replan.Abort {
+		return nil, nil, failure.New(failure.InvalidOptions, api.OpCoordinator, fmt.Sprintf("replan_policy %q: want %s or %s", policy, replan.AtSafepoint, replan.Abort))
 	}
-	switch req.DataMode {
-	case "", api.DataStandard, api.DataConfidential, api.DataRegulated:
-	default:
-		return nil, nil, failure.New(failure.InvalidOptions, api.OpCoordinator, fmt.Sprintf("data_mode %q: want %s, %s or %s", req.DataMode, api.DataStandard, api.DataConfidential, api.DataRegulated))
+	if err := req.DataMode.Check(); err != nil {
+		return nil, nil, failure.New(failure.InvalidOptions, api.OpCoordinator, "data_mode: "+strings.TrimPrefix(err.Error(), "data mode "))
 	}
 	js := &api.JobSpec{Name: req.Name, ShardSpec: *rs, ArenaConfig: req.ArenaConfig, Mode: req.Mode, Strategy: req.Strategy,
 		ReplanPolicy: policy, Steps: req.Steps, Window: req.Window, Source: req.Model, Elastic: req.Elastic, DataMode: req.DataMode,

@@ -12,16 +12,6 @@ import (
 	"github.com/tmmu/tmmu/planner"
 )
 
-// Mode is the job's data-handling mode (spec §0: DebugFill is forbidden in
-// confidential and regulated modes).
-type Mode string
-
-const (
-	Standard     Mode = "standard"
-	Confidential Mode = "confidential"
-	Regulated    Mode = "regulated"
-)
-
 // AdamW holds the optimizer's hyperparameters (the IR carries no floats).
 type AdamW struct {
 	LR, Beta1, Beta2, Eps, WeightDecay float32
@@ -33,8 +23,10 @@ var DefaultAdamW = AdamW{LR: 1e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDe
 // Options configure an Engine.
 type Options struct {
 	Backend Backend
-	Mode    Mode
-	AdamW   AdamW
+	// DataMode is the job's data-handling mode: debug fills are
+	// refused in the sensitive ones (default standard).
+	DataMode ir.DataMode
+	AdamW    AdamW
 	// Collectives is the data-parallel group, with this rank's place in
 	// it (DataRank of DataSize; 0 of 1 when nil).
 	Collectives        Collectives
@@ -82,8 +74,8 @@ func New(g *ir.Graph, p *planner.Plan, opts Options) (*Engine, error) {
 	if opts.Backend == nil {
 		return nil, errors.New("engine: no backend")
 	}
-	if opts.Mode == "" {
-		opts.Mode = Standard
+	if opts.DataMode == "" {
+		opts.DataMode = ir.DataStandard
 	}
 	if opts.AdamW == (AdamW{}) {
 		opts.AdamW = DefaultAdamW
@@ -286,9 +278,9 @@ func (e *Engine) ZeroTensor(id string) error {
 // the tensor's bytes (DebugFillTensor_v1). It is refused in confidential
 // and regulated modes.
 func (e *Engine) DebugFillTensor(id string, seed uint64) error {
-	if e.opts.Mode == Confidential || e.opts.Mode == Regulated {
+	if m := e.opts.DataMode; m.Sensitive() {
 		return failure.New(failure.ModeViolation, "UML_OS.TMMU.DebugFillTensor_v1",
-			fmt.Sprintf("debug fill of %q is forbidden in %s mode", id, e.opts.Mode), "tensor", id, "mode", e.opts.Mode)
+			fmt.Sprintf("debug fill of %q is forbidden in %s mode", id, m), "tensor", id, "mode", string(m))
 	}
 	ti, loc, err := e.tensor(id)
 	if err != nil {

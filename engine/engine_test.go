@@ -328,8 +328,8 @@ func TestMemoryOperators(t *testing.T) {
 	if s3, _ := e.CommitExecution(); s3 == s1 {
 		t.Fatal("the state hash did not see a parameter change")
 	}
-	for _, m := range []Mode{Confidential, Regulated} {
-		c, err := New(g, p, Options{Backend: NewCPU(), Mode: m})
+	for _, m := range []ir.DataMode{ir.DataConfidential, ir.DataRegulated} {
+		c, err := New(g, p, Options{Backend: NewCPU(), DataMode: m})
 		if err != nil {
 			t.Fatal(err)
 		}

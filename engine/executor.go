@@ -35,13 +35,12 @@ type Executor struct {
 // and the executor reports only the state hash, not the loss; the seed
 // picks the batches; collectives are keyed by the epoch.
 func (x *Executor) Configure(s runtime.Setup) error {
-	switch m := Mode(s.DataMode); m {
-	case "", Standard:
-		x.e.opts.Mode, x.quiet = Standard, false
-	case Confidential, Regulated:
-		x.e.opts.Mode, x.quiet = m, true
-	default:
-		return fmt.Errorf("engine: data mode %q: want standard, confidential or regulated", s.DataMode)
+	if err := s.DataMode.Check(); err != nil {
+		return fmt.Errorf("engine: %w", err)
+	}
+	x.e.opts.DataMode, x.quiet = s.DataMode, s.DataMode.Sensitive()
+	if s.DataMode == "" {
+		x.e.opts.DataMode = ir.DataStandard
 	}
 	x.e.opts.Seed = s.Seed
 	x.e.keyPrefix = fmt.Sprintf("e%d/", s.Epoch)

@@ -92,7 +92,7 @@ type Setup struct {
 	// DataMode is the job's data mode ("standard", "confidential",
 	// "regulated"). In the last two, executors report no tensor-derived
 	// values (HasLoss stays false) and refuse debug fills.
-	DataMode string
+	DataMode ir.DataMode
 	// Seed is the job's seed: the batch of a step and every random draw
 	// derive from (Seed, step, rank).
 	Seed uint64

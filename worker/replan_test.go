@@ -16,6 +16,7 @@ import (
 	"github.com/tmmu/tmmu/ir"
 	"github.com/tmmu/tmmu/localcluster"
 	"github.com/tmmu/tmmu/planner"
+	"github.com/tmmu/tmmu/replan"
 	"github.com/tmmu/tmmu/runtime"
 	"github.com/tmmu/tmmu/worker"
 )
@@ -221,7 +222,7 @@ func l1(l *localcluster.Local) uint64 {
 func TestAbortPolicy(t *testing.T) {
 	l, ctx := startLocal(t)
 	cfg, _ := json.Marshal(map[string]any{"layers": 1, "hidden": 32, "heads": 2, "seq": 8, "context": 8, "batch": 1, "vocab": 64, "dtype": "bf16", "train": true})
-	if _, err := l.Client().Submit(ctx, &api.SubmitRequest{Name: "strict", Steps: 0, ReplanPolicy: api.ReplanAbort,
+	if _, err := l.Client().Submit(ctx, &api.SubmitRequest{Name: "strict", Steps: 0, ReplanPolicy: replan.Abort,
 		ShardSpec: json.RawMessage(`{"world_size": 2}`),
 		Model:     &api.ModelSource{Model: "gpt2", Config: cfg, Dims: map[string]api.DimSpec{"seq": {Min: 1, Max: 8}}}}); err != nil {
 		t.Fatal(err)

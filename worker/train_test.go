@@ -97,7 +97,7 @@ func TestConfidentialJob(t *testing.T) {
 		t.Fatal(err)
 	}
 	irJSON, _ := json.Marshal(m)
-	if _, err := l.Client().Submit(ctx, &api.SubmitRequest{Name: "secret", IR: irJSON, Steps: 3, DataMode: api.DataConfidential,
+	if _, err := l.Client().Submit(ctx, &api.SubmitRequest{Name: "secret", IR: irJSON, Steps: 3, DataMode: ir.DataConfidential,
 		ShardSpec: json.RawMessage(`{"world_size": 1}`), ArenaConfig: engine.ExecutableArenas(engine.PortableLimits, nil)}); err != nil {
 		t.Fatal(err)
 	}

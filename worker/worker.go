@@ -245,7 +245,7 @@ type run struct {
 	view    *shard.View
 	viewKey viewKey
 	// setup is what executors are told about the job.
-	dataMode string
+	dataMode ir.DataMode
 	seed     uint64
 	// job is the job as last fetched. It is kept from step to step and
 	// fetched again only when an announcement, a failed outcome or the

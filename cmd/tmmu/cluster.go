@@ -18,6 +18,7 @@ import (
 	"github.com/tmmu/tmmu/internal/cli"
 	"github.com/tmmu/tmmu/ir"
 	"github.com/tmmu/tmmu/planner"
+	"github.com/tmmu/tmmu/replan"
 	"github.com/tmmu/tmmu/trust"
 )
 
@@ -161,8 +162,8 @@ func runJob(c *command, e *env, args []string) error {
 		mode = fs.String("mode", "", "planning mode (default: the graph's)")
 		strategy = fs.String("strategy", string(planner.Packed), "placement strategy")
 		arenaFile = fs.String("arena-config", "", "arena config file (default: every arena aligned to 256 bytes in 128 MiB regions, WebGPU's default limits, so any worker's device can run the plan)")
-		policy = fs.String("replan-policy", api.ReplanAtSafepoint, "replan_at_safepoint or abort")
-		dataMode = fs.String("data-mode", api.DataStandard, "standard, confidential or regulated (the last two forbid debug fills and keep the loss out of logs and metrics)")
+		policy = fs.String("replan-policy", string(replan.AtSafepoint), "replan_at_safepoint or abort")
+		dataMode = fs.String("data-mode", string(ir.DataStandard), "standard, confidential or regulated (the last two forbid debug fills and keep the loss out of logs and metrics)")
 		every = fs.Uint64("checkpoint-every", api.DefaultCheckpointEvery, "checkpoint the model state every N steps (and at every epoch boundary and after the last step)")
 		keep = fs.Uint64("checkpoint-keep", api.DefaultCheckpointKeep, "keep the last K checkpoints")
 		seed = fs.Uint64("seed", 0, "the job's seed: the batch of a step and every random draw derive from (seed, step, rank)")
@@ -230,7 +231,7 @@ func runJob(c *command, e *env, args []string) error {
 		return err
 	}
 	req := &api.SubmitRequest{Name: *name, ShardSpec: specJSON, Mode: planner.Mode(*mode),
-		Strategy: planner.Strategy(*strategy), Steps: *steps, ReplanPolicy: *policy, DataMode: *dataMode,
+		Strategy: planner.Strategy(*strategy), Steps: *steps, ReplanPolicy: replan.Policy(*policy), DataMode: ir.DataMode(*dataMode),
 		CheckpointEvery: *every, CheckpointKeep: *keep, Seed: *seed, Elastic: *elastic}
 	if *source != "" {
 		data, err := readInput(e, *source)

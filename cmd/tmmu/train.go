@@ -65,7 +65,7 @@ func runTrain(c *command, e *env, args []string) error {
 	lrDefault, _ := strconv.ParseFloat(strconv.FormatFloat(float64(engine.DefaultAdamW.LR), 'g', -1, 32), 64)
 	lr := fs.Float64("lr", lrDefault, "AdamW learning rate")
 	unshared := fs.Bool("unshared", false, "give every tensor a device buffer of its own, as an engine without a planner would (the reference the plan must reproduce, in results and beside it in bytes and speed)")
-	mode := fs.String("data-mode", string(engine.Standard), "data-handling mode, as tmmu job submit's: standard, confidential or regulated (the last two forbid --debug-fill)")
+	mode := fs.String("data-mode", string(ir.DataStandard), "data-handling mode, as tmmu job submit's: standard, confidential or regulated (the last two forbid --debug-fill)")
 	fs.Func("mode", "renamed --data-mode (plan's --mode is the planning mode)", func(string) error {
 		return fmt.Errorf("renamed --data-mode: tmmu plan's --mode is the planning mode, tmmu train's data-handling mode is --data-mode")
 	})
@@ -91,8 +91,8 @@ func runTrain(c *command, e *env, args []string) error {
 	if len(pos) != 1 {
 		return usagef("train takes one IR file")
 	}
-	switch engine.Mode(*mode) {
-	case engine.Standard, engine.Confidential, engine.Regulated:
+	switch ir.DataMode(*mode) {
+	case ir.DataStandard, ir.DataConfidential, ir.DataRegulated:
 	default:
 		return usagef("--data-mode %q: want standard, confidential or regulated", *mode)
 	}
@@ -146,7 +146,7 @@ func runTrain(c *command, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	eopts := engine.Options{Backend: be, Mode: engine.Mode(*mode), Unshared: *unshared, AdamW: engine.DefaultAdamW, Seed: *seed}
+	eopts := engine.Options{Backend: be, DataMode: ir.DataMode(*mode), Unshared: *unshared, AdamW: engine.DefaultAdamW, Seed: *seed}
 	eopts.AdamW.LR = float32(*lr)
 	x, err := engine.NewExecutor(g, p, eopts, false)
 	if err != nil {

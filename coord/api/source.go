@@ -45,8 +45,8 @@ func (s *ModelSource) Envelope() map[string]ir.DimRange {
 
 // ReplanConfig returns the replan configuration of a job with this
 // source.
-func (s *ModelSource) ReplanConfig(policy string, elastic bool) replan.Config {
-	cfg := replan.Config{Policy: replan.Policy(policy), Buckets: map[string][]uint64{}, Limit: map[string]uint64{}, Elastic: elastic}
+func (s *ModelSource) ReplanConfig(policy replan.Policy, elastic bool) replan.Config {
+	cfg := replan.Config{Policy: policy, Buckets: map[string][]uint64{}, Limit: map[string]uint64{}, Elastic: elastic}
 	if s == nil {
 		return cfg
 	}

@@ -11,14 +11,8 @@ import (
 	"github.com/tmmu/tmmu/failure"
 	"github.com/tmmu/tmmu/ir"
 	"github.com/tmmu/tmmu/planner"
+	"github.com/tmmu/tmmu/replan"
 	"github.com/tmmu/tmmu/shard"
-)
-
-// Replan policies (spec: what happens when a dynamic shape leaves its
-// envelope).
-const (
-	ReplanAtSafepoint = "replan_at_safepoint"
-	ReplanAbort       = "abort"
 )
 
 // JobSpec is what an operator submits: the graph, how it is sharded and
@@ -35,7 +29,7 @@ type JobSpec struct {
 	Mode         planner.Mode        `json:"mode,omitempty" cbor:"mode"`
 	Strategy     planner.Strategy    `json:"strategy" cbor:"strategy"`
 	ReplayToken  ir.Hash             `json:"replay_token" cbor:"replay_token"`
-	ReplanPolicy string              `json:"replan_policy" cbor:"replan_policy"`
+	ReplanPolicy replan.Policy       `json:"replan_policy" cbor:"replan_policy"`
 	Steps        uint64              `json:"steps" cbor:"steps"` // steps to run; 0 = until stopped
 	// Window is how many steps ranks may run beyond the committed
 	// progress (default DefaultWindow). A replan's boundary is always
@@ -54,7 +48,7 @@ type JobSpec struct {
 	// "confidential" or "regulated". The last two forbid debug fills and
 	// keep tensor-derived values (the loss) out of logs, metrics and
 	// results.
-	DataMode string `json:"data_mode,omitempty" cbor:"data_mode,omitempty"`
+	DataMode ir.DataMode `json:"data_mode,omitempty" cbor:"data_mode,omitempty"`
 	// CheckpointEvery is the checkpoint interval in steps: every rank
 	// checkpoints the state after each multiple of it, after the last
 	// step and at every epoch boundary (default DefaultCheckpointEvery).
@@ -90,33 +84,29 @@ func (s *JobSpec) Keep() uint64 {
 	return s.CheckpointKeep
 }
 
-// Data modes.
-const (
-	DataStandard     = "standard"
-	DataConfidential = "confidential"
-	DataRegulated    = "regulated"
-)
-
 // DefaultWindow is JobSpec.Window's default.
 const DefaultWindow = 2
 
+// JobStatus is where a job stands.
+type JobStatus string
+
 // Job statuses.
 const (
-	StatusAgreeing  = "agreeing"  // the current epoch waits for every rank's plan hash
-	StatusRunning   = "running"   // the current epoch is agreed; ranks run steps
-	StatusDone      = "done"      // every step ran and the last checkpoint is committed
-	StatusFailed    = "failed"    // a committed failure (plan mismatch, abort, a restore that does not match)
-	StatusCancelled = "cancelled" // an operator cancelled the job
+	StatusAgreeing  JobStatus = "agreeing"  // the current epoch waits for every rank's plan hash
+	StatusRunning             = "running"   // the current epoch is agreed; ranks run steps
+	StatusDone                = "done"      // every step ran and the last checkpoint is committed
+	StatusFailed              = "failed"    // a committed failure (plan mismatch, abort, a restore that does not match)
+	StatusCancelled           = "cancelled" // an operator cancelled the job
 )
 
 // Job is a job as the replicated state holds it.
 type Job struct {
-	Spec          JobSpec `json:"spec" cbor:"spec"`
-	IRHash        ir.Hash `json:"ir_hash" cbor:"ir_hash"`
-	ShardSpecHash ir.Hash `json:"shard_spec_hash" cbor:"shard_spec_hash"`
-	Status        string  `json:"status" cbor:"status"`
-	Reason        string  `json:"reason,omitempty" cbor:"reason"`
-	Epochs        []Epoch `json:"epochs" cbor:"epochs"`
+	Spec          JobSpec   `json:"spec" cbor:"spec"`
+	IRHash        ir.Hash   `json:"ir_hash" cbor:"ir_hash"`
+	ShardSpecHash ir.Hash   `json:"shard_spec_hash" cbor:"shard_spec_hash"`
+	Status        JobStatus `json:"status" cbor:"status"`
+	Reason        string    `json:"reason,omitempty" cbor:"reason"`
+	Epochs        []Epoch   `json:"epochs" cbor:"epochs"`
 	// LastStep is the highest step every rank has finished (the steps
 	// are numbered from 1), as recorded by the leader. A rollback sets
 	// it back to the checkpoint's step.

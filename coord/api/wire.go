@@ -7,6 +7,7 @@ import (
 	"github.com/tmmu/tmmu/failure"
 	"github.com/tmmu/tmmu/ir"
 	"github.com/tmmu/tmmu/planner"
+	"github.com/tmmu/tmmu/replan"
 )
 
 // ReplanRequest is the body of POST /v1/jobs/{name}/replan: an operator
@@ -63,11 +64,11 @@ type SubmitRequest struct {
 	Mode         planner.Mode        `json:"mode,omitempty"`     // default: the graph's
 	Strategy     planner.Strategy    `json:"strategy,omitempty"` // default packed
 	Steps        uint64              `json:"steps"`
-	ReplanPolicy string              `json:"replan_policy,omitempty"` // default replan_at_safepoint
+	ReplanPolicy replan.Policy       `json:"replan_policy,omitempty"` // default replan_at_safepoint
 	ReplayToken  string              `json:"replay_token,omitempty"`  // 64 hex digits
 	Window       uint64              `json:"window,omitempty"`        // default DefaultWindow
 	Elastic      bool                `json:"elastic,omitempty"`
-	DataMode     string              `json:"data_mode,omitempty"` // standard (default), confidential or regulated
+	DataMode     ir.DataMode         `json:"data_mode,omitempty"` // standard (default), confidential or regulated
 	// CheckpointEvery is the checkpoint interval in steps (default
 	// DefaultCheckpointEvery), CheckpointKeep how many checkpoints to keep
 	// (default DefaultCheckpointKeep), Seed the job's seed.
@@ -116,16 +117,16 @@ type Status struct {
 
 // JobSummary is a job's line in status and job lists.
 type JobSummary struct {
-	Name           string   `json:"name"`
-	Status         string   `json:"status"`
-	Reason         string   `json:"reason,omitempty"`
-	Epoch          uint64   `json:"epoch"`
-	Agreed         bool     `json:"agreed"`
-	WorldSize      uint64   `json:"world_size"`
-	LastStep       uint64   `json:"last_step"`
-	Steps          uint64   `json:"steps"`
-	GlobalPlanHash string   `json:"global_plan_hash"`
-	Missing        []uint64 `json:"missing_ranks,omitempty"`
+	Name           string    `json:"name"`
+	Status         JobStatus `json:"status"`
+	Reason         string    `json:"reason,omitempty"`
+	Epoch          uint64    `json:"epoch"`
+	Agreed         bool      `json:"agreed"`
+	WorldSize      uint64    `json:"world_size"`
+	LastStep       uint64    `json:"last_step"`
+	Steps          uint64    `json:"steps"`
+	GlobalPlanHash string    `json:"global_plan_hash"`
+	Missing        []uint64  `json:"missing_ranks,omitempty"`
 	// Absent are the ranks without an etcd lease, and since when this
 	// node has seen them so (nodes given etcd only).
 	Absent []Absent `json:"absent_ranks,omitempty"`
