@@ -93,10 +93,10 @@ type JobStatus string
 // Job statuses.
 const (
 	StatusAgreeing  JobStatus = "agreeing"  // the current epoch waits for every rank's plan hash
-	StatusRunning             = "running"   // the current epoch is agreed; ranks run steps
-	StatusDone                = "done"      // every step ran and the last checkpoint is committed
-	StatusFailed              = "failed"    // a committed failure (plan mismatch, abort, a restore that does not match)
-	StatusCancelled           = "cancelled" // an operator cancelled the job
+	StatusRunning   JobStatus = "running"   // the current epoch is agreed; ranks run steps
+	StatusDone      JobStatus = "done"      // every step ran and the last checkpoint is committed
+	StatusFailed    JobStatus = "failed"    // a committed failure (plan mismatch, abort, a restore that does not match)
+	StatusCancelled JobStatus = "cancelled" // an operator cancelled the job
 )
 
 // Job is a job as the replicated state holds it.
