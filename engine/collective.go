@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"strings"
 	"sync"
 
 	"github.com/tmmu/tmmu/ir"
@@ -99,21 +98,15 @@ func (m *member) Exchange(ctx context.Context, key string, data []byte) ([][]byt
 // collective is a dp.* node: how this rank's input is exchanged and what
 // it writes.
 type collective struct {
-	op      string
+	op      ir.Op
 	in, out operand
 	inPlace bool
 	size    uint64 // group size
 }
 
-// isCollective reports whether op is a collective of package shard; the
-// engine runs the data-parallel ones and refuses the others.
-func isCollective(op string) bool {
-	return strings.HasPrefix(op, "dp.") || strings.HasPrefix(op, "tp.") || strings.HasPrefix(op, "pp.")
-}
-
 func (l *lowerer) collective(n *ir.Node) (*collective, error) {
 	switch n.Op {
-	case "dp.all_reduce", "dp.reduce_scatter", "dp.all_gather":
+	case ir.OpDPAllReduce, ir.OpDPReduceScatter, ir.OpDPAllGather:
 	default:
 		return nil, unsupported("node %q: collective %s is not executable yet (tensor- and pipeline-parallel views are planned, not run)", n.ID, n.Op)
 	}
@@ -136,9 +129,9 @@ func (l *lowerer) collective(n *ir.Node) (*collective, error) {
 	in, out := c.in.numel, c.out.numel
 	part := (max(in, out) + size - 1) / size
 	switch {
-	case n.Op == "dp.all_reduce" && in != out,
-		n.Op == "dp.reduce_scatter" && out != part,
-		n.Op == "dp.all_gather" && !c.inPlace && in != part:
+	case n.Op == ir.OpDPAllReduce && in != out,
+		n.Op == ir.OpDPReduceScatter && out != part,
+		n.Op == ir.OpDPAllGather && !c.inPlace && in != part:
 		return nil, unsupported("collective %q (%s): %d elements in, %d out over %d ranks", n.ID, n.Op, in, out, size)
 	}
 	return c, nil
@@ -158,7 +151,7 @@ func (c *collective) run(ctx context.Context, e *Engine, key string) error {
 	if err != nil {
 		return deviceError(err)
 	}
-	if c.op == "dp.all_gather" && c.inPlace {
+	if c.op == ir.OpDPAllGather && c.inPlace {
 		// The whole tensor is in place; this rank's partition is new.
 		lo := min(rank*part, n)
 		hi := min(lo+part, n)
@@ -170,11 +163,11 @@ func (c *collective) run(ctx context.Context, e *Engine, key string) error {
 	}
 	out := make([]byte, c.out.numel*4)
 	switch c.op {
-	case "dp.all_reduce":
+	case ir.OpDPAllReduce:
 		reduce(out, all, 0, c.out.numel, size)
-	case "dp.reduce_scatter":
+	case ir.OpDPReduceScatter:
 		reduce(out, all, rank*part, c.out.numel, size)
-	case "dp.all_gather":
+	case ir.OpDPAllGather:
 		var at uint64
 		for _, b := range all {
 			k := copy(out[at:], b)

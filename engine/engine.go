@@ -123,7 +123,7 @@ func New(g *ir.Graph, p *planner.Plan, opts Options) (*Engine, error) {
 	for _, ni := range live.Order {
 		n := &g.Nodes[ni]
 		a := action{node: n.ID, outputs: n.Outputs}
-		if isCollective(n.Op) {
+		if n.Op.Collective() {
 			a.coll, err = l.collective(n)
 		} else {
 			a.launches, err = l.lower(n)

@@ -12,7 +12,6 @@ import (
 	"github.com/tmmu/tmmu/failure"
 
 	"github.com/tmmu/tmmu/ir"
-	"github.com/tmmu/tmmu/models"
 	"github.com/tmmu/tmmu/planner"
 	"github.com/tmmu/tmmu/runtime"
 )
@@ -78,12 +77,12 @@ func NewExecutor(g *ir.Graph, p *planner.Plan, opts Options, ownBackend bool) (*
 
 // kernelOps are the ops lower has kernels for (collectives aside): the
 // vocabulary of package models.
-var kernelOps = map[string]bool{
-	models.OpAdamW: true, models.OpAdd: true, models.OpCausalAttention: true, models.OpCausalAttentionBackward: true,
-	models.OpCrossEntropy: true, models.OpCrossEntropyBackward: true, models.OpEmbedding: true, models.OpEmbeddingBackward: true,
-	models.OpGelu: true, models.OpGeluBackward: true, models.OpLayerNorm: true, models.OpLayerNormBackward: true,
-	models.OpMatmul: true, models.OpMul: true, models.OpOnes: true, models.OpRMSNorm: true, models.OpRMSNormBackward: true,
-	models.OpReduceSum: true, models.OpRope: true, models.OpRopeBackward: true, models.OpSilu: true, models.OpSiluBackward: true,
+var kernelOps = map[ir.Op]bool{
+	ir.OpAdamW: true, ir.OpAdd: true, ir.OpCausalAttention: true, ir.OpCausalAttentionBackward: true,
+	ir.OpCrossEntropy: true, ir.OpCrossEntropyBackward: true, ir.OpEmbedding: true, ir.OpEmbeddingBackward: true,
+	ir.OpGelu: true, ir.OpGeluBackward: true, ir.OpLayerNorm: true, ir.OpLayerNormBackward: true,
+	ir.OpMatmul: true, ir.OpMul: true, ir.OpOnes: true, ir.OpRMSNorm: true, ir.OpRMSNormBackward: true,
+	ir.OpReduceSum: true, ir.OpRope: true, ir.OpRopeBackward: true, ir.OpSilu: true, ir.OpSiluBackward: true,
 }
 
 // CheckOps refuses a graph with an op the engine has no kernel for
@@ -92,11 +91,11 @@ var kernelOps = map[string]bool{
 // which ops there are.
 // Planning does not need kernels; only execution does.
 func CheckOps(g *ir.Graph) error {
-	count := map[string]int{}
+	count := map[ir.Op]int{}
 	first, total := -1, 0
 	for _, i := range g.Order {
 		n := &g.Nodes[i]
-		if kernelOps[n.Op] || isCollective(n.Op) {
+		if kernelOps[n.Op] || n.Op.Collective() {
 			continue
 		}
 		if first < 0 {
@@ -108,7 +107,7 @@ func CheckOps(g *ir.Graph) error {
 	if first < 0 {
 		return nil
 	}
-	ops := make([]string, 0, len(count))
+	ops := make([]ir.Op, 0, len(count))
 	for op := range count {
 		ops = append(ops, op)
 	}
@@ -133,7 +132,7 @@ func CheckOps(g *ir.Graph) error {
 func vocabOf(g *ir.Graph) (uint64, error) {
 	for i := range g.Nodes {
 		n := &g.Nodes[i]
-		if n.Op == models.OpEmbedding && len(n.Inputs) == 2 && n.Inputs[1] == "tokens" {
+		if n.Op == ir.OpEmbedding && len(n.Inputs) == 2 && n.Inputs[1] == "tokens" {
 			ti, _ := g.TensorIndex(n.Inputs[0])
 			if s := g.Tensors[ti].Shape; len(s) == 2 {
 				return s[0], nil

@@ -7,7 +7,6 @@ import (
 
 	"github.com/tmmu/tmmu/failure"
 	"github.com/tmmu/tmmu/ir"
-	"github.com/tmmu/tmmu/models"
 )
 
 // OpExecute is the operator named in execution failures.
@@ -196,7 +195,7 @@ func (l *lowerer) lower(n *ir.Node) ([]Launch, error) {
 		return nil
 	}
 	switch n.Op {
-	case models.OpOnes:
+	case ir.OpOnes:
 		if err := need(0, 1); err != nil {
 			return nil, err
 		}
@@ -205,7 +204,7 @@ func (l *lowerer) lower(n *ir.Node) ([]Launch, error) {
 			return nil, err
 		}
 		return one("fill", o[0].numel, o, u32(o[0].numel), f32(1))
-	case models.OpEmbedding:
+	case ir.OpEmbedding:
 		if err := need(2, 1); err != nil {
 			return nil, err
 		}
@@ -217,12 +216,12 @@ func (l *lowerer) lower(n *ir.Node) ([]Launch, error) {
 			return nil, unsupported("embedding %q: table of rank %d", n.ID, len(o[0].shape))
 		}
 		return one("embedding", o[2].numel, o, u32(o[1].numel), u32(o[0].shape[1]), u32(o[0].shape[0]))
-	case models.OpMatmul:
+	case ir.OpMatmul:
 		if err := need(2, 1); err != nil {
 			return nil, err
 		}
 		return l.matmul(n)
-	case models.OpAdd:
+	case ir.OpAdd:
 		if err := need(2, 1); err != nil {
 			return nil, err
 		}
@@ -234,7 +233,7 @@ func (l *lowerer) lower(n *ir.Node) ([]Launch, error) {
 			return nil, unsupported("add %q: %v + %v does not broadcast", n.ID, o[0].shape, o[1].shape)
 		}
 		return one("add", o[0].numel, o, u32(o[0].numel), u32(o[1].numel))
-	case models.OpMul:
+	case ir.OpMul:
 		if err := need(2, 1); err != nil {
 			return nil, err
 		}
@@ -246,7 +245,7 @@ func (l *lowerer) lower(n *ir.Node) ([]Launch, error) {
 			return nil, unsupported("mul %q: shapes %v and %v differ", n.ID, o[0].shape, o[1].shape)
 		}
 		return one("mul", o[0].numel, o, u32(o[0].numel))
-	case models.OpGelu, models.OpSilu:
+	case ir.OpGelu, ir.OpSilu:
 		if err := need(1, 1); err != nil {
 			return nil, err
 		}
@@ -254,8 +253,8 @@ func (l *lowerer) lower(n *ir.Node) ([]Launch, error) {
 		if err != nil {
 			return nil, err
 		}
-		return one(n.Op, o[0].numel, o, u32(o[0].numel))
-	case models.OpGeluBackward, models.OpSiluBackward:
+		return one(string(n.Op), o[0].numel, o, u32(o[0].numel))
+	case ir.OpGeluBackward, ir.OpSiluBackward:
 		if err := need(2, 1); err != nil {
 			return nil, err
 		}
@@ -263,9 +262,9 @@ func (l *lowerer) lower(n *ir.Node) ([]Launch, error) {
 		if err != nil {
 			return nil, err
 		}
-		k := map[string]string{models.OpGeluBackward: "gelu_bwd", models.OpSiluBackward: "silu_bwd"}[n.Op]
+		k := map[ir.Op]string{ir.OpGeluBackward: "gelu_bwd", ir.OpSiluBackward: "silu_bwd"}[n.Op]
 		return one(k, o[0].numel, o, u32(o[0].numel))
-	case models.OpLayerNorm:
+	case ir.OpLayerNorm:
 		if err := need(3, 3); err != nil {
 			return nil, err
 		}
@@ -277,7 +276,7 @@ func (l *lowerer) lower(n *ir.Node) ([]Launch, error) {
 		rows := o[0].numel / h
 		x, err := grouped(launch("layernorm", 0, o, u32(rows), u32(h), f32(layerNormEps)))(rows, 3*perLane(h)+2*treeIters)
 		return []Launch{x}, err
-	case models.OpLayerNormBackward:
+	case ir.OpLayerNormBackward:
 		if len(in) != 5 || (len(out) != 2 && len(out) != 3) {
 			return nil, unsupported("node %q (%s) has %d inputs and %d outputs", n.ID, n.Op, len(in), len(out))
 		}
@@ -305,7 +304,7 @@ func (l *lowerer) lower(n *ir.Node) ([]Launch, error) {
 		return chunked(ls, rows, func(r0, r1 uint64) (Launch, error) {
 			return withIters(launch("ln_bwd_wb", h, o, u32(rows), u32(h), 1, u32(r0), u32(r1)))(r1 - r0)
 		})
-	case models.OpRMSNorm:
+	case ir.OpRMSNorm:
 		if err := need(2, 2); err != nil {
 			return nil, err
 		}
@@ -317,7 +316,7 @@ func (l *lowerer) lower(n *ir.Node) ([]Launch, error) {
 		rows := o[0].numel / h
 		x, err := grouped(launch("rmsnorm", 0, o, u32(rows), u32(h), f32(layerNormEps)))(rows, 2*perLane(h)+treeIters)
 		return []Launch{x}, err
-	case models.OpRMSNormBackward:
+	case ir.OpRMSNormBackward:
 		if len(in) != 4 || (len(out) != 1 && len(out) != 2) {
 			return nil, unsupported("node %q (%s) has %d inputs and %d outputs", n.ID, n.Op, len(in), len(out))
 		}
@@ -345,7 +344,7 @@ func (l *lowerer) lower(n *ir.Node) ([]Launch, error) {
 		return chunked(ls, rows, func(r0, r1 uint64) (Launch, error) {
 			return withIters(launch("rms_bwd_w", h, o, u32(rows), u32(h), u32(r0), u32(r1)))(r1 - r0)
 		})
-	case models.OpRope, models.OpRopeBackward:
+	case ir.OpRope, ir.OpRopeBackward:
 		if err := need(1, 1); err != nil {
 			return nil, err
 		}
@@ -359,19 +358,19 @@ func (l *lowerer) lower(n *ir.Node) ([]Launch, error) {
 		}
 		width := o[0].shape[2]
 		inv := uint32(0)
-		if n.Op == models.OpRopeBackward {
+		if n.Op == ir.OpRopeBackward {
 			inv = 1
 		}
 		rows := o[0].numel / width
 		return one("rope", rows*width/2, o, u32(rows), u32(o[0].shape[1]), u32(width), u32(width/heads), inv)
-	case models.OpCausalAttention:
+	case ir.OpCausalAttention:
 		if err := need(3, 2); err != nil {
 			return nil, err
 		}
 		return l.attention(n)
-	case models.OpCausalAttentionBackward:
+	case ir.OpCausalAttentionBackward:
 		return l.attentionBackward(n)
-	case models.OpCrossEntropy:
+	case ir.OpCrossEntropy:
 		if err := need(2, 1); err != nil {
 			return nil, err
 		}
@@ -393,7 +392,7 @@ func (l *lowerer) lower(n *ir.Node) ([]Launch, error) {
 		}
 		lm, err := grouped(launch("xent_mean", 0, []operand{ws, o[2]}, u32(rows)))(1, perLane(rows)+treeIters)
 		return []Launch{lr, lm}, err
-	case models.OpCrossEntropyBackward:
+	case ir.OpCrossEntropyBackward:
 		if err := need(3, 1); err != nil {
 			return nil, err
 		}
@@ -408,7 +407,7 @@ func (l *lowerer) lower(n *ir.Node) ([]Launch, error) {
 		vocab := o[0].numel / rows
 		x, err := grouped(launch("xent_bwd", 0, o, u32(rows), u32(vocab)))(rows, 3*perLane(vocab)+2*treeIters)
 		return []Launch{x}, err
-	case models.OpReduceSum:
+	case ir.OpReduceSum:
 		if err := need(1, 1); err != nil {
 			return nil, err
 		}
@@ -423,7 +422,7 @@ func (l *lowerer) lower(n *ir.Node) ([]Launch, error) {
 		return chunked(nil, rows, func(r0, r1 uint64) (Launch, error) {
 			return withIters(launch("reduce_sum", o[1].numel, o, u32(rows), u32(o[1].numel), u32(r0), u32(r1)))(r1 - r0)
 		})
-	case models.OpEmbeddingBackward:
+	case ir.OpEmbeddingBackward:
 		if err := need(2, 1); err != nil {
 			return nil, err
 		}
@@ -444,7 +443,7 @@ func (l *lowerer) lower(n *ir.Node) ([]Launch, error) {
 		return chunked([]Launch{z}, o[0].numel, func(r0, r1 uint64) (Launch, error) {
 			return withIters(launch("emb_bwd", h, o, u32(o[0].numel), u32(h), u32(o[2].shape[0]), u32(r0), u32(r1)))(r1 - r0)
 		})
-	case models.OpAdamW:
+	case ir.OpAdamW:
 		return l.adamw(n)
 	}
 	return nil, unsupported("node %q: op %q has no kernel", n.ID, n.Op)

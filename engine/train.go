@@ -85,7 +85,7 @@ func (e *Engine) InitState(init Init) error {
 func (e *Engine) partitioned(id string) ([]uint64, bool) {
 	for i := range e.g.Nodes {
 		n := &e.g.Nodes[i]
-		if n.Op == "dp.all_gather" && n.Inputs[0] == id && n.Outputs[0] != id {
+		if n.Op == ir.OpDPAllGather && n.Inputs[0] == id && n.Outputs[0] != id {
 			ti, _ := e.g.TensorIndex(n.Outputs[0])
 			return e.g.Tensors[ti].Shape, true
 		}

@@ -2,11 +2,12 @@ package engine
 
 import (
 	"errors"
-	"github.com/tmmu/tmmu/gpu"
 	"math"
 	"os"
 	"slices"
 	"testing"
+
+	"github.com/tmmu/tmmu/gpu"
 
 	"github.com/tmmu/tmmu/ir"
 	"github.com/tmmu/tmmu/models"

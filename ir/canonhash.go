@@ -115,7 +115,7 @@ func encodeNode(w *canon.Writer, n *Node) {
 	w.Text("id")
 	w.Text(n.ID)
 	w.Text("op")
-	w.Text(n.Op)
+	w.Text(string(n.Op))
 	if len(n.Attrs) > 0 {
 		w.Text("attrs")
 		keys := make([]string, 0, len(n.Attrs))

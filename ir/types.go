@@ -72,7 +72,7 @@ type DimRange struct {
 // both input and output updates it in place.
 type Node struct {
 	ID      string           `json:"id" cbor:"id"`
-	Op      string           `json:"op" cbor:"op"`
+	Op      Op               `json:"op" cbor:"op"`
 	Inputs  []string         `json:"inputs,omitempty" cbor:"inputs,omitempty"`
 	Outputs []string         `json:"outputs,omitempty" cbor:"outputs,omitempty"`
 	Phase   Phase            `json:"phase,omitempty" cbor:"phase,omitempty"` // "" reads as forward

@@ -94,7 +94,7 @@ func (b *builder) setRole(id string, r ir.Role) { b.t(id).Role = r }
 // node adds a node in the current phase and appends it to the execution
 // order. A backward node marks the forward activations it reads as saved for
 // backward.
-func (b *builder) node(id, op string, ins, outs []string, attrs map[string]int64) {
+func (b *builder) node(id string, op ir.Op, ins, outs []string, attrs map[string]int64) {
 	if _, dup := b.nodes[id]; dup {
 		panic(fmt.Sprintf("models: duplicate node id %q", id))
 	}
@@ -177,7 +177,7 @@ func (b *builder) contribute(x, g string) {
 		id = fmt.Sprintf("grad/%s.sum%d", x, k)
 	}
 	b.gradTensor(id, x)
-	b.node(fmt.Sprintf("bwd/%s.acc%d", x, k), OpAdd, []string{prev, g}, []string{id}, nil)
+	b.node(fmt.Sprintf("bwd/%s.acc%d", x, k), ir.OpAdd, []string{prev, g}, []string{id}, nil)
 	b.grad[x] = id
 }
 
@@ -186,7 +186,7 @@ func (b *builder) contribute(x, g string) {
 func (b *builder) backward(loss string) {
 	b.phase = ir.Backward
 	seed := b.tensor(ir.Tensor{ID: "grad/" + loss, Shape: []uint64{}, DType: ir.F32, Role: ir.Gradient})
-	b.node("bwd/"+loss+".seed", OpOnes, nil, []string{seed}, nil)
+	b.node("bwd/"+loss+".seed", ir.OpOnes, nil, []string{seed}, nil)
 	b.grad[loss] = seed
 	b.got[loss], b.uses[loss] = 1, 1
 	for i := len(b.tape) - 1; i >= 0; i-- {
@@ -217,7 +217,7 @@ func (b *builder) optimizer() {
 		}
 		m, v := state("adam.m/"+p, pt), state("adam.v/"+p, pt)
 		ins, outs = append(ins, m, v), append(outs, m, v)
-		b.node("opt/"+p, OpAdamW, ins, outs, nil)
+		b.node("opt/"+p, ir.OpAdamW, ins, outs, nil)
 	}
 }
 
@@ -279,12 +279,12 @@ func (b *builder) matmul(name, a, w, out string, transB bool) string {
 	}
 	shape := append(slices.Clone(as[:len(as)-1]), n)
 	b.act(out, b.dt, shape...)
-	b.node("fwd/"+name, OpMatmul, []string{a, w}, []string{out}, attrs("transpose_b", flag(transB)))
+	b.node("fwd/"+name, ir.OpMatmul, []string{a, w}, []string{out}, attrs("transpose_b", flag(transB)))
 	b.record([]string{a, w}, out, func(dy string) {
 		if b.needs[a] {
 			da := b.newGrad(a)
 			// a·b: da = dy·bᵀ. a·bᵀ: da = dy·b.
-			b.node("bwd/"+name+".dx", OpMatmul, []string{dy, w}, []string{da}, attrs("transpose_b", flag(!transB)))
+			b.node("bwd/"+name+".dx", ir.OpMatmul, []string{dy, w}, []string{da}, attrs("transpose_b", flag(!transB)))
 			b.contribute(a, da)
 		}
 		if b.needs[w] {
@@ -294,7 +294,7 @@ func (b *builder) matmul(name, a, w, out string, transB bool) string {
 			if transB {
 				ins = []string{dy, a}
 			}
-			b.node("bwd/"+name+".dw", OpMatmul, ins, []string{dw}, attrs("transpose_a", 1))
+			b.node("bwd/"+name+".dw", ir.OpMatmul, ins, []string{dw}, attrs("transpose_a", 1))
 			b.contribute(w, dw)
 		}
 	})
@@ -322,7 +322,7 @@ func (b *builder) add(name, reduceID, x, y, out string) string {
 		panic(fmt.Sprintf("models: %s: add of %v and %v", name, xs, ys))
 	}
 	b.act(out, b.dt, xs...)
-	b.node("fwd/"+name, OpAdd, []string{x, y}, []string{out}, nil)
+	b.node("fwd/"+name, ir.OpAdd, []string{x, y}, []string{out}, nil)
 	b.record([]string{x, y}, out, func(dy string) {
 		if b.needs[x] {
 			b.contribute(x, dy)
@@ -333,7 +333,7 @@ func (b *builder) add(name, reduceID, x, y, out string) string {
 				return
 			}
 			dyy := b.newGrad(y)
-			b.node(reduceID, OpReduceSum, []string{dy}, []string{dyy}, nil)
+			b.node(reduceID, ir.OpReduceSum, []string{dy}, []string{dyy}, nil)
 			b.contribute(y, dyy)
 		}
 	})
@@ -351,16 +351,16 @@ func (b *builder) mul(name, x, y, out string) string {
 		panic(fmt.Sprintf("models: %s: mul of %v and %v", name, b.shape(x), b.shape(y)))
 	}
 	b.act(out, b.dt, b.shape(x)...)
-	b.node("fwd/"+name, OpMul, []string{x, y}, []string{out}, nil)
+	b.node("fwd/"+name, ir.OpMul, []string{x, y}, []string{out}, nil)
 	b.record([]string{x, y}, out, func(dy string) {
 		if b.needs[x] {
 			dx := b.newGrad(x)
-			b.node("bwd/"+name+".da", OpMul, []string{dy, y}, []string{dx}, nil)
+			b.node("bwd/"+name+".da", ir.OpMul, []string{dy, y}, []string{dx}, nil)
 			b.contribute(x, dx)
 		}
 		if b.needs[y] {
 			dyy := b.newGrad(y)
-			b.node("bwd/"+name+".db", OpMul, []string{dy, x}, []string{dyy}, nil)
+			b.node("bwd/"+name+".db", ir.OpMul, []string{dy, x}, []string{dyy}, nil)
 			b.contribute(y, dyy)
 		}
 	})
@@ -368,7 +368,7 @@ func (b *builder) mul(name, x, y, out string) string {
 }
 
 // unary adds out = op(x) (gelu, silu) with backward op_backward(x, dy).
-func (b *builder) unary(name, op, x, out string) string {
+func (b *builder) unary(name string, op ir.Op, x, out string) string {
 	b.act(out, b.dt, b.shape(x)...)
 	b.node("fwd/"+name, op, []string{x}, []string{out}, nil)
 	b.record([]string{x}, out, func(dy string) {
@@ -388,14 +388,14 @@ func (b *builder) layernorm(name, x string) string {
 	y := b.act(name+".y", b.dt, xs...)
 	mean := b.act(name+".mean", ir.F32, lead...)
 	rstd := b.act(name+".rstd", ir.F32, lead...)
-	b.node("fwd/"+name, OpLayerNorm, []string{x, w, bias}, []string{y, mean, rstd}, nil)
+	b.node("fwd/"+name, ir.OpLayerNorm, []string{x, w, bias}, []string{y, mean, rstd}, nil)
 	b.record([]string{x, w, bias}, y, func(dy string) {
 		var outs []string
 		if b.needs[x] {
 			outs = append(outs, b.newGrad(x))
 		}
 		dw, db := b.newGrad(w), b.newGrad(bias)
-		b.node("bwd/"+name, OpLayerNormBackward, []string{x, w, mean, rstd, dy}, append(outs, dw, db), nil)
+		b.node("bwd/"+name, ir.OpLayerNormBackward, []string{x, w, mean, rstd, dy}, append(outs, dw, db), nil)
 		if b.needs[x] {
 			b.contribute(x, outs[0])
 		}
@@ -413,14 +413,14 @@ func (b *builder) rmsnorm(name, x string) string {
 	w := b.param(name+".w", h)
 	y := b.act(name+".y", b.dt, xs...)
 	rstd := b.act(name+".rstd", ir.F32, lead...)
-	b.node("fwd/"+name, OpRMSNorm, []string{x, w}, []string{y, rstd}, nil)
+	b.node("fwd/"+name, ir.OpRMSNorm, []string{x, w}, []string{y, rstd}, nil)
 	b.record([]string{x, w}, y, func(dy string) {
 		var outs []string
 		if b.needs[x] {
 			outs = append(outs, b.newGrad(x))
 		}
 		dw := b.newGrad(w)
-		b.node("bwd/"+name, OpRMSNormBackward, []string{x, w, rstd, dy}, append(outs, dw), nil)
+		b.node("bwd/"+name, ir.OpRMSNormBackward, []string{x, w, rstd, dy}, append(outs, dw), nil)
 		if b.needs[x] {
 			b.contribute(x, outs[0])
 		}
@@ -433,10 +433,10 @@ func (b *builder) rmsnorm(name, x string) string {
 func (b *builder) rope(name, x, out string, heads uint64) string {
 	b.act(out, b.dt, b.shape(x)...)
 	a := attrs("heads", heads)
-	b.node("fwd/"+name, OpRope, []string{x}, []string{out}, a)
+	b.node("fwd/"+name, ir.OpRope, []string{x}, []string{out}, a)
 	b.record([]string{x}, out, func(dy string) {
 		dx := b.newGrad(x)
-		b.node("bwd/"+name, OpRopeBackward, []string{dy}, []string{dx}, a)
+		b.node("bwd/"+name, ir.OpRopeBackward, []string{dy}, []string{dx}, a)
 		b.contribute(x, dx)
 	})
 	return out
@@ -450,7 +450,7 @@ func (b *builder) attention(name, q, k, v, fused string, heads, kvHeads uint64) 
 	y := b.act(name+".y", b.dt, qs...)
 	lse := b.act(name+".lse", ir.F32, qs[0], heads, qs[1])
 	a := attrs("heads", heads, "kv_heads", kvHeads)
-	b.node("fwd/"+name, OpCausalAttention, []string{q, k, v}, []string{y, lse}, a)
+	b.node("fwd/"+name, ir.OpCausalAttention, []string{q, k, v}, []string{y, lse}, a)
 	diff := []string{q, k, v}
 	if fused != "" {
 		diff = []string{fused}
@@ -460,7 +460,7 @@ func (b *builder) attention(name, q, k, v, fused string, heads, kvHeads uint64) 
 		for i, x := range diff {
 			outs[i] = b.newGrad(x)
 		}
-		b.node("bwd/"+name, OpCausalAttentionBackward, []string{q, k, v, y, lse, dy}, outs, a)
+		b.node("bwd/"+name, ir.OpCausalAttentionBackward, []string{q, k, v, y, lse, dy}, outs, a)
 		for i, x := range diff {
 			b.contribute(x, outs[i])
 		}
@@ -472,10 +472,10 @@ func (b *builder) attention(name, q, k, v, fused string, heads, kvHeads uint64) 
 func (b *builder) embedding(name, table, ids, out string) string {
 	ts := b.shape(table)
 	b.act(out, b.dt, append(slices.Clone(b.shape(ids)), ts[1])...)
-	b.node("fwd/"+name, OpEmbedding, []string{table, ids}, []string{out}, nil)
+	b.node("fwd/"+name, ir.OpEmbedding, []string{table, ids}, []string{out}, nil)
 	b.record([]string{table}, out, func(dy string) {
 		dt := b.newGrad(table)
-		b.node("bwd/"+name, OpEmbeddingBackward, []string{ids, dy}, []string{dt}, attrs("vocab", ts[0]))
+		b.node("bwd/"+name, ir.OpEmbeddingBackward, []string{ids, dy}, []string{dt}, attrs("vocab", ts[0]))
 		b.contribute(table, dt)
 	})
 	return out
@@ -484,10 +484,10 @@ func (b *builder) embedding(name, table, ids, out string) string {
 // crossEntropy adds the fp32 scalar out = cross_entropy(logits, labels).
 func (b *builder) crossEntropy(name, logits, labels, out string) string {
 	b.tensor(ir.Tensor{ID: out, Shape: []uint64{}, DType: ir.F32, Role: ir.Output})
-	b.node("fwd/"+name, OpCrossEntropy, []string{logits, labels}, []string{out}, nil)
+	b.node("fwd/"+name, ir.OpCrossEntropy, []string{logits, labels}, []string{out}, nil)
 	b.record([]string{logits}, out, func(dy string) {
 		dl := b.newGrad(logits)
-		b.node("bwd/"+name, OpCrossEntropyBackward, []string{logits, labels, dy}, []string{dl}, nil)
+		b.node("bwd/"+name, ir.OpCrossEntropyBackward, []string{logits, labels, dy}, []string{dl}, nil)
 		b.contribute(logits, dl)
 	})
 	return out

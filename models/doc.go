@@ -55,5 +55,5 @@
 // The op vocabulary (embedding, matmul, add, mul, gelu, silu, layernorm,
 // rmsnorm, rope, causal_attention, cross_entropy, their backward ops, and
 // adamw) is documented with its inputs, outputs and integer attributes in
-// the Op constants (ops.go).
+// package ir (ir.Op), which shard and engine use too.
 package models

@@ -47,7 +47,7 @@ func GPT2(c GPT2Config) (*ir.Model, error) {
 		x1 := b.residual(p+"attn.resid", x, proj, p+"attn.resid")
 		ln2 := b.layernorm(p+"ln_2", x1)
 		fc := b.linear(p+"mlp.c_fc", ln2, p+"mlp.fc", H, 4*H, true)
-		g := b.unary(p+"mlp.gelu", OpGelu, fc, p+"mlp.gelu")
+		g := b.unary(p+"mlp.gelu", ir.OpGelu, fc, p+"mlp.gelu")
 		proj2 := b.linear(p+"mlp.c_proj", g, p+"mlp.proj", 4*H, H, true)
 		x = b.residual(p+"mlp.resid", x1, proj2, p+"out")
 	}

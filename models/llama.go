@@ -37,7 +37,7 @@ func Llama(c LlamaConfig) (*ir.Model, error) {
 		xn2 := b.rmsnorm(p+"mlp_norm", x1)
 		gate := b.linear(p+"mlp.gate_proj", xn2, p+"mlp.gate", H, I, false)
 		up := b.linear(p+"mlp.up_proj", xn2, p+"mlp.up", H, I, false)
-		sg := b.unary(p+"mlp.silu", OpSilu, gate, p+"mlp.silu")
+		sg := b.unary(p+"mlp.silu", ir.OpSilu, gate, p+"mlp.silu")
 		h := b.mul(p+"mlp.mul", sg, up, p+"mlp.h")
 		down := b.linear(p+"mlp.down_proj", h, p+"mlp.down", I, H, false)
 		x = b.residual(p+"mlp.resid", x1, down, p+"out")

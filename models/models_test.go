@@ -215,7 +215,7 @@ func TestOptimizerPerParameter(t *testing.T) {
 			adam := map[string]int{}
 			var params []string
 			for _, n := range m.Nodes {
-				if n.Op == OpAdamW {
+				if n.Op == ir.OpAdamW {
 					if n.Phase != ir.Optimizer {
 						t.Errorf("%s: phase %s", n.ID, n.Phase)
 					}
@@ -383,7 +383,7 @@ func TestGPT2Shapes(t *testing.T) {
 			acc = &m.Nodes[i]
 		}
 	}
-	if acc == nil || acc.Op != OpAdd || len(acc.Inputs) != 2 {
+	if acc == nil || acc.Op != ir.OpAdd || len(acc.Inputs) != 2 {
 		t.Errorf("grad/wte is not the sum of two contributions: %+v", acc)
 	}
 
@@ -423,7 +423,7 @@ func TestLlamaShapes(t *testing.T) {
 	wantShape(t, ts, "logits", bf, ir.Activation, 1, 2048, 32000)
 	wantShape(t, ts, "grad/l0.attn.k", bf, ir.Gradient, 1, 2048, 1024)
 	for _, n := range m.Nodes {
-		if n.Op == OpCausalAttention && (n.Attrs["heads"] != 32 || n.Attrs["kv_heads"] != 8) {
+		if n.Op == ir.OpCausalAttention && (n.Attrs["heads"] != 32 || n.Attrs["kv_heads"] != 8) {
 			t.Errorf("%s: attrs %v", n.ID, n.Attrs)
 		}
 		if n.ID == "fwd/l0.attn.rope_k" && n.Attrs["heads"] != 8 {

@@ -52,7 +52,7 @@ func Residual(c ResidualConfig) (*ir.Model, error) {
 	for i := range c.Blocks {
 		p := fmt.Sprintf("block%d", i)
 		mm := b.linear(p, x, p+".mm", c.Hidden, c.Hidden, false)
-		h := b.unary(p+".gelu", OpGelu, mm, p+".h")
+		h := b.unary(p+".gelu", ir.OpGelu, mm, p+".h")
 		x = b.residual(p+".add", x, h, fmt.Sprintf("x%d", i+1))
 	}
 	return b.finish(b.loss(x, c.Batch)), nil
@@ -75,7 +75,7 @@ func MLP(c MLPConfig) (*ir.Model, error) {
 			break
 		}
 		y := b.linear(p, x, p+".y", in, c.Hidden, true)
-		x = b.unary(p+".gelu", OpGelu, y, p+".act")
+		x = b.unary(p+".gelu", ir.OpGelu, y, p+".act")
 		in = c.Hidden
 	}
 	return b.finish(b.loss(x, c.Batch)), nil

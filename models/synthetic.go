@@ -13,7 +13,7 @@ import (
 //
 // It has exactly Tensors tensors: the input "in", P = max(1, Tensors/1000)
 // parameters "p/<i>", and one tensor "a/<i>" written by each node "n/<i>"
-// (op OpSynthetic), i = 0, 1, …. Node i reads the latest activation (the
+// (op ir.OpSynthetic), i = 0, 1, …. Node i reads the latest activation (the
 // input for node 0), up to two more chosen uniformly among the last Window
 // activations, and with probability 1/100 a random parameter. About 1 in 200
 // activations is a graph output, and the last one always is. Every tensor is
@@ -87,7 +87,7 @@ func Synthetic(c SyntheticConfig) (*ir.Model, error) {
 		m.Tensors = append(m.Tensors, ir.Tensor{ID: acts[i], Shape: size(1 + nParams + i), DType: ir.F32, Role: role})
 		node := "n/" + suffix
 		m.Nodes = append(m.Nodes, ir.Node{
-			ID: node, Op: OpSynthetic, Phase: ir.Forward,
+			ID: node, Op: ir.OpSynthetic, Phase: ir.Forward,
 			Inputs: ins[start:len(ins):len(ins)], Outputs: acts[i : i+1 : i+1],
 		})
 		m.ExecutionOrder = append(m.ExecutionOrder, node)

@@ -104,8 +104,8 @@ func (g *graph) derived(id string, src *ir.Tensor) *ir.Tensor {
 
 // collective returns a collective node: op is "<group>.<kind>" (tp.all_gather,
 // dp.reduce_scatter, pp.send, …); it runs in phase ph on stages.
-func (g *graph) collective(op string, ph ir.Phase, in, out []string, attrs map[string]int64, stages []uint64) *ir.Node {
-	base := op + "/"
+func (g *graph) collective(op ir.Op, ph ir.Phase, in, out []string, attrs map[string]int64, stages []uint64) *ir.Node {
+	base := string(op) + "/"
 	switch {
 	case len(out) > 0:
 		base += out[0]

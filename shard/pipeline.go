@@ -194,7 +194,7 @@ func selectStage(g *graph, s uint64, probs *problems) *graph {
 				}
 				received[r] = true
 				out.coll[r] = true
-				out.nodes = append(out.nodes, out.collective("pp.recv", phaseOf(n), nil, []string{r}, map[string]int64{"peer": int64(d)}, []uint64{s}))
+				out.nodes = append(out.nodes, out.collective(ir.OpPPRecv, phaseOf(n), nil, []string{r}, map[string]int64{"peer": int64(d)}, []uint64{s}))
 			}
 		}
 		for _, id := range n.Outputs {
@@ -215,7 +215,7 @@ func selectStage(g *graph, s uint64, probs *problems) *graph {
 			sent[r] = true
 			for peer := range stages {
 				if !slices.Contains(ds, peer) && need[peer][r] {
-					out.nodes = append(out.nodes, out.collective("pp.send", phaseOf(n), []string{r}, nil, map[string]int64{"peer": int64(peer)}, []uint64{s}))
+					out.nodes = append(out.nodes, out.collective(ir.OpPPSend, phaseOf(n), []string{r}, nil, map[string]int64{"peer": int64(peer)}, []uint64{s}))
 				}
 			}
 		}

@@ -132,7 +132,7 @@ func (p *tpPass) hints() {
 			}
 			continue
 		}
-		if n.Op == "add" && len(n.Outputs) == 1 {
+		if n.Op == ir.OpAdd && len(n.Outputs) == 1 {
 			if h, ok := p.hint[n.Outputs[0]]; ok {
 				for _, in := range n.Inputs {
 					if _, set := p.hint[in]; !set && p.g.tensors[in].Role == ir.Gradient {
@@ -233,7 +233,7 @@ func (p *tpPass) gather(n *ir.Node, id string, dim int) string {
 	src := p.g.tensors[id]
 	c := p.g.derived(freshID(id+"@tp.gather", p.g.hasTensor), src)
 	p.state[c.ID] = rep
-	p.out = append(p.out, p.g.collective("tp.all_gather", phaseOf(n), []string{id}, []string{c.ID},
+	p.out = append(p.out, p.g.collective(ir.OpTPAllGather, phaseOf(n), []string{id}, []string{c.ID},
 		map[string]int64{"dim": int64(dim), "group_size": int64(p.deg)}, p.g.stages[n.ID]))
 	p.gathered[key] = c.ID
 	return c.ID
@@ -245,12 +245,12 @@ func (p *tpPass) gather(n *ir.Node, id string, dim int) string {
 func (p *tpPass) reduce(n *ir.Node, j int) {
 	id := n.Outputs[j]
 	t := p.g.tensors[id]
-	op, final, attrs := "tp.all_reduce", rep, map[string]int64{"group_size": int64(p.deg)}
+	op, final, attrs := ir.OpTPAllReduce, rep, map[string]int64{"group_size": int64(p.deg)}
 	if p.spec.SequenceParallel && len(t.Shape) >= 3 {
-		op, final = "tp.reduce_scatter", 1
+		op, final = ir.OpTPReduceScatter, 1
 		attrs["dim"] = 1
 	}
-	if op == "tp.all_reduce" && canUpdateInPlace(t, p.views) {
+	if op == ir.OpTPAllReduce && canUpdateInPlace(t, p.views) {
 		t.InPlaceWrite = true
 		p.state[id] = rep
 		p.out = append(p.out, p.g.collective(op, phaseOf(n), []string{id}, []string{id}, attrs, p.g.stages[n.ID]))
@@ -292,7 +292,7 @@ func (p *tpPass) rule(n *ir.Node) rule {
 	}
 	lead := func(s int, id string) bool { return s >= 0 && s < p.last(id) }
 	switch n.Op {
-	case "matmul":
+	case ir.OpMatmul:
 		if ni != 2 || no != 1 {
 			return whole()
 		}
@@ -336,12 +336,12 @@ func (p *tpPass) rule(n *ir.Node) rule {
 			r.out[0] = sa
 		}
 		return r
-	case "add", "mul", "gelu_backward", "silu_backward":
+	case ir.OpAdd, ir.OpMul, ir.OpGeluBackward, ir.OpSiluBackward:
 		if ni != 2 || no != 1 {
 			return whole()
 		}
 		return p.binary(n, r)
-	case "gelu", "silu", "rope", "rope_backward":
+	case ir.OpGelu, ir.OpSilu, ir.OpRope, ir.OpRopeBackward:
 		if ni != 1 || no != 1 {
 			return whole()
 		}
@@ -349,7 +349,7 @@ func (p *tpPass) rule(n *ir.Node) rule {
 		r.out[0] = s
 		r.heads = s == p.last(n.Inputs[0])
 		return r
-	case "layernorm", "rmsnorm":
+	case ir.OpLayerNorm, ir.OpRMSNorm:
 		// x, w[, b] → y, statistics over the leading dimensions.
 		s := in(0)
 		r.need = fill(ni, rep)
@@ -360,11 +360,11 @@ func (p *tpPass) rule(n *ir.Node) rule {
 			r.need[0] = rep
 		}
 		return r
-	case "layernorm_backward", "rmsnorm_backward":
+	case ir.OpLayerNormBackward, ir.OpRMSNormBackward:
 		// x, w, statistics…, dy → [dx,] weight gradients (the last
 		// nparam outputs).
 		nparam := 2
-		if n.Op == "rmsnorm_backward" {
+		if n.Op == ir.OpRMSNormBackward {
 			nparam = 1
 		}
 		s := in(0)
@@ -384,13 +384,13 @@ func (p *tpPass) rule(n *ir.Node) rule {
 			}
 		}
 		return r
-	case "causal_attention", "causal_attention_backward":
+	case ir.OpCausalAttention, ir.OpCausalAttentionBackward:
 		// q, k, v[, y, lse, dy]: heads split along the last dimension
 		// (lse [B,heads,S] along dimension 1).
 		split := true
 		for i, id := range n.Inputs {
 			want := p.last(id)
-			if n.Op == "causal_attention_backward" && i == 4 {
+			if n.Op == ir.OpCausalAttentionBackward && i == 4 {
 				want = 1
 			}
 			split = split && in(i) == want
@@ -400,13 +400,13 @@ func (p *tpPass) rule(n *ir.Node) rule {
 		}
 		for j, id := range n.Outputs {
 			r.out[j] = p.last(id)
-			if n.Op == "causal_attention" && j == 1 {
+			if n.Op == ir.OpCausalAttention && j == 1 {
 				r.out[j] = 1
 			}
 		}
 		r.heads = true
 		return r
-	case "embedding":
+	case ir.OpEmbedding:
 		if ni != 2 || no != 1 {
 			return whole()
 		}
@@ -418,7 +418,7 @@ func (p *tpPass) rule(n *ir.Node) rule {
 			r.out[0] = p.last(n.Outputs[0])
 		}
 		return r
-	case "embedding_backward":
+	case ir.OpEmbeddingBackward:
 		if ni != 2 || no != 1 {
 			return whole()
 		}
@@ -433,7 +433,7 @@ func (p *tpPass) rule(n *ir.Node) rule {
 			r.need[1] = rep
 		}
 		return r
-	case "cross_entropy":
+	case ir.OpCrossEntropy:
 		if ni != 2 || no != 1 {
 			return whole()
 		}
@@ -443,7 +443,7 @@ func (p *tpPass) rule(n *ir.Node) rule {
 			r.partial[0] = true // per-shard sums of the loss
 		}
 		return r
-	case "cross_entropy_backward":
+	case ir.OpCrossEntropyBackward:
 		if no != 1 {
 			return whole()
 		}
@@ -452,7 +452,7 @@ func (p *tpPass) rule(n *ir.Node) rule {
 		}
 		r.out[0] = in(0)
 		return r
-	case "reduce_sum":
+	case ir.OpReduceSum:
 		if ni != 1 || no != 1 {
 			return whole()
 		}
@@ -465,7 +465,7 @@ func (p *tpPass) rule(n *ir.Node) rule {
 			r.partial[0] = true
 		}
 		return r
-	case "ones":
+	case ir.OpOnes:
 		return r
 	}
 	return whole()

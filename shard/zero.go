@@ -77,20 +77,20 @@ func zeroPass(g *graph, spec *Spec, probs *problems) {
 					shard := &ir.Tensor{ID: freshID(in+"@dp.shard", g.hasTensor), DType: t.DType, Role: ir.Gradient,
 						Shape: partition(numel(t), deg)}
 					g.tensors[shard.ID] = shard
-					after[w] = append(after[w], g.collective("dp.reduce_scatter", ph, []string{in}, []string{shard.ID}, group, stages(w)))
+					after[w] = append(after[w], g.collective(ir.OpDPReduceScatter, ph, []string{in}, []string{shard.ID}, group, stages(w)))
 					n.Inputs[k] = shard.ID
 				case canUpdateInPlace(t, views):
 					t.InPlaceWrite = true
-					after[w] = append(after[w], g.collective("dp.all_reduce", ph, []string{in}, []string{in}, group, stages(w)))
+					after[w] = append(after[w], g.collective(ir.OpDPAllReduce, ph, []string{in}, []string{in}, group, stages(w)))
 				default:
 					red := g.derived(freshID(in+"@dp.reduced", g.hasTensor), t)
-					after[w] = append(after[w], g.collective("dp.all_reduce", ph, []string{in}, []string{red.ID}, group, stages(w)))
+					after[w] = append(after[w], g.collective(ir.OpDPAllReduce, ph, []string{in}, []string{red.ID}, group, stages(w)))
 					n.Inputs[k] = red.ID
 				}
 			}
 		}
 		if part && (stage == 1 || stage == 2) {
-			after[i] = append(after[i], g.collective("dp.all_gather", ir.Optimizer, []string{param}, []string{param}, group, stages(i)))
+			after[i] = append(after[i], g.collective(ir.OpDPAllGather, ir.Optimizer, []string{param}, []string{param}, group, stages(i)))
 		}
 	}
 	if stage == 3 {
@@ -110,7 +110,7 @@ func zeroPass(g *graph, spec *Spec, probs *problems) {
 				if !ok {
 					c = g.derived(freshID(id+"@dp.gather."+string(ph), g.hasTensor), full).ID
 					gathered[ph] = c
-					before[i] = append(before[i], g.collective("dp.all_gather", ph, []string{id}, []string{c}, group, stages(i)))
+					before[i] = append(before[i], g.collective(ir.OpDPAllGather, ph, []string{id}, []string{c}, group, stages(i)))
 				}
 				for k, in := range n.Inputs {
 					if in == id {

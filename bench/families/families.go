@@ -179,7 +179,7 @@ func Transformer(layers int, seed uint64) (*dsa.Instance, error) {
 			out = max(out, g.Bytes[t])
 		}
 		var ws uint64
-		switch op := g.Nodes[n].Op; {
+		switch op := string(g.Nodes[n].Op); {
 		case isAny(op, "matmul", "attention", "embedding"):
 			// A GEMM or attention workspace: split-K partials or a tile
 			// of scores, a quarter to all of the output, 512-byte aligned.

@@ -149,7 +149,7 @@ func (im *importer) build() (*ir.Model, error) {
 		m.Nodes = append(m.Nodes, *node)
 		m.ExecutionOrder = append(m.ExecutionOrder, node.ID)
 		im.stats.Nodes++
-		im.stats.Ops[node.Op]++
+		im.stats.Ops[string(node.Op)]++
 	}
 	for _, vi := range im.g.GetOutput() {
 		if _, ok := defined[vi.GetName()]; !ok && im.info[vi.GetName()].role == ir.Output {
@@ -258,7 +258,7 @@ func (im *importer) node(n *onnxpb.NodeProto, k int, defined map[string]string) 
 		return nil, err
 	}
 	im.fold(n)
-	return &ir.Node{ID: name, Op: op, Inputs: nonEmpty(n.GetInput()), Outputs: nonEmpty(n.GetOutput()), Attrs: im.attrs(n)}, nil
+	return &ir.Node{ID: name, Op: ir.Op(op), Inputs: nonEmpty(n.GetInput()), Outputs: nonEmpty(n.GetOutput()), Attrs: im.attrs(n)}, nil
 }
 
 // tensors lists the tensors the nodes read or write, by name (a stable

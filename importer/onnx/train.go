@@ -141,7 +141,7 @@ func Train(m *ir.Model, optimizer string) (*ir.Model, error) {
 			t.grad[in] = append(t.grad[in], g)
 		}
 		reads := slices.Clone(gys)
-		s, known := saves[n.Op]
+		s, known := saves[string(n.Op)]
 		if !known {
 			s.inputs, s.outputs = true, true
 		}
@@ -158,7 +158,7 @@ func Train(m *ir.Model, optimizer string) (*ir.Model, error) {
 			}
 		}
 		t.saved(keep)
-		t.node(n.ID+".backward", n.Op+"_backward", reads, dxs, ir.Backward)
+		t.node(n.ID+".backward", string(n.Op)+"_backward", reads, dxs, ir.Backward)
 	}
 	// The update, one node per parameter.
 	for _, p := range params {
@@ -220,7 +220,7 @@ func (t *trainer) add(tt ir.Tensor) {
 
 func (t *trainer) node(id, op string, ins, outs []string, ph ir.Phase) {
 	id = t.fresh(id)
-	t.m.Nodes = append(t.m.Nodes, ir.Node{ID: id, Op: op, Inputs: ins, Outputs: outs, Phase: ph})
+	t.m.Nodes = append(t.m.Nodes, ir.Node{ID: id, Op: ir.Op(op), Inputs: ins, Outputs: outs, Phase: ph})
 	t.m.ExecutionOrder = append(t.m.ExecutionOrder, id)
 }
 

@@ -1,7 +1,16 @@
-package models
+package ir
 
-// Op names used by the generators. Every node attribute is an integer
-// (map[string]int64); attributes that are 0 are omitted.
+import "strings"
+
+// Op names what a node computes. Graphs may carry any op (an imported
+// model's aten or ONNX ops plan like any other); the constants below are
+// the ones tmmu itself produces and executes.
+type Op string
+
+// The ops below are the set the model generators emit, package shard adds
+// (the collectives) and package engine has kernels for. Every node
+// attribute is an integer (map[string]int64); attributes that are 0 are
+// omitted.
 //
 // Shapes below use B = batch, S = sequence, H = hidden, V = vocabulary,
 // K and N for matmul's inner and output dimensions, and "[..]" for any
@@ -73,31 +82,48 @@ package models
 // and listed as both input and output). master is the fp32 copy of a bf16 or
 // fp16 parameter; m and v are fp32; g has the parameter's dtype.
 const (
-	OpEmbedding       = "embedding"
-	OpMatmul          = "matmul"
-	OpAdd             = "add"
-	OpMul             = "mul"
-	OpGelu            = "gelu"
-	OpSilu            = "silu"
-	OpLayerNorm       = "layernorm"
-	OpRMSNorm         = "rmsnorm"
-	OpRope            = "rope"
-	OpCausalAttention = "causal_attention"
-	OpCrossEntropy    = "cross_entropy"
+	OpEmbedding       Op = "embedding"
+	OpMatmul          Op = "matmul"
+	OpAdd             Op = "add"
+	OpMul             Op = "mul"
+	OpGelu            Op = "gelu"
+	OpSilu            Op = "silu"
+	OpLayerNorm       Op = "layernorm"
+	OpRMSNorm         Op = "rmsnorm"
+	OpRope            Op = "rope"
+	OpCausalAttention Op = "causal_attention"
+	OpCrossEntropy    Op = "cross_entropy"
 
-	OpOnes                    = "ones"
-	OpCrossEntropyBackward    = "cross_entropy_backward"
-	OpReduceSum               = "reduce_sum"
-	OpGeluBackward            = "gelu_backward"
-	OpSiluBackward            = "silu_backward"
-	OpLayerNormBackward       = "layernorm_backward"
-	OpRMSNormBackward         = "rmsnorm_backward"
-	OpRopeBackward            = "rope_backward"
-	OpCausalAttentionBackward = "causal_attention_backward"
-	OpEmbeddingBackward       = "embedding_backward"
+	OpOnes                    Op = "ones"
+	OpCrossEntropyBackward    Op = "cross_entropy_backward"
+	OpReduceSum               Op = "reduce_sum"
+	OpGeluBackward            Op = "gelu_backward"
+	OpSiluBackward            Op = "silu_backward"
+	OpLayerNormBackward       Op = "layernorm_backward"
+	OpRMSNormBackward         Op = "rmsnorm_backward"
+	OpRopeBackward            Op = "rope_backward"
+	OpCausalAttentionBackward Op = "causal_attention_backward"
+	OpEmbeddingBackward       Op = "embedding_backward"
 
-	OpAdamW = "adamw"
+	OpAdamW Op = "adamw"
 
-	// OpSynthetic is the op of every node of a Synthetic graph.
-	OpSynthetic = "synthetic"
+	// OpSynthetic is the op of every node of a models.Synthetic graph.
+	OpSynthetic Op = "synthetic"
+
+	// Collectives, which package shard inserts: "<group>.<kind>", the
+	// group tp (tensor parallel), dp (data parallel) or pp (pipeline).
+	OpTPAllGather     Op = "tp.all_gather"
+	OpTPAllReduce     Op = "tp.all_reduce"
+	OpTPReduceScatter Op = "tp.reduce_scatter"
+	OpDPAllGather     Op = "dp.all_gather"
+	OpDPAllReduce     Op = "dp.all_reduce"
+	OpDPReduceScatter Op = "dp.reduce_scatter"
+	OpPPSend          Op = "pp.send"
+	OpPPRecv          Op = "pp.recv"
 )
+
+// Collective reports whether o is a collective: tp.*, dp.* or pp.*.
+func (o Op) Collective() bool {
+	s := string(o)
+	return strings.HasPrefix(s, "dp.") || strings.HasPrefix(s, "tp.") || strings.HasPrefix(s, "pp.")
+}
