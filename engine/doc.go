@@ -44,7 +44,7 @@
 //     dp.reduce_scatter average (the gradient of the mean loss over the
 //     global batch), dp.all_gather concatenates; every rank reduces the
 //     same list in rank order, so replicas stay bit-identical.
-//   - Executor adapts an Engine to a worker (runtime.Executor): it feeds a
+//   - Executor adapts an Engine to a worker (runner.Executor): it feeds a
 //     synthetic counting task (Batch), reports each step's loss, seals
 //     the state hash when asked (StateHash) and carries model state
 //     across plan switches (Export, Import).

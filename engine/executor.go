@@ -13,10 +13,10 @@ import (
 
 	"github.com/tmmu/tmmu/ir"
 	"github.com/tmmu/tmmu/planner"
-	"github.com/tmmu/tmmu/runtime"
+	"github.com/tmmu/tmmu/runner"
 )
 
-// Executor runs a worker's steps on an Engine (runtime.Executor): each
+// Executor runs a worker's steps on an Engine (runner.Executor): each
 // step feeds this rank's slice of the synthetic language-modelling batch
 // (Batch) for that step number, runs forward, backward and the AdamW
 // update, and reports the loss and the sealed state hash. It is built for
@@ -29,11 +29,11 @@ type Executor struct {
 	quiet  bool           // confidential or regulated: no loss reported
 }
 
-// Configure applies the job's setup (runtime.Configurer): in
+// Configure applies the job's setup (runner.Configurer): in
 // confidential and regulated data modes the engine refuses debug fills
 // and the executor reports only the state hash, not the loss; the seed
 // picks the batches; collectives are keyed by the epoch.
-func (x *Executor) Configure(s runtime.Setup) error {
+func (x *Executor) Configure(s runner.Setup) error {
 	if err := s.DataMode.Check(); err != nil {
 		return fmt.Errorf("engine: %w", err)
 	}
@@ -155,33 +155,33 @@ func (x *Executor) MemoryReport() string { return x.e.MemoryReport() }
 func (x *Executor) Name() string { return x.e.opts.Backend.Name() }
 
 // Step runs one training step on the batch of step.
-func (x *Executor) Step(ctx context.Context, step uint64) (runtime.StepStats, error) {
+func (x *Executor) Step(ctx context.Context, step uint64) (runner.StepStats, error) {
 	if err := x.e.FeedLM(step, x.vocab); err != nil {
-		return runtime.StepStats{}, err
+		return runner.StepStats{}, err
 	}
 	res, err := x.e.StepAt(ctx, step)
 	if err != nil {
-		return runtime.StepStats{}, err
+		return runner.StepStats{}, err
 	}
 	loss := res.Watched["loss"]
 	if len(loss) != 1 {
-		return runtime.StepStats{}, fmt.Errorf("engine: loss has %d elements", len(loss))
+		return runner.StepStats{}, fmt.Errorf("engine: loss has %d elements", len(loss))
 	}
 	// The state is sealed when asked (StateHash), not every step.
 	if x.quiet {
-		return runtime.StepStats{Nodes: len(x.e.actions)}, nil
+		return runner.StepStats{Nodes: len(x.e.actions)}, nil
 	}
-	return runtime.StepStats{Nodes: len(x.e.actions), HasLoss: true, Loss: float64(math.Float32frombits(loss[0]))}, nil
+	return runner.StepStats{Nodes: len(x.e.actions), HasLoss: true, Loss: float64(math.Float32frombits(loss[0]))}, nil
 }
 
 // Export returns the persistent tensors (parameters, optimizer state)
 // and the optimizer's step count.
-func (x *Executor) Export() (runtime.State, error) {
-	out := runtime.State{Tensors: map[string][]uint32{}, OptimizerStep: x.e.t}
+func (x *Executor) Export() (runner.State, error) {
+	out := runner.State{Tensors: map[string][]uint32{}, OptimizerStep: x.e.t}
 	for _, id := range x.e.persistent() {
 		w, err := x.e.ReadTensor(id)
 		if err != nil {
-			return runtime.State{}, err
+			return runner.State{}, err
 		}
 		out.Tensors[id] = w
 	}
@@ -192,7 +192,7 @@ func (x *Executor) Export() (runtime.State, error) {
 // count. Every persistent tensor must be present with the same element
 // count: a state cut for another world is recut first (package
 // checkpoint), never silently re-initialised.
-func (x *Executor) Import(s runtime.State) error {
+func (x *Executor) Import(s runner.State) error {
 	if err := x.check(s); err != nil {
 		return err
 	}
@@ -207,7 +207,7 @@ func (x *Executor) Import(s runtime.State) error {
 	return nil
 }
 
-func (x *Executor) check(s runtime.State) error {
+func (x *Executor) check(s runner.State) error {
 	for _, id := range x.e.persistent() {
 		w, ok := s.Tensors[id]
 		ti, _ := x.e.g.TensorIndex(id)
@@ -227,7 +227,7 @@ func (x *Executor) StateHash() (string, error) {
 }
 
 // HashOf is the state hash the executor seals holding s.
-func (x *Executor) HashOf(s runtime.State) (string, error) {
+func (x *Executor) HashOf(s runner.State) (string, error) {
 	if err := x.check(s); err != nil {
 		return "", err
 	}
@@ -256,7 +256,7 @@ type FactoryOptions struct {
 	// Fallback builds the executor used in "auto" mode when the engine
 	// cannot run a graph (bf16, tensor or pipeline parallel); nil makes
 	// that an error.
-	Fallback func(g *ir.Graph, p *planner.Plan) (runtime.Executor, error)
+	Fallback func(g *ir.Graph, p *planner.Plan) (runner.Executor, error)
 	Log      *slog.Logger
 }
 
@@ -265,13 +265,13 @@ type FactoryOptions struct {
 // and kept for the worker's life. The data-parallel coordinates are the
 // plan's rank and world size (views with tensor or pipeline parallelism
 // are refused by the engine).
-func Factory(o FactoryOptions) func(g *ir.Graph, p *planner.Plan) (runtime.Executor, error) {
+func Factory(o FactoryOptions) func(g *ir.Graph, p *planner.Plan) (runner.Executor, error) {
 	log := o.Log
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	var be Backend
-	return func(g *ir.Graph, p *planner.Plan) (runtime.Executor, error) {
+	return func(g *ir.Graph, p *planner.Plan) (runner.Executor, error) {
 		if be == nil {
 			b, reason, err := Open(o.Backend)
 			if err != nil {

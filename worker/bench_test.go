@@ -15,7 +15,7 @@ import (
 	"github.com/tmmu/tmmu/localcluster"
 	"github.com/tmmu/tmmu/models"
 	"github.com/tmmu/tmmu/planner"
-	"github.com/tmmu/tmmu/runtime"
+	"github.com/tmmu/tmmu/runner"
 	"github.com/tmmu/tmmu/worker"
 )
 
@@ -49,9 +49,9 @@ func BenchmarkReplan(b *testing.B) {
 type stepping struct{}
 
 func (stepping) Name() string { return "stepping" }
-func (stepping) Step(context.Context, uint64) (runtime.StepStats, error) {
+func (stepping) Step(context.Context, uint64) (runner.StepStats, error) {
 	time.Sleep(2 * time.Millisecond)
-	return runtime.StepStats{}, nil
+	return runner.StepStats{}, nil
 }
 
 func benchReplan(b *testing.B, ranks int, insecure bool) {
@@ -79,7 +79,7 @@ func benchReplan(b *testing.B, ranks int, insecure bool) {
 		go func() {
 			defer wg.Done()
 			_, err := l.RunWorker(wctx, worker.Config{Identity: fmt.Sprint("w", i), Job: "bench",
-				Executor: func(*ir.Graph, *planner.Plan) (runtime.Executor, error) { return stepping{}, nil },
+				Executor: func(*ir.Graph, *planner.Plan) (runner.Executor, error) { return stepping{}, nil },
 				OnStep: func(e worker.Event) {
 					mu.Lock()
 					if running[e.Epoch] == nil {
@@ -207,7 +207,7 @@ func BenchmarkCheckpointOverhead(b *testing.B) {
 							start = time.Now()
 						}
 					},
-					AfterStep: func(e worker.Event, _ runtime.StepStats) {
+					AfterStep: func(e worker.Event, _ runner.StepStats) {
 						if e.Rank == 0 && e.Step == steps {
 							end = time.Now()
 						}

@@ -14,7 +14,7 @@ import (
 	"github.com/tmmu/tmmu/localcluster"
 	"github.com/tmmu/tmmu/models"
 	"github.com/tmmu/tmmu/planner"
-	"github.com/tmmu/tmmu/runtime"
+	"github.com/tmmu/tmmu/runner"
 	"github.com/tmmu/tmmu/worker"
 )
 
@@ -74,11 +74,11 @@ func submission(t *testing.T, name string, world, steps uint64, spec string) *ap
 // slow wraps the arena executor with a pause per step, so a test can act
 // between steps.
 type slow struct {
-	runtime.Executor
+	runner.Executor
 	pause time.Duration
 }
 
-func (s slow) Step(ctx context.Context, step uint64) (runtime.StepStats, error) {
+func (s slow) Step(ctx context.Context, step uint64) (runner.StepStats, error) {
 	time.Sleep(s.pause)
 	return s.Executor.Step(ctx, step)
 }
@@ -118,8 +118,8 @@ func (f *fleet) start(identity string, adjust func(*planner.Options)) {
 		res, err := worker.Run(ctx, worker.Config{
 			Identity: identity, Job: f.job, Coordinator: f.l.ReadClient(), Transport: tr, Rendezvous: rv,
 			AdjustOptions: adjust, OnStep: f.rec.record, Poll: 20 * time.Millisecond, Standby: 30 * time.Second,
-			Executor: func(g *ir.Graph, p *planner.Plan) (runtime.Executor, error) {
-				x, err := runtime.NewArenaExecutor(g, p, 0)
+			Executor: func(g *ir.Graph, p *planner.Plan) (runner.Executor, error) {
+				x, err := runner.NewArenaExecutor(g, p, 0)
 				return slow{x, 40 * time.Millisecond}, err
 			},
 		})

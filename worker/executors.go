@@ -7,7 +7,7 @@ import (
 	"github.com/tmmu/tmmu/engine"
 	"github.com/tmmu/tmmu/ir"
 	"github.com/tmmu/tmmu/planner"
-	"github.com/tmmu/tmmu/runtime"
+	"github.com/tmmu/tmmu/runner"
 	"github.com/tmmu/tmmu/transport"
 )
 
@@ -25,20 +25,14 @@ var ExecutorNames = []string{"auto", "webgpu", "cpu", "arena", "plan-only"}
 //     tensor or pipeline parallel views) the arena executor, logged too.
 //   - "arena": memory traffic at the planned addresses, no arithmetic.
 //   - "plan-only": no work.
-func Executors(name string, tr *transport.Transport, job string, log *slog.Logger) (func(*ir.Graph, *planner.Plan) (runtime.Executor, error), error) {
-	arena := func(g *ir.Graph, p *planner.Plan) (runtime.Executor, error) {
-		if p.Metrics.ReservedBytes > runtime.DefaultMaxBytes {
-			return runtime.PlanOnly{}, nil
-		}
-		return runtime.NewArenaExecutor(g, p, 0)
-	}
+func Executors(name string, tr *transport.Transport, job string, log *slog.Logger) (func(*ir.Graph, *planner.Plan) (runner.Executor, error), error) {
 	switch name {
 	case "arena":
-		return func(g *ir.Graph, p *planner.Plan) (runtime.Executor, error) {
-			return runtime.NewArenaExecutor(g, p, 1<<62)
+		return func(g *ir.Graph, p *planner.Plan) (runner.Executor, error) {
+			return runner.NewArenaExecutor(g, p, 1<<62)
 		}, nil
 	case "plan-only":
-		return func(*ir.Graph, *planner.Plan) (runtime.Executor, error) { return runtime.PlanOnly{}, nil }, nil
+		return func(*ir.Graph, *planner.Plan) (runner.Executor, error) { return runner.PlanOnly{}, nil }, nil
 	case "auto", "webgpu", "cpu":
 	default:
 		return nil, fmt.Errorf("executor %q: want one of %v", name, ExecutorNames)
@@ -52,7 +46,7 @@ func Executors(name string, tr *transport.Transport, job string, log *slog.Logge
 			return g, g.Close, nil
 		}}
 	if name == "auto" {
-		o.Fallback = arena
+		o.Fallback = runner.Default
 	}
 	return engine.Factory(o), nil
 }

@@ -4,7 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	goruntime "runtime"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -18,7 +18,7 @@ import (
 	"github.com/tmmu/tmmu/localcluster"
 	"github.com/tmmu/tmmu/models"
 	"github.com/tmmu/tmmu/planner"
-	"github.com/tmmu/tmmu/runtime"
+	"github.com/tmmu/tmmu/runner"
 	"github.com/tmmu/tmmu/worker"
 )
 
@@ -35,7 +35,7 @@ type trainer struct {
 	results map[string][]worker.Result // per identity, one per run
 	errs    map[string][]error
 	kills   map[string]func()
-	execs   map[string]runtime.Executor // the last executor built per identity
+	execs   map[string]runner.Executor // the last executor built per identity
 	onStep  func(worker.Event)
 	losses  map[[2]uint64]float64 // (epoch, step) → rank 0's loss
 	store   checkpoint.Store      // nil: the NATS object store
@@ -44,7 +44,7 @@ type trainer struct {
 
 func newTrainer(t *testing.T, l *localcluster.Local, job string) *trainer {
 	return &trainer{t: t, l: l, job: job, rec: &recorder{}, results: map[string][]worker.Result{}, errs: map[string][]error{},
-		kills: map[string]func(){}, execs: map[string]runtime.Executor{}, losses: map[[2]uint64]float64{}}
+		kills: map[string]func(){}, execs: map[string]runner.Executor{}, losses: map[[2]uint64]float64{}}
 }
 
 func (tr *trainer) start(identity string) {
@@ -77,14 +77,14 @@ func (tr *trainer) start(identity string) {
 					tr.onStep(e)
 				}
 			},
-			AfterStep: func(e worker.Event, st runtime.StepStats) {
+			AfterStep: func(e worker.Event, st runner.StepStats) {
 				if e.Rank == 0 && st.HasLoss {
 					tr.mu.Lock()
 					tr.losses[[2]uint64{e.Epoch, e.Step}] = st.Loss
 					tr.mu.Unlock()
 				}
 			},
-			Executor: func(g *ir.Graph, p *planner.Plan) (runtime.Executor, error) {
+			Executor: func(g *ir.Graph, p *planner.Plan) (runner.Executor, error) {
 				x, err := factory(g, p)
 				if err == nil {
 					tr.mu.Lock()
@@ -116,7 +116,7 @@ func (tr *trainer) kill(identity string) {
 		}
 		if time.Now().After(deadline) {
 			buf := make([]byte, 1<<20)
-			n := goruntime.Stack(buf, true)
+			n := runtime.Stack(buf, true)
 			tr.t.Fatalf("the killed worker %s did not return:\n%s", identity, buf[:n])
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -237,7 +237,7 @@ func TestElasticReshardZeRO3(t *testing.T) {
 	tr := newTrainer(t, l, "elastic3")
 	type grab struct {
 		rank  uint64
-		state runtime.State
+		state runner.State
 		graph *ir.Graph
 	}
 	var gmu sync.Mutex
@@ -252,7 +252,7 @@ func TestElasticReshardZeRO3(t *testing.T) {
 		tr.mu.Lock()
 		x := tr.execs[e.Identity]
 		tr.mu.Unlock()
-		st, err := x.(runtime.StateCarrier).Export()
+		st, err := x.(runner.StateCarrier).Export()
 		if err != nil {
 			t.Error(err)
 			return

@@ -17,7 +17,7 @@ import (
 	"github.com/tmmu/tmmu/localcluster"
 	"github.com/tmmu/tmmu/planner"
 	"github.com/tmmu/tmmu/replan"
-	"github.com/tmmu/tmmu/runtime"
+	"github.com/tmmu/tmmu/runner"
 	"github.com/tmmu/tmmu/worker"
 )
 
@@ -113,8 +113,8 @@ func TestReplansAtSafepoints(t *testing.T) {
 					}
 					return map[string]uint64{"seq": 8}
 				},
-				Executor: func(g *ir.Graph, p *planner.Plan) (runtime.Executor, error) {
-					x, err := runtime.NewArenaExecutor(g, p, 0)
+				Executor: func(g *ir.Graph, p *planner.Plan) (runner.Executor, error) {
+					x, err := runner.NewArenaExecutor(g, p, 0)
 					return slow{x, 20 * time.Millisecond}, err
 				},
 			}, 5)
@@ -234,8 +234,8 @@ func TestAbortPolicy(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			_, errs[i] = l.RunWorker(ctx, worker.Config{Identity: fmt.Sprint("s", i), Job: "strict",
-				Executor: func(g *ir.Graph, p *planner.Plan) (runtime.Executor, error) {
-					x, err := runtime.NewArenaExecutor(g, p, 0)
+				Executor: func(g *ir.Graph, p *planner.Plan) (runner.Executor, error) {
+					x, err := runner.NewArenaExecutor(g, p, 0)
 					return slow{x, 10 * time.Millisecond}, err
 				},
 				Observe: func(step uint64) map[string]uint64 {

@@ -13,7 +13,7 @@ import (
 	"github.com/tmmu/tmmu/failure"
 	"github.com/tmmu/tmmu/ir"
 	"github.com/tmmu/tmmu/recovery"
-	"github.com/tmmu/tmmu/runtime"
+	"github.com/tmmu/tmmu/runner"
 	"github.com/tmmu/tmmu/transport"
 )
 
@@ -107,11 +107,11 @@ func (w *run) holdState(ctx context.Context, job *api.Job, p *epochPlan, step ui
 }
 
 // statsOf returns the stats of step when it was the last step run.
-func (w *run) statsOf(step uint64) runtime.StepStats {
+func (w *run) statsOf(step uint64) runner.StepStats {
 	if w.lastStep == step {
 		return w.last
 	}
-	return runtime.StepStats{}
+	return runner.StepStats{}
 }
 
 // wrote reports whether this worker stored its shard of the checkpoint
@@ -178,18 +178,18 @@ func (w *run) become(p *epochPlan, step uint64, from *epochPlan) error {
 	if err != nil {
 		return err
 	}
-	if m, ok := exec.(runtime.MemoryReporter); ok {
+	if m, ok := exec.(runner.MemoryReporter); ok {
 		if r := m.MemoryReport(); r != "" {
 			w.log.Info("plan applied to the device", "epoch", p.epoch, "plan_hash", p.hash.Short(), "memory", r)
 		}
 	}
-	if c, ok := exec.(runtime.Configurer); ok {
-		if err := c.Configure(runtime.Setup{DataMode: w.dataMode, Seed: w.seed, Epoch: p.epoch}); err != nil {
+	if c, ok := exec.(runner.Configurer); ok {
+		if err := c.Configure(runner.Setup{DataMode: w.dataMode, Seed: w.seed, Epoch: p.epoch}); err != nil {
 			closeExecutor(exec)
 			return err
 		}
 	}
-	_, stateful := exec.(runtime.StateCarrier)
+	_, stateful := exec.(runner.StateCarrier)
 	w.hold.Stateless = !stateful
 	if from != nil && from.exec != nil {
 		if err := carryState(from.exec, exec); err != nil {
@@ -226,7 +226,7 @@ func (w *run) become(p *epochPlan, step uint64, from *epochPlan) error {
 // written: a worker that checkpoints faster than the store takes them
 // waits here. A full store pauses the job: the writer tells the leader
 // and retries until the shard is stored.
-func (w *run) checkpoint(ctx context.Context, p *epochPlan, step uint64, stats runtime.StepStats) error {
+func (w *run) checkpoint(ctx context.Context, p *epochPlan, step uint64, stats runner.StepStats) error {
 	w.ckptMu.Lock()
 	sw, ok := w.written[step]
 	w.ckptMu.Unlock()
@@ -235,7 +235,7 @@ func (w *run) checkpoint(ctx context.Context, p *epochPlan, step uint64, stats r
 	}
 	t := time.Now()
 	s := &checkpoint.Shard{Step: step, Rank: p.rank, World: p.world, Seed: w.seed}
-	if x, ok := p.exec.(runtime.StateCarrier); ok {
+	if x, ok := p.exec.(runner.StateCarrier); ok {
 		st, err := x.Export()
 		if err != nil {
 			return fmt.Errorf("worker: checkpoint of step %d: %w", step, err)
@@ -273,7 +273,7 @@ func (w *run) checkpoint(ctx context.Context, p *epochPlan, step uint64, stats r
 type shardJob struct {
 	shard       *checkpoint.Shard
 	epoch, rank uint64
-	stats       runtime.StepStats
+	stats       runner.StepStats
 	began       time.Time
 	every       uint64
 }
@@ -373,7 +373,7 @@ func (w *run) layout(ctx context.Context, p *epochPlan) ([]checkpoint.Slice, err
 // object is reported (the leader drops the checkpoint and rolls back to
 // the one before); a state that does not match fails the job.
 func (w *run) restore(ctx context.Context, job *api.Job, p *epochPlan, step uint64) error {
-	x, ok := p.exec.(runtime.StateCarrier)
+	x, ok := p.exec.(runner.StateCarrier)
 	if !ok {
 		return nil // nothing to restore into
 	}
@@ -417,7 +417,7 @@ func (w *run) restore(ctx context.Context, job *api.Job, p *epochPlan, step uint
 		w.ask(p, recovery.Corrupt, step, err.Error())
 		return transient(err)
 	}
-	st := runtime.State{Tensors: words, OptimizerStep: sources[0].OptimizerStep}
+	st := runner.State{Tensors: words, OptimizerStep: sources[0].OptimizerStep}
 	want, err := x.HashOf(st)
 	if err != nil {
 		return err
@@ -489,9 +489,9 @@ func (w *run) object(ctx context.Context, job string, m *api.Checkpoint, sh api.
 
 // carryState moves the model state from the executor of the epoch before
 // into the new one, when both hold state (the computing executors).
-func carryState(from, to runtime.Executor) error {
-	src, ok1 := from.(runtime.StateCarrier)
-	dst, ok2 := to.(runtime.StateCarrier)
+func carryState(from, to runner.Executor) error {
+	src, ok1 := from.(runner.StateCarrier)
+	dst, ok2 := to.(runner.StateCarrier)
 	if !ok1 || !ok2 {
 		return nil
 	}

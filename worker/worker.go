@@ -78,7 +78,7 @@ import (
 	"github.com/tmmu/tmmu/planner"
 	"github.com/tmmu/tmmu/recovery"
 	"github.com/tmmu/tmmu/rendezvous"
-	"github.com/tmmu/tmmu/runtime"
+	"github.com/tmmu/tmmu/runner"
 	"github.com/tmmu/tmmu/shard"
 	"github.com/tmmu/tmmu/transport"
 )
@@ -96,8 +96,8 @@ type Config struct {
 	Store checkpoint.Store
 	// Executor builds the executor for a planned view; nil means the
 	// arena executor, or plan-only when the plan is larger than
-	// runtime.DefaultMaxBytes.
-	Executor func(g *ir.Graph, p *planner.Plan) (runtime.Executor, error)
+	// runner.DefaultMaxBytes.
+	Executor func(g *ir.Graph, p *planner.Plan) (runner.Executor, error)
 	// ExecutorName, when Executor is nil, names one of ExecutorNames
 	// (see Executors); the engine's executors use Transport for the
 	// job's collectives.
@@ -112,7 +112,7 @@ type Config struct {
 	// OnStep is called just before each step runs (a test's safety
 	// recorder); AfterStep after it ran, with its stats (the loss).
 	OnStep    func(Event)
-	AfterStep func(Event, runtime.StepStats)
+	AfterStep func(Event, runner.StepStats)
 	// Stats, if set, is told about checkpoints, restores and
 	// reconnections (the daemon's metrics).
 	Stats Stats
@@ -217,7 +217,7 @@ type epochPlan struct {
 	hash     ir.Hash
 	plan     *shard.RankPlan
 	graph    *ir.Graph
-	exec     runtime.Executor
+	exec     runner.Executor
 	reported time.Time
 	barrier  *barrier
 	put      uint64 // the highest step this rank reported ready under the epoch
@@ -280,7 +280,7 @@ type run struct {
 	holder *epochPlan
 	// last is the stats of the last step run (at lastStep), for the loss
 	// a boundary checkpoint logs.
-	last     runtime.StepStats
+	last     runner.StepStats
 	lastStep uint64
 	// written are the shards this worker stored or queued for the
 	// writer, by step (ckptMu); queue feeds the writer.
@@ -625,7 +625,7 @@ var errAbandoned = errors.New("worker: the step was abandoned")
 // step runs one step. It is cancelled when the job rolls back past it
 // (the leader committed an epoch that runs this step again) or ends: a
 // rank stuck in a collective with a rank that died is released that way.
-func (w *run) step(ctx context.Context, p *epochPlan, step uint64) (runtime.StepStats, error) {
+func (w *run) step(ctx context.Context, p *epochPlan, step uint64) (runner.StepStats, error) {
 	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
 	var superseded bool
@@ -1029,20 +1029,17 @@ func (w *run) model(ctx context.Context, job *api.Job, i uint64) (*ir.Model, err
 	return m, nil
 }
 
-func closeExecutor(x runtime.Executor) {
-	if c, ok := x.(runtime.Closer); ok {
+func closeExecutor(x runner.Executor) {
+	if c, ok := x.(runner.Closer); ok {
 		c.Close()
 	}
 }
 
-func newExecutor(cfg Config, g *ir.Graph, p *planner.Plan) (runtime.Executor, error) {
+func newExecutor(cfg Config, g *ir.Graph, p *planner.Plan) (runner.Executor, error) {
 	if cfg.Executor != nil {
 		return cfg.Executor(g, p)
 	}
-	if p.Metrics.ReservedBytes > runtime.DefaultMaxBytes {
-		return runtime.PlanOnly{}, nil
-	}
-	return runtime.NewArenaExecutor(g, p, 0)
+	return runner.Default(g, p)
 }
 
 // waitJob fetches the job until the coordinators have it: a worker may
@@ -1179,8 +1176,8 @@ func (b *barrier) ready(step uint64) bool {
 
 // sealFinal records the sealed hash of the state x holds as the state the
 // run ended with.
-func (w *run) sealFinal(x runtime.Executor) {
-	c, ok := x.(runtime.StateCarrier)
+func (w *run) sealFinal(x runner.Executor) {
+	c, ok := x.(runner.StateCarrier)
 	if !ok {
 		return
 	}

@@ -17,7 +17,7 @@ import (
 	"github.com/tmmu/tmmu/ir"
 	"github.com/tmmu/tmmu/localcluster"
 	"github.com/tmmu/tmmu/planner"
-	"github.com/tmmu/tmmu/runtime"
+	"github.com/tmmu/tmmu/runner"
 	"github.com/tmmu/tmmu/worker"
 )
 
@@ -157,7 +157,7 @@ func TestReplanCommands(t *testing.T) {
 			defer wg.Done()
 			if _, err := l.RunWorker(ctx, worker.Config{Identity: fmt.Sprint("w", i), Job: "ops",
 				Poll:     20 * time.Millisecond,
-				Executor: func(*ir.Graph, *planner.Plan) (runtime.Executor, error) { return pause{}, nil }}, 5); !errors.Is(err, worker.ErrCancelled) {
+				Executor: func(*ir.Graph, *planner.Plan) (runner.Executor, error) { return pause{}, nil }}, 5); !errors.Is(err, worker.ErrCancelled) {
 				t.Errorf("worker w%d: %v, want it cancelled", i, err)
 			}
 		}()
@@ -256,7 +256,7 @@ type pause struct{}
 
 func (pause) Name() string { return "pause" }
 
-func (pause) Step(context.Context, uint64) (runtime.StepStats, error) {
+func (pause) Step(context.Context, uint64) (runner.StepStats, error) {
 	time.Sleep(10 * time.Millisecond)
-	return runtime.StepStats{}, nil
+	return runner.StepStats{}, nil
 }

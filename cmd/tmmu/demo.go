@@ -17,7 +17,7 @@ import (
 	"github.com/tmmu/tmmu/localcluster"
 	"github.com/tmmu/tmmu/models"
 	"github.com/tmmu/tmmu/planner"
-	"github.com/tmmu/tmmu/runtime"
+	"github.com/tmmu/tmmu/runner"
 	"github.com/tmmu/tmmu/worker"
 )
 
@@ -163,12 +163,12 @@ func runDemo(c *command, e *env, args []string) error {
 			wc := worker.Config{Identity: id, Job: "demo"}
 			switch *executor {
 			case "plan-only":
-				wc.Executor = func(*ir.Graph, *planner.Plan) (runtime.Executor, error) { return runtime.PlanOnly{}, nil }
+				wc.Executor = func(*ir.Graph, *planner.Plan) (runner.Executor, error) { return runner.PlanOnly{}, nil }
 			case "arena":
-				wc.Executor = func(g *ir.Graph, p *planner.Plan) (runtime.Executor, error) { return runtime.NewArenaExecutor(g, p, 0) }
+				wc.Executor = func(g *ir.Graph, p *planner.Plan) (runner.Executor, error) { return runner.NewArenaExecutor(g, p, 0) }
 			default:
 				wc.Executor = engine.Factory(engine.FactoryOptions{Backend: *executor, Group: group, Log: demoLog(e, *verbose),
-					Fallback: func(g *ir.Graph, p *planner.Plan) (runtime.Executor, error) { return runtime.NewArenaExecutor(g, p, 0) }})
+					Fallback: func(g *ir.Graph, p *planner.Plan) (runner.Executor, error) { return runner.NewArenaExecutor(g, p, 0) }})
 			}
 			res, err := l.RunWorker(ctx, wc, 10)
 			r := demoRank{Identity: id, Rank: res.Rank, PlanHash: res.PlanHash, Executor: res.Executor, ModelState: res.Model.Total(),

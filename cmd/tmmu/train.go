@@ -12,7 +12,7 @@ import (
 	"github.com/tmmu/tmmu/failure"
 	"github.com/tmmu/tmmu/ir"
 	"github.com/tmmu/tmmu/planner"
-	"github.com/tmmu/tmmu/runtime"
+	"github.com/tmmu/tmmu/runner"
 )
 
 var trainCmd = &command{
@@ -283,7 +283,7 @@ func resumeTrain(store checkpoint.Store, x *engine.Executor, layout []checkpoint
 	if err != nil {
 		return 0, "", err
 	}
-	st := runtime.State{Tensors: words, OptimizerStep: sh.OptimizerStep}
+	st := runner.State{Tensors: words, OptimizerStep: sh.OptimizerStep}
 	if err := x.Import(st); err != nil {
 		return 0, "", err
 	}

@@ -17,14 +17,14 @@ import (
 	"github.com/tmmu/tmmu/localcluster"
 	"github.com/tmmu/tmmu/models"
 	"github.com/tmmu/tmmu/planner"
-	"github.com/tmmu/tmmu/runtime"
+	"github.com/tmmu/tmmu/runner"
 	"github.com/tmmu/tmmu/trust"
 	"github.com/tmmu/tmmu/worker"
 )
 
-type slow struct{ runtime.Executor }
+type slow struct{ runner.Executor }
 
-func (s slow) Step(ctx context.Context, step uint64) (runtime.StepStats, error) {
+func (s slow) Step(ctx context.Context, step uint64) (runner.StepStats, error) {
 	time.Sleep(100 * time.Millisecond)
 	return s.Executor.Step(ctx, step)
 }
@@ -71,8 +71,8 @@ func running(t *testing.T, insecure bool) (*localcluster.Local, Target) {
 			defer ec.Close()
 			worker.Run(ctx, worker.Config{Identity: id, Job: "train", Poll: 100 * time.Millisecond,
 				Coordinator: l.ReadClient(), Transport: tr, Rendezvous: rv,
-				Executor: func(g *ir.Graph, p *planner.Plan) (runtime.Executor, error) {
-					x, err := runtime.NewArenaExecutor(g, p, 0)
+				Executor: func(g *ir.Graph, p *planner.Plan) (runner.Executor, error) {
+					x, err := runner.NewArenaExecutor(g, p, 0)
 					return slow{x}, err
 				}})
 		})

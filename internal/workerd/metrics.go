@@ -13,7 +13,7 @@ import (
 
 	"github.com/tmmu/tmmu/ir"
 	"github.com/tmmu/tmmu/planner"
-	"github.com/tmmu/tmmu/runtime"
+	"github.com/tmmu/tmmu/runner"
 	"github.com/tmmu/tmmu/transport"
 )
 
@@ -89,8 +89,8 @@ func (m *metrics) Reconnected(what string) { m.reconnects.WithLabelValues(what).
 // wrap counts every executor built and measures its steps. The wrapper
 // passes the optional interfaces through: an executor that holds state
 // is wrapped as one that does, one that does not as one that does not.
-func (m *metrics) wrap(next func(*ir.Graph, *planner.Plan) (runtime.Executor, error)) func(*ir.Graph, *planner.Plan) (runtime.Executor, error) {
-	return func(g *ir.Graph, p *planner.Plan) (runtime.Executor, error) {
+func (m *metrics) wrap(next func(*ir.Graph, *planner.Plan) (runner.Executor, error)) func(*ir.Graph, *planner.Plan) (runner.Executor, error) {
+	return func(g *ir.Graph, p *planner.Plan) (runner.Executor, error) {
 		x, err := next(g, p)
 		if err != nil {
 			return nil, err
@@ -99,7 +99,7 @@ func (m *metrics) wrap(next func(*ir.Graph, *planner.Plan) (runtime.Executor, er
 		m.arena.Set(float64(p.Metrics.ReservedBytes))
 		m.running.Store(true)
 		w := &measured{Executor: x, m: m}
-		if c, ok := x.(runtime.StateCarrier); ok {
+		if c, ok := x.(runner.StateCarrier); ok {
 			return &measuredState{measured: w, c: c}, nil
 		}
 		return w, nil
@@ -123,11 +123,11 @@ func (m *metrics) handler() http.Handler {
 // measured is an executor whose steps are measured. It passes the
 // optional interfaces (state carrying, closing) through.
 type measured struct {
-	runtime.Executor
+	runner.Executor
 	m *metrics
 }
 
-func (x *measured) Step(ctx context.Context, step uint64) (runtime.StepStats, error) {
+func (x *measured) Step(ctx context.Context, step uint64) (runner.StepStats, error) {
 	t := time.Now()
 	st, err := x.Executor.Step(ctx, step)
 	if err == nil {
@@ -140,8 +140,8 @@ func (x *measured) Step(ctx context.Context, step uint64) (runtime.StepStats, er
 	return st, err
 }
 
-func (x *measured) Configure(s runtime.Setup) error {
-	if c, ok := x.Executor.(runtime.Configurer); ok {
+func (x *measured) Configure(s runner.Setup) error {
+	if c, ok := x.Executor.(runner.Configurer); ok {
 		return c.Configure(s)
 	}
 	return nil
@@ -149,14 +149,14 @@ func (x *measured) Configure(s runtime.Setup) error {
 
 // MemoryReport is the wrapped executor's, or "" when it has none.
 func (x *measured) MemoryReport() string {
-	if r, ok := x.Executor.(runtime.MemoryReporter); ok {
+	if r, ok := x.Executor.(runner.MemoryReporter); ok {
 		return r.MemoryReport()
 	}
 	return ""
 }
 
 func (x *measured) Close() error {
-	if c, ok := x.Executor.(runtime.Closer); ok {
+	if c, ok := x.Executor.(runner.Closer); ok {
 		return c.Close()
 	}
 	return nil
@@ -165,10 +165,10 @@ func (x *measured) Close() error {
 // measuredState is a measured executor that holds model state.
 type measuredState struct {
 	*measured
-	c runtime.StateCarrier
+	c runner.StateCarrier
 }
 
-func (x *measuredState) Export() (runtime.State, error)         { return x.c.Export() }
-func (x *measuredState) Import(s runtime.State) error           { return x.c.Import(s) }
-func (x *measuredState) StateHash() (string, error)             { return x.c.StateHash() }
-func (x *measuredState) HashOf(s runtime.State) (string, error) { return x.c.HashOf(s) }
+func (x *measuredState) Export() (runner.State, error)         { return x.c.Export() }
+func (x *measuredState) Import(s runner.State) error           { return x.c.Import(s) }
+func (x *measuredState) StateHash() (string, error)            { return x.c.StateHash() }
+func (x *measuredState) HashOf(s runner.State) (string, error) { return x.c.HashOf(s) }

@@ -10,7 +10,7 @@ import (
 	"github.com/tmmu/tmmu/engine"
 	"github.com/tmmu/tmmu/ir"
 	"github.com/tmmu/tmmu/planner"
-	"github.com/tmmu/tmmu/runtime"
+	"github.com/tmmu/tmmu/runner"
 )
 
 // The metrics wrapper keeps what the worker asks of an engine executor:
@@ -40,14 +40,14 @@ func TestWrapperPassesTheExecutorThrough(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, ok := x.(runtime.MemoryReporter)
+	r, ok := x.(runner.MemoryReporter)
 	if !ok {
 		t.Fatal("the wrapped executor has no memory report")
 	}
 	if rep := r.MemoryReport(); !strings.Contains(rep, "exactly the plan's bytes") {
 		t.Errorf("memory report %q", rep)
 	}
-	c, ok := x.(runtime.StateCarrier)
+	c, ok := x.(runner.StateCarrier)
 	if !ok {
 		t.Fatal("the wrapped executor carries no state")
 	}
@@ -60,7 +60,7 @@ func TestWrapperPassesTheExecutorThrough(t *testing.T) {
 	if n := stepsCounted(t, mt); n != 1 {
 		t.Errorf("%v steps counted, want 1", n)
 	}
-	if err := x.(runtime.Closer).Close(); err != nil {
+	if err := x.(runner.Closer).Close(); err != nil {
 		t.Fatal(err)
 	}
 }

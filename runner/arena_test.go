@@ -1,4 +1,4 @@
-package runtime
+package runner
 
 import (
 	"context"
@@ -87,5 +87,32 @@ func TestArenaExecutorAliasVersions(t *testing.T) {
 	}
 	if _, err := x.Step(context.Background(), 0); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestDefaultIsPlanOnlyPastTheBound: the default executor moves a plan's
+// memory traffic, unless the plan reserves more than DefaultMaxBytes.
+func TestDefaultIsPlanOnlyPastTheBound(t *testing.T) {
+	m, err := models.GPT2(models.GPT2Config{Layers: 1, Hidden: 32, Heads: 2, Seq: 8, Context: 8, Batch: 1, Vocab: 64, DType: ir.F32, Train: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := ir.Compile(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := planner.PlanMemory(g, planner.DefaultOptions(g))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if x, err := Default(g, p); err != nil {
+		t.Fatal(err)
+	} else if _, ok := x.(*ArenaExecutor); !ok {
+		t.Fatalf("a %d-byte plan got %T", p.Metrics.ReservedBytes, x)
+	}
+	big := *p
+	big.Metrics.ReservedBytes = DefaultMaxBytes + 1
+	if x, err := Default(g, &big); err != nil || x != (PlanOnly{}) {
+		t.Fatalf("a plan past the bound got %T, %v", x, err)
 	}
 }

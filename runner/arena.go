@@ -1,4 +1,4 @@
-// Package runtime defines the executor a worker runs steps with, and two
+// Package runner defines the executor a worker runs steps with, and two
 // executors that compute nothing.
 //
 // An Executor runs the steps of one rank's planned graph. The executors
@@ -17,7 +17,7 @@
 //   - PlanOnly ("plan-only") allocates nothing and does no work: for
 //     plans too large for the machine, where only agreement and progress
 //     matter.
-package runtime
+package runner
 
 import (
 	"context"
@@ -144,6 +144,16 @@ type node struct {
 
 // DefaultMaxBytes bounds what NewArenaExecutor allocates.
 const DefaultMaxBytes = 4 << 30
+
+// Default is the executor for a plan when nothing else is chosen or
+// can run it: the arena executor, or PlanOnly when the plan reserves more
+// than DefaultMaxBytes.
+func Default(g *ir.Graph, p *planner.Plan) (Executor, error) {
+	if p.Metrics.ReservedBytes > DefaultMaxBytes {
+		return PlanOnly{}, nil
+	}
+	return NewArenaExecutor(g, p, 0)
+}
 
 // NewArenaExecutor allocates p's arenas (their reserved bytes; an error
 // above maxBytes, 0 meaning DefaultMaxBytes) and prepares g's executed
