@@ -94,316 +94,428 @@ func known(n *onnxpb.NodeProto, in []*tensorInfo, want int) error {
 
 // rule computes output shapes and dtypes; a nil shape means not inferred.
 func (im *importer) rule(n *onnxpb.NodeProto, in []*tensorInfo) ([][]uint64, []ir.DType, error) {
-	op := n.GetOpType()
-	outs := len(n.GetOutput())
-	same := func(shape []uint64, dt ir.DType) ([][]uint64, []ir.DType, error) {
-		s := make([][]uint64, outs)
-		d := make([]ir.DType, outs)
-		for i := range outs {
-			s[i], d[i] = slices.Clone(shape), dt
-		}
-		return s, d, nil
-	}
-	one := func(shape []uint64, dt ir.DType) ([][]uint64, []ir.DType, error) { return wrap(shape, dt, outs, nil) }
+	op, outs := n.GetOpType(), len(n.GetOutput())
+	var r shapeRule
 	switch {
 	case unary[op]:
-		if err := known(n, in, 1); err != nil {
-			return nil, nil, err
-		}
-		s, d, _ := same(in[0].shape, in[0].dtype)
-		if op == "Dropout" && outs > 1 {
-			d[1] = ir.Bool
-		}
-		if op == "BatchNormalization" || op == "LayerNormalization" {
-			for i := 1; i < outs; i++ {
-				s[i] = nil // statistics: from value_info only
-			}
-		}
-		return s, d, nil
+		r = ruleUnary
 	case broadcast[op]:
-		if err := known(n, in, len(in)); err != nil {
-			return nil, nil, err
-		}
-		shape := in[0].shape
-		for _, t := range in[1:] {
-			var err error
-			if shape, err = broadcastShapes(shape, t.shape); err != nil {
-				return nil, nil, err
-			}
-		}
-		dt := in[0].dtype
-		if op == "Where" {
-			dt = in[1].dtype
-		}
-		if compare[op] {
-			dt = ir.Bool
-		}
-		return one(shape, dt)
+		r = ruleBroadcast
+	default:
+		r = shapeRules[op]
 	}
-	switch op {
-	case "Cast":
-		if err := known(n, in, 1); err != nil {
+	if r == nil {
+		return make([][]uint64, outs), make([]ir.DType, outs), nil
+	}
+	return r(im, n, in, op, outs)
+}
+
+// shapeRule computes the output shapes and dtypes of one kind of node
+// (op, with outs outputs), from its inputs in.
+type shapeRule func(im *importer, n *onnxpb.NodeProto, in []*tensorInfo, op string, outs int) ([][]uint64, []ir.DType, error)
+
+// shapeRules are the rules by op, beside unary and broadcast ones.
+var shapeRules = map[string]shapeRule{
+	"Cast":              ruleCast,
+	"MatMul":            ruleMatMul,
+	"Gemm":              ruleGemm,
+	"Conv":              ruleWindow,
+	"MaxPool":           ruleWindow,
+	"AveragePool":       ruleWindow,
+	"LpPool":            ruleWindow,
+	"GlobalAveragePool": ruleGlobalPool,
+	"GlobalMaxPool":     ruleGlobalPool,
+	"GlobalLpPool":      ruleGlobalPool,
+	"Flatten":           ruleFlatten,
+	"Reshape":           ruleReshape,
+	"Transpose":         ruleTranspose,
+	"Concat":            ruleConcat,
+	"Unsqueeze":         ruleSqueeze,
+	"Squeeze":           ruleSqueeze,
+	"ReduceMean":        ruleReduce,
+	"ReduceSum":         ruleReduce,
+	"ReduceMax":         ruleReduce,
+	"ReduceMin":         ruleReduce,
+	"ReduceProd":        ruleReduce,
+	"ReduceL2":          ruleReduce,
+	"ReduceL1":          ruleReduce,
+	"ReduceLogSumExp":   ruleReduce,
+	"ReduceSumSquare":   ruleReduce,
+	"Shape":             ruleShape,
+	"Split":             ruleSplit,
+	"Slice":             ruleSlice,
+	"Expand":            ruleFill,
+	"ConstantOfShape":   ruleFill,
+	"Range":             ruleRange,
+	"Gather":            ruleGather,
+}
+
+// same gives each of outs outputs shape and dtype dt.
+func same(outs int, shape []uint64, dt ir.DType) ([][]uint64, []ir.DType, error) {
+	s := make([][]uint64, outs)
+	d := make([]ir.DType, outs)
+	for i := range outs {
+		s[i], d[i] = slices.Clone(shape), dt
+	}
+	return s, d, nil
+}
+
+// one gives the first of outs outputs shape and dtype dt.
+func one(outs int, shape []uint64, dt ir.DType) ([][]uint64, []ir.DType, error) {
+	return wrap(shape, dt, outs, nil)
+}
+
+// ruleUnary infers the ops whose outputs are shaped like their first input.
+func ruleUnary(im *importer, n *onnxpb.NodeProto, in []*tensorInfo, op string, outs int) ([][]uint64, []ir.DType, error) {
+	if err := known(n, in, 1); err != nil {
+		return nil, nil, err
+	}
+	s, d, _ := same(outs, in[0].shape, in[0].dtype)
+	if op == "Dropout" && outs > 1 {
+		d[1] = ir.Bool
+	}
+	if op == "BatchNormalization" || op == "LayerNormalization" {
+		for i := 1; i < outs; i++ {
+			s[i] = nil // statistics: from value_info only
+		}
+	}
+	return s, d, nil
+}
+
+// ruleBroadcast infers the elementwise ops that broadcast their inputs
+// (numpy rules).
+func ruleBroadcast(im *importer, n *onnxpb.NodeProto, in []*tensorInfo, op string, outs int) ([][]uint64, []ir.DType, error) {
+	if err := known(n, in, len(in)); err != nil {
+		return nil, nil, err
+	}
+	shape := in[0].shape
+	for _, t := range in[1:] {
+		var err error
+		if shape, err = broadcastShapes(shape, t.shape); err != nil {
 			return nil, nil, err
 		}
-		dt, err := im.dtype(n.GetOutput()[0], int32(attrInt(n, "to", 0)))
-		if err != nil {
-			return nil, nil, err
+	}
+	dt := in[0].dtype
+	if op == "Where" {
+		dt = in[1].dtype
+	}
+	if compare[op] {
+		dt = ir.Bool
+	}
+	return one(outs, shape, dt)
+}
+
+// ruleCast infers Cast.
+func ruleCast(im *importer, n *onnxpb.NodeProto, in []*tensorInfo, op string, outs int) ([][]uint64, []ir.DType, error) {
+	if err := known(n, in, 1); err != nil {
+		return nil, nil, err
+	}
+	dt, err := im.dtype(n.GetOutput()[0], int32(attrInt(n, "to", 0)))
+	if err != nil {
+		return nil, nil, err
+	}
+	return one(outs, in[0].shape, dt)
+}
+
+// ruleMatMul infers MatMul.
+func ruleMatMul(im *importer, n *onnxpb.NodeProto, in []*tensorInfo, op string, outs int) ([][]uint64, []ir.DType, error) {
+	if err := known(n, in, 2); err != nil {
+		return nil, nil, err
+	}
+	s, err := matmulShape(in[0].shape, in[1].shape)
+	return wrap(s, in[0].dtype, outs, err)
+}
+
+// ruleGemm infers Gemm.
+func ruleGemm(im *importer, n *onnxpb.NodeProto, in []*tensorInfo, op string, outs int) ([][]uint64, []ir.DType, error) {
+	if err := known(n, in, 2); err != nil {
+		return nil, nil, err
+	}
+	a, b := in[0].shape, in[1].shape
+	if len(a) != 2 || len(b) != 2 {
+		return nil, nil, fmt.Errorf("takes 2-D operands, got %v and %v", a, b)
+	}
+	m, ka := a[0], a[1]
+	if attrInt(n, "transA", 0) != 0 {
+		m, ka = a[1], a[0]
+	}
+	kb, nn := b[0], b[1]
+	if attrInt(n, "transB", 0) != 0 {
+		kb, nn = b[1], b[0]
+	}
+	if ka != kb {
+		return nil, nil, fmt.Errorf("inner dimensions differ: %v and %v", a, b)
+	}
+	return one(outs, []uint64{m, nn}, in[0].dtype)
+}
+
+// ruleWindow infers Conv, MaxPool, AveragePool, LpPool.
+func ruleWindow(im *importer, n *onnxpb.NodeProto, in []*tensorInfo, op string, outs int) ([][]uint64, []ir.DType, error) {
+	if err := known(n, in, 1); err != nil {
+		return nil, nil, err
+	}
+	s, err := im.window(n, in)
+	if err != nil {
+		return nil, nil, err
+	}
+	shapes, dts, _ := same(outs, s, in[0].dtype)
+	if op == "MaxPool" && outs > 1 {
+		dts[1] = ir.I64
+	}
+	return shapes, dts, nil
+}
+
+// ruleGlobalPool infers GlobalAveragePool, GlobalMaxPool, GlobalLpPool.
+func ruleGlobalPool(im *importer, n *onnxpb.NodeProto, in []*tensorInfo, op string, outs int) ([][]uint64, []ir.DType, error) {
+	if err := known(n, in, 1); err != nil {
+		return nil, nil, err
+	}
+	x := in[0].shape
+	if len(x) < 3 {
+		return nil, nil, fmt.Errorf("%s takes [N,C,...], got %v", op, x)
+	}
+	s := slices.Clone(x)
+	for i := 2; i < len(s); i++ {
+		s[i] = 1
+	}
+	return one(outs, s, in[0].dtype)
+}
+
+// ruleFlatten infers Flatten.
+func ruleFlatten(im *importer, n *onnxpb.NodeProto, in []*tensorInfo, op string, outs int) ([][]uint64, []ir.DType, error) {
+	if err := known(n, in, 1); err != nil {
+		return nil, nil, err
+	}
+	x := in[0].shape
+	axis, err := normAxis(attrInt(n, "axis", 1), len(x)+1)
+	if err != nil {
+		return nil, nil, err
+	}
+	return one(outs, []uint64{prod(x[:axis]), prod(x[axis:])}, in[0].dtype)
+}
+
+// ruleReshape infers Reshape.
+func ruleReshape(im *importer, n *onnxpb.NodeProto, in []*tensorInfo, op string, outs int) ([][]uint64, []ir.DType, error) {
+	if err := known(n, in, 2); err != nil {
+		return nil, nil, err
+	}
+	target, ok := im.ints(n.GetInput()[1])
+	if !ok {
+		return nil, nil, fmt.Errorf("the target shape %q is not a constant", n.GetInput()[1])
+	}
+	s, err := reshape(in[0].shape, target, attrInt(n, "allowzero", 0) != 0)
+	return wrap(s, in[0].dtype, outs, err)
+}
+
+// ruleTranspose infers Transpose.
+func ruleTranspose(im *importer, n *onnxpb.NodeProto, in []*tensorInfo, op string, outs int) ([][]uint64, []ir.DType, error) {
+	if err := known(n, in, 1); err != nil {
+		return nil, nil, err
+	}
+	x := in[0].shape
+	perm := attrInts(n, "perm")
+	if perm == nil {
+		for i := len(x) - 1; i >= 0; i-- {
+			perm = append(perm, int64(i))
 		}
-		return one(in[0].shape, dt)
-	case "MatMul":
-		if err := known(n, in, 2); err != nil {
-			return nil, nil, err
+	}
+	if len(perm) != len(x) {
+		return nil, nil, fmt.Errorf("perm %v does not match rank %d", perm, len(x))
+	}
+	s := make([]uint64, len(x))
+	seen := make([]bool, len(x))
+	for i, p := range perm {
+		if p < 0 || int(p) >= len(x) || seen[p] {
+			return nil, nil, fmt.Errorf("perm %v is not a permutation", perm)
 		}
-		s, err := matmulShape(in[0].shape, in[1].shape)
-		return wrap(s, in[0].dtype, outs, err)
-	case "Gemm":
-		if err := known(n, in, 2); err != nil {
-			return nil, nil, err
+		seen[p] = true
+		s[i] = x[p]
+	}
+	return one(outs, s, in[0].dtype)
+}
+
+// ruleConcat infers Concat.
+func ruleConcat(im *importer, n *onnxpb.NodeProto, in []*tensorInfo, op string, outs int) ([][]uint64, []ir.DType, error) {
+	if err := known(n, in, len(in)); err != nil {
+		return nil, nil, err
+	}
+	s := slices.Clone(in[0].shape)
+	axis, err := normAxis(attrInt(n, "axis", 0), len(s))
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, t := range in[1:] {
+		if len(t.shape) != len(s) {
+			return nil, nil, fmt.Errorf("inputs of ranks %d and %d", len(s), len(t.shape))
 		}
-		a, b := in[0].shape, in[1].shape
-		if len(a) != 2 || len(b) != 2 {
-			return nil, nil, fmt.Errorf("takes 2-D operands, got %v and %v", a, b)
+		s[axis] += t.shape[axis]
+	}
+	return one(outs, s, in[0].dtype)
+}
+
+// ruleSqueeze infers Unsqueeze, Squeeze.
+func ruleSqueeze(im *importer, n *onnxpb.NodeProto, in []*tensorInfo, op string, outs int) ([][]uint64, []ir.DType, error) {
+	if err := known(n, in, 1); err != nil {
+		return nil, nil, err
+	}
+	axes, err := im.listArg(n, "axes")
+	if err != nil {
+		return nil, nil, err
+	}
+	s, err := squeeze(in[0].shape, axes, op == "Unsqueeze")
+	return wrap(s, in[0].dtype, outs, err)
+}
+
+// ruleReduce infers the Reduce ops (Mean, Sum, Max, Min, Prod, L2, L1,
+// LogSumExp, SumSquare).
+func ruleReduce(im *importer, n *onnxpb.NodeProto, in []*tensorInfo, op string, outs int) ([][]uint64, []ir.DType, error) {
+	if err := known(n, in, 1); err != nil {
+		return nil, nil, err
+	}
+	axes, err := im.listArg(n, "axes")
+	if err != nil {
+		return nil, nil, err
+	}
+	s, err := reduce(in[0].shape, axes, attrInt(n, "keepdims", 1) != 0)
+	return wrap(s, in[0].dtype, outs, err)
+}
+
+// ruleShape infers Shape.
+func ruleShape(im *importer, n *onnxpb.NodeProto, in []*tensorInfo, op string, outs int) ([][]uint64, []ir.DType, error) {
+	if err := known(n, in, 1); err != nil {
+		return nil, nil, err
+	}
+	r := int64(len(in[0].shape))
+	start, end := attrInt(n, "start", 0), attrInt(n, "end", r)
+	start, end = clampAxis(start, r), clampAxis(end, r)
+	if end <= start {
+		return nil, nil, fmt.Errorf("empty range [%d, %d)", start, end)
+	}
+	return one(outs, []uint64{uint64(end - start)}, ir.I64)
+}
+
+// ruleSplit infers Split.
+func ruleSplit(im *importer, n *onnxpb.NodeProto, in []*tensorInfo, op string, outs int) ([][]uint64, []ir.DType, error) {
+	if err := known(n, in, 1); err != nil {
+		return nil, nil, err
+	}
+	x := in[0].shape
+	axis, err := normAxis(attrInt(n, "axis", 0), len(x))
+	if err != nil {
+		return nil, nil, err
+	}
+	sizes, err := im.listArg(n, "split")
+	if err != nil {
+		return nil, nil, err
+	}
+	if sizes == nil {
+		per := (int64(x[axis]) + int64(outs) - 1) / int64(outs)
+		for left := int64(x[axis]); left > 0; left -= per {
+			sizes = append(sizes, min(per, left))
 		}
-		m, ka := a[0], a[1]
-		if attrInt(n, "transA", 0) != 0 {
-			m, ka = a[1], a[0]
+	}
+	if len(sizes) != outs {
+		return nil, nil, fmt.Errorf("%d split sizes for %d outputs", len(sizes), outs)
+	}
+	shapes, dts := make([][]uint64, outs), make([]ir.DType, outs)
+	var total int64
+	for i, sz := range sizes {
+		if sz <= 0 {
+			return nil, nil, fmt.Errorf("split size %d", sz)
 		}
-		kb, nn := b[0], b[1]
-		if attrInt(n, "transB", 0) != 0 {
-			kb, nn = b[1], b[0]
+		total += sz
+		shapes[i] = slices.Clone(x)
+		shapes[i][axis], dts[i] = uint64(sz), in[0].dtype
+	}
+	if total != int64(x[axis]) {
+		return nil, nil, fmt.Errorf("split sizes %v do not add up to dimension %d of %v", sizes, axis, x)
+	}
+	return shapes, dts, nil
+}
+
+// ruleSlice infers Slice.
+func ruleSlice(im *importer, n *onnxpb.NodeProto, in []*tensorInfo, op string, outs int) ([][]uint64, []ir.DType, error) {
+	if err := known(n, in, 3); err != nil {
+		return nil, nil, err
+	}
+	s, err := im.slice(n, in[0].shape)
+	return wrap(s, in[0].dtype, outs, err)
+}
+
+// ruleFill infers Expand, ConstantOfShape.
+func ruleFill(im *importer, n *onnxpb.NodeProto, in []*tensorInfo, op string, outs int) ([][]uint64, []ir.DType, error) {
+	if len(n.GetInput()) == 0 {
+		return nil, nil, fmt.Errorf("has no inputs")
+	}
+	target := n.GetInput()[len(n.GetInput())-1]
+	v, ok := im.ints(target)
+	if !ok {
+		return nil, nil, fmt.Errorf("the shape %q is not a constant", target)
+	}
+	s := []uint64{}
+	for _, d := range v {
+		if d <= 0 {
+			return nil, nil, fmt.Errorf("shape %v", v)
 		}
-		if ka != kb {
-			return nil, nil, fmt.Errorf("inner dimensions differ: %v and %v", a, b)
-		}
-		return one([]uint64{m, nn}, in[0].dtype)
-	case "Conv", "MaxPool", "AveragePool", "LpPool":
-		if err := known(n, in, 1); err != nil {
-			return nil, nil, err
-		}
-		s, err := im.window(n, in)
-		if err != nil {
-			return nil, nil, err
-		}
-		shapes, dts, _ := same(s, in[0].dtype)
-		if op == "MaxPool" && outs > 1 {
-			dts[1] = ir.I64
-		}
-		return shapes, dts, nil
-	case "GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool":
-		if err := known(n, in, 1); err != nil {
-			return nil, nil, err
-		}
-		x := in[0].shape
-		if len(x) < 3 {
-			return nil, nil, fmt.Errorf("%s takes [N,C,...], got %v", op, x)
-		}
-		s := slices.Clone(x)
-		for i := 2; i < len(s); i++ {
-			s[i] = 1
-		}
-		return one(s, in[0].dtype)
-	case "Flatten":
-		if err := known(n, in, 1); err != nil {
-			return nil, nil, err
-		}
-		x := in[0].shape
-		axis, err := normAxis(attrInt(n, "axis", 1), len(x)+1)
-		if err != nil {
-			return nil, nil, err
-		}
-		return one([]uint64{prod(x[:axis]), prod(x[axis:])}, in[0].dtype)
-	case "Reshape":
-		if err := known(n, in, 2); err != nil {
-			return nil, nil, err
-		}
-		target, ok := im.ints(n.GetInput()[1])
-		if !ok {
-			return nil, nil, fmt.Errorf("the target shape %q is not a constant", n.GetInput()[1])
-		}
-		s, err := reshape(in[0].shape, target, attrInt(n, "allowzero", 0) != 0)
-		return wrap(s, in[0].dtype, outs, err)
-	case "Transpose":
-		if err := known(n, in, 1); err != nil {
-			return nil, nil, err
-		}
-		x := in[0].shape
-		perm := attrInts(n, "perm")
-		if perm == nil {
-			for i := len(x) - 1; i >= 0; i-- {
-				perm = append(perm, int64(i))
-			}
-		}
-		if len(perm) != len(x) {
-			return nil, nil, fmt.Errorf("perm %v does not match rank %d", perm, len(x))
-		}
-		s := make([]uint64, len(x))
-		seen := make([]bool, len(x))
-		for i, p := range perm {
-			if p < 0 || int(p) >= len(x) || seen[p] {
-				return nil, nil, fmt.Errorf("perm %v is not a permutation", perm)
-			}
-			seen[p] = true
-			s[i] = x[p]
-		}
-		return one(s, in[0].dtype)
-	case "Concat":
-		if err := known(n, in, len(in)); err != nil {
-			return nil, nil, err
-		}
-		s := slices.Clone(in[0].shape)
-		axis, err := normAxis(attrInt(n, "axis", 0), len(s))
-		if err != nil {
-			return nil, nil, err
-		}
-		for _, t := range in[1:] {
-			if len(t.shape) != len(s) {
-				return nil, nil, fmt.Errorf("inputs of ranks %d and %d", len(s), len(t.shape))
-			}
-			s[axis] += t.shape[axis]
-		}
-		return one(s, in[0].dtype)
-	case "Unsqueeze", "Squeeze":
-		if err := known(n, in, 1); err != nil {
-			return nil, nil, err
-		}
-		axes, err := im.listArg(n, "axes")
-		if err != nil {
-			return nil, nil, err
-		}
-		s, err := squeeze(in[0].shape, axes, op == "Unsqueeze")
-		return wrap(s, in[0].dtype, outs, err)
-	case "ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL2", "ReduceL1", "ReduceLogSumExp", "ReduceSumSquare":
-		if err := known(n, in, 1); err != nil {
-			return nil, nil, err
-		}
-		axes, err := im.listArg(n, "axes")
-		if err != nil {
-			return nil, nil, err
-		}
-		s, err := reduce(in[0].shape, axes, attrInt(n, "keepdims", 1) != 0)
-		return wrap(s, in[0].dtype, outs, err)
-	case "Shape":
-		if err := known(n, in, 1); err != nil {
-			return nil, nil, err
-		}
-		r := int64(len(in[0].shape))
-		start, end := attrInt(n, "start", 0), attrInt(n, "end", r)
-		start, end = clampAxis(start, r), clampAxis(end, r)
-		if end <= start {
-			return nil, nil, fmt.Errorf("empty range [%d, %d)", start, end)
-		}
-		return one([]uint64{uint64(end - start)}, ir.I64)
-	case "Split":
-		if err := known(n, in, 1); err != nil {
-			return nil, nil, err
-		}
-		x := in[0].shape
-		axis, err := normAxis(attrInt(n, "axis", 0), len(x))
-		if err != nil {
-			return nil, nil, err
-		}
-		sizes, err := im.listArg(n, "split")
-		if err != nil {
-			return nil, nil, err
-		}
-		if sizes == nil {
-			per := (int64(x[axis]) + int64(outs) - 1) / int64(outs)
-			for left := int64(x[axis]); left > 0; left -= per {
-				sizes = append(sizes, min(per, left))
-			}
-		}
-		if len(sizes) != outs {
-			return nil, nil, fmt.Errorf("%d split sizes for %d outputs", len(sizes), outs)
-		}
-		shapes, dts := make([][]uint64, outs), make([]ir.DType, outs)
-		var total int64
-		for i, sz := range sizes {
-			if sz <= 0 {
-				return nil, nil, fmt.Errorf("split size %d", sz)
-			}
-			total += sz
-			shapes[i] = slices.Clone(x)
-			shapes[i][axis], dts[i] = uint64(sz), in[0].dtype
-		}
-		if total != int64(x[axis]) {
-			return nil, nil, fmt.Errorf("split sizes %v do not add up to dimension %d of %v", sizes, axis, x)
-		}
-		return shapes, dts, nil
-	case "Slice":
-		if err := known(n, in, 3); err != nil {
-			return nil, nil, err
-		}
-		s, err := im.slice(n, in[0].shape)
-		return wrap(s, in[0].dtype, outs, err)
-	case "Expand", "ConstantOfShape":
-		if len(n.GetInput()) == 0 {
-			return nil, nil, fmt.Errorf("has no inputs")
-		}
-		target := n.GetInput()[len(n.GetInput())-1]
-		v, ok := im.ints(target)
-		if !ok {
-			return nil, nil, fmt.Errorf("the shape %q is not a constant", target)
-		}
-		s := []uint64{}
-		for _, d := range v {
-			if d <= 0 {
-				return nil, nil, fmt.Errorf("shape %v", v)
-			}
-			s = append(s, uint64(d))
-		}
-		if op == "ConstantOfShape" {
-			dt := ir.F32 // the default fill: a float 0
-			for _, a := range n.GetAttribute() {
-				if a.GetName() == "value" && a.GetT() != nil {
-					var err error
-					if dt, err = im.dtype(n.GetOutput()[0], a.GetT().GetDataType()); err != nil {
-						return nil, nil, err
-					}
+		s = append(s, uint64(d))
+	}
+	if op == "ConstantOfShape" {
+		dt := ir.F32 // the default fill: a float 0
+		for _, a := range n.GetAttribute() {
+			if a.GetName() == "value" && a.GetT() != nil {
+				var err error
+				if dt, err = im.dtype(n.GetOutput()[0], a.GetT().GetDataType()); err != nil {
+					return nil, nil, err
 				}
 			}
-			return one(s, dt)
 		}
-		if err := known(n, in, 1); err != nil {
-			return nil, nil, err
-		}
-		s, err := broadcastShapes(in[0].shape, s)
-		return wrap(s, in[0].dtype, outs, err)
-	case "Range":
-		if err := known(n, in, 3); err != nil {
-			return nil, nil, err
-		}
-		var v [3]int64
-		for i := range v {
-			x, ok := im.ints(n.GetInput()[i])
-			if !ok || len(x) != 1 {
-				return nil, nil, fmt.Errorf("input %q is not a constant integer scalar", n.GetInput()[i])
-			}
-			v[i] = x[0]
-		}
-		if v[2] == 0 {
-			return nil, nil, fmt.Errorf("delta 0")
-		}
-		count := (v[1] - v[0] + v[2] - 1) / v[2]
-		if v[2] < 0 {
-			count = (v[0] - v[1] - v[2] - 1) / -v[2]
-		}
-		if count <= 0 {
-			return nil, nil, fmt.Errorf("Range(%d, %d, %d) is empty", v[0], v[1], v[2])
-		}
-		return one([]uint64{uint64(count)}, in[0].dtype)
-	case "Gather":
-		if err := known(n, in, 2); err != nil {
-			return nil, nil, err
-		}
-		x := in[0].shape
-		axis, err := normAxis(attrInt(n, "axis", 0), len(x))
-		if err != nil {
-			return nil, nil, err
-		}
-		s := append(append(append([]uint64{}, x[:axis]...), in[1].shape...), x[axis+1:]...)
-		return one(s, in[0].dtype)
+		return one(outs, s, dt)
 	}
-	return make([][]uint64, outs), make([]ir.DType, outs), nil
+	if err := known(n, in, 1); err != nil {
+		return nil, nil, err
+	}
+	s, err := broadcastShapes(in[0].shape, s)
+	return wrap(s, in[0].dtype, outs, err)
+}
+
+// ruleRange infers Range.
+func ruleRange(im *importer, n *onnxpb.NodeProto, in []*tensorInfo, op string, outs int) ([][]uint64, []ir.DType, error) {
+	if err := known(n, in, 3); err != nil {
+		return nil, nil, err
+	}
+	var v [3]int64
+	for i := range v {
+		x, ok := im.ints(n.GetInput()[i])
+		if !ok || len(x) != 1 {
+			return nil, nil, fmt.Errorf("input %q is not a constant integer scalar", n.GetInput()[i])
+		}
+		v[i] = x[0]
+	}
+	if v[2] == 0 {
+		return nil, nil, fmt.Errorf("delta 0")
+	}
+	count := (v[1] - v[0] + v[2] - 1) / v[2]
+	if v[2] < 0 {
+		count = (v[0] - v[1] - v[2] - 1) / -v[2]
+	}
+	if count <= 0 {
+		return nil, nil, fmt.Errorf("Range(%d, %d, %d) is empty", v[0], v[1], v[2])
+	}
+	return one(outs, []uint64{uint64(count)}, in[0].dtype)
+}
+
+// ruleGather infers Gather.
+func ruleGather(im *importer, n *onnxpb.NodeProto, in []*tensorInfo, op string, outs int) ([][]uint64, []ir.DType, error) {
+	if err := known(n, in, 2); err != nil {
+		return nil, nil, err
+	}
+	x := in[0].shape
+	axis, err := normAxis(attrInt(n, "axis", 0), len(x))
+	if err != nil {
+		return nil, nil, err
+	}
+	s := append(append(append([]uint64{}, x[:axis]...), in[1].shape...), x[axis+1:]...)
+	return one(outs, s, in[0].dtype)
 }
 
 // listArg reads an integer list that older opsets give as the attribute
