@@ -1,4 +1,4 @@
-package coord
+package coord_test
 
 import (
 	"fmt"

@@ -1,10 +1,12 @@
-package coord
+package coord_test
 
 import (
 	"context"
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/tmmu/tmmu/coord/coordtest"
 
 	"github.com/tmmu/tmmu/coord/api"
 )
@@ -14,7 +16,7 @@ import (
 // GET /v1/status naming itself leader. The cluster runs with the Fast
 // raft timeouts of loopback clusters (election and heartbeat 300 ms).
 func BenchmarkFailover(b *testing.B) {
-	c, err := StartCluster(b.TempDir(), 3, nil)
+	c, err := coordtest.StartCluster(b.TempDir(), 3, nil)
 	if err != nil {
 		b.Fatal(err)
 	}

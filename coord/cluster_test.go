@@ -1,10 +1,12 @@
-package coord
+package coord_test
 
 import (
 	"context"
 	"encoding/json"
 	"testing"
 	"time"
+
+	"github.com/tmmu/tmmu/coord/coordtest"
 
 	"github.com/tmmu/tmmu/coord/api"
 	"github.com/tmmu/tmmu/ir"
@@ -22,9 +24,9 @@ func tinySubmit(t testing.TB, name string) *api.SubmitRequest {
 
 // startCluster starts 3 nodes for the test and returns the cluster and
 // its leader's index.
-func startCluster(t *testing.T) (*Cluster, int) {
+func startCluster(t *testing.T) (*coordtest.Cluster, int) {
 	t.Helper()
-	c, err := StartCluster(t.TempDir(), 3, nil)
+	c, err := coordtest.StartCluster(t.TempDir(), 3, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,7 +143,7 @@ func TestVotersJoinAndLeave(t *testing.T) {
 		t.Fatalf("voters after the join: %+v", st.Voters)
 	}
 	waitFor(t, "the new voter to catch up", 10*time.Second, func() bool {
-		s, _ := c.Nodes[ni].applied()
+		s, _ := c.Nodes[ni].AppliedState()
 		return s.Jobs["before-join"] != nil && s.Peers[c.Peers[ni].ID].HTTPAddr == c.Peers[ni].HTTPAddr
 	})
 	// The new voter knows the leader's HTTP address and redirects writes.
@@ -171,7 +173,7 @@ func TestTransferOnShutdown(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.Nodes[li] = nil // already shut down
-	c.servers[li].Close()
+	c.CloseHTTP(li)
 	nl, err := c.Leader(10 * time.Second)
 	if err != nil {
 		t.Fatal(err)

@@ -110,5 +110,6 @@
 // each job's ranks that hold no lease, and since when), /v1/voters,
 // /livez, /readyz and /metrics; api.Client calls it with retries across
 // nodes, and retries a not-found that a node without a leader answered.
-// Cluster runs several nodes on loopback for tests and tmmu demo.
+// Package coordtest runs several nodes on loopback for tests and tmmu
+// demo.
 package coord

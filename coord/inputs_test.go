@@ -1,4 +1,4 @@
-package coord
+package coord_test
 
 import (
 	"bytes"
@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tmmu/tmmu/coord"
 
 	"github.com/tmmu/tmmu/coord/api"
 	"github.com/tmmu/tmmu/failure"
@@ -56,10 +58,10 @@ func TestBadInputsAreRefused(t *testing.T) {
 		set   func(*api.SubmitRequest)
 	}{
 		{"window", func(r *api.SubmitRequest) { r.Window = math.MaxUint64 }},
-		{"window", func(r *api.SubmitRequest) { r.Window = MaxWindow + 1 }},
-		{"steps", func(r *api.SubmitRequest) { r.Steps = MaxSteps + 1 }},
+		{"window", func(r *api.SubmitRequest) { r.Window = coord.MaxWindow + 1 }},
+		{"steps", func(r *api.SubmitRequest) { r.Steps = coord.MaxSteps + 1 }},
 		{"checkpoint_every", func(r *api.SubmitRequest) { r.CheckpointEvery = math.MaxUint64 }},
-		{"checkpoint_keep", func(r *api.SubmitRequest) { r.CheckpointKeep = MaxCheckpointKeep + 1 }},
+		{"checkpoint_keep", func(r *api.SubmitRequest) { r.CheckpointKeep = coord.MaxCheckpointKeep + 1 }},
 		{"shard_spec.world_size", func(r *api.SubmitRequest) { r.ShardSpec = json.RawMessage(`{"world_size": 1000000}`) }},
 	} {
 		req := *good
@@ -106,7 +108,7 @@ func TestBadInputsAreRefused(t *testing.T) {
 	if len(s.Jobs) != 0 {
 		t.Errorf("jobs after refused submissions: %v", s.Names())
 	}
-	cf := c.Nodes[li].raft.GetConfiguration()
+	cf := c.Nodes[li].Raft().GetConfiguration()
 	if err := cf.Error(); err != nil || len(cf.Configuration().Servers) != 3 {
 		t.Errorf("voters after refused additions: %+v (%v)", cf.Configuration().Servers, err)
 	}

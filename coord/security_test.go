@@ -1,4 +1,4 @@
-package coord
+package coord_test
 
 import (
 	"bytes"
@@ -13,8 +13,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tmmu/tmmu/coord"
+	"github.com/tmmu/tmmu/coord/coordtest"
+
 	"github.com/hashicorp/raft"
-	dto "github.com/prometheus/client_model/go"
 
 	"github.com/tmmu/tmmu/coord/api"
 	"github.com/tmmu/tmmu/ir"
@@ -23,14 +25,14 @@ import (
 
 // tlsCluster starts 3 nodes whose raft transport and API speak TLS with
 // certificates of one CA (written by trust.Generate under dir).
-func tlsCluster(t *testing.T) (*Cluster, trust.Layout) {
+func tlsCluster(t *testing.T) (*coordtest.Cluster, trust.Layout) {
 	t.Helper()
 	dir := t.TempDir()
 	l := trust.Layout{Dir: filepath.Join(dir, "secrets")}
 	if _, err := trust.Generate(l.Dir, trust.Plan{Coordinators: []string{"c0", "c1", "c2", "c3"}, Workers: []string{"w0"}}, nil); err != nil {
 		t.Fatal(err)
 	}
-	conf := func(i int) (*RaftTLS, *tls.Config) {
+	conf := func(i int) (*coord.RaftTLS, *tls.Config) {
 		files := l.TLS(trust.RoleCoordinator, fmt.Sprint("c", i))
 		s, err := files.Server(true, trust.RoleCoordinator)
 		if err != nil {
@@ -44,10 +46,10 @@ func tlsCluster(t *testing.T) (*Cluster, trust.Layout) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return &RaftTLS{Server: s, Client: c}, api
+		return &coord.RaftTLS{Server: s, Client: c}, api
 	}
-	c, err := StartClusterWith(filepath.Join(dir, "coord"), 3, ClusterOptions{
-		Configure: func(i int, cfg *Config) { cfg.RaftTLS, _ = conf(i); cfg.HTTPS = true },
+	c, err := coordtest.StartClusterWith(filepath.Join(dir, "coord"), 3, coordtest.ClusterOptions{
+		Configure: func(i int, cfg *coord.Config) { cfg.RaftTLS, _ = conf(i); cfg.HTTPS = true },
 		HTTPTLS:   func(i int) *tls.Config { _, api := conf(i); return api },
 	})
 	if err != nil {
@@ -70,7 +72,7 @@ func tlsCluster(t *testing.T) (*Cluster, trust.Layout) {
 func TestRaftRefusesPeersWithoutACoordinatorCertificate(t *testing.T) {
 	c, l := tlsCluster(t)
 	li, _ := c.Leader(10 * time.Second)
-	leader, term := c.Nodes[li].ID(), c.Nodes[li].raft.CurrentTerm()
+	leader, term := c.Nodes[li].ID(), c.Nodes[li].Raft().CurrentTerm()
 
 	other := trust.Layout{Dir: t.TempDir()}
 	if _, err := trust.Generate(other.Dir, trust.Plan{Coordinators: []string{"c2"}}, nil); err != nil {
@@ -95,7 +97,7 @@ func TestRaftRefusesPeersWithoutACoordinatorCertificate(t *testing.T) {
 			if err != nil {
 				return nil, err
 			}
-			st, err := newTLSStream("127.0.0.1:0", nil, &RaftTLS{Server: srv, Client: cl}, nil)
+			st, err := coord.NewTLSStream("127.0.0.1:0", nil, &coord.RaftTLS{Server: srv, Client: cl}, nil)
 			if err != nil {
 				return nil, err
 			}
@@ -128,9 +130,7 @@ func TestRaftRefusesPeersWithoutACoordinatorCertificate(t *testing.T) {
 	for _, n := range c.Nodes {
 		// 4 dialers, a vote and an append each, on every node: each
 		// refused connection is counted (raft may dial again after one).
-		var m dto.Metric
-		n.metrics.raftRefused.Write(&m)
-		if got := m.GetCounter().GetValue(); got < 8 {
+		if got := n.RaftRefused(); got < 8 {
 			t.Errorf("%s counted %v refused raft connections, want at least 8", n.ID(), got)
 		}
 	}
@@ -138,22 +138,22 @@ func TestRaftRefusesPeersWithoutACoordinatorCertificate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Nodes[li2].ID() != leader || c.Nodes[li2].raft.CurrentTerm() != term {
-		t.Fatalf("leadership moved: %s term %d → %s term %d", leader, term, c.Nodes[li2].ID(), c.Nodes[li2].raft.CurrentTerm())
+	if c.Nodes[li2].ID() != leader || c.Nodes[li2].Raft().CurrentTerm() != term {
+		t.Fatalf("leadership moved: %s term %d → %s term %d", leader, term, c.Nodes[li2].ID(), c.Nodes[li2].Raft().CurrentTerm())
 	}
 
 	// A node with the foreign CA's certificate, added as a voter by the
 	// leader, never catches up: it cannot talk to the others.
 	srv, _ := other.TLS(trust.RoleCoordinator, "c2").Server(true, trust.RoleCoordinator)
 	cl, _ := other.TLS(trust.RoleCoordinator, "c2").Client(trust.RoleCoordinator)
-	ra, _ := FreeAddr()
-	rogue, err := Open(Config{ID: "rogue", RaftAddr: ra, DataDir: t.TempDir(), RaftTLS: &RaftTLS{Server: srv, Client: cl}, Peers: c.Peers})
+	ra, _ := coordtest.FreeAddr()
+	rogue, err := coord.Open(coord.Config{ID: "rogue", RaftAddr: ra, DataDir: t.TempDir(), RaftTLS: &coord.RaftTLS{Server: srv, Client: cl}, Peers: c.Peers})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer rogue.Shutdown()
 	time.Sleep(2 * time.Second)
-	if _, idx := rogue.applied(); idx != 0 || rogue.IsLeader() {
+	if _, idx := rogue.AppliedState(); idx != 0 || rogue.IsLeader() {
 		t.Fatalf("the node with another CA's certificate applied index %d (leader %v)", idx, rogue.IsLeader())
 	}
 }
@@ -168,10 +168,10 @@ func TestRaftRefusesPeersWithoutACoordinatorCertificate(t *testing.T) {
 func TestSubmissionsArePlannedOffTheRequestPath(t *testing.T) {
 	c, li := startCluster(t)
 	for _, n := range c.Nodes {
-		n.cfg.SubmitWait = 100 * time.Millisecond
+		n.SetSubmitWait(100 * time.Millisecond)
 	}
 	lead := c.Nodes[li]
-	lead.planning <- struct{}{} // the planner is busy
+	lead.Planning() <- struct{}{} // the planner is busy
 	base := c.URLs()[li]
 	post := func(name string) (int, http.Header) {
 		t.Helper()
@@ -184,13 +184,13 @@ func TestSubmissionsArePlannedOffTheRequestPath(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode, resp.Header
 	}
-	for i := range MaxQueued {
+	for i := range coord.MaxQueued {
 		if s, h := post(fmt.Sprint("q", i)); s != http.StatusAccepted || h.Get("Location") != fmt.Sprint("/v1/submissions/q", i) {
 			t.Fatalf("submission %d while the planner is busy: %d (Location %q), want 202", i, s, h.Get("Location"))
 		}
 	}
 	if s, h := post("over"); s != http.StatusServiceUnavailable || h.Get("Retry-After") == "" {
-		t.Fatalf("a submission past %d queued: %d, want 503 with Retry-After", MaxQueued, s)
+		t.Fatalf("a submission past %d queued: %d, want 503 with Retry-After", coord.MaxQueued, s)
 	}
 	resp, err := http.Get(base + "/v1/submissions/q0")
 	if err != nil {
@@ -200,11 +200,11 @@ func TestSubmissionsArePlannedOffTheRequestPath(t *testing.T) {
 	if resp.StatusCode != http.StatusAccepted {
 		t.Fatalf("GET /v1/submissions/q0 while planning: %d", resp.StatusCode)
 	}
-	<-lead.planning
+	<-lead.Planning()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	cl := api.NewClient(c.URLs()...)
-	for i := range MaxQueued {
+	for i := range coord.MaxQueued {
 		j, err := cl.Submit(ctx, tinySubmit(t, fmt.Sprint("q", i))) // follows 202s to the answer
 		if err != nil || j.Spec.Name != fmt.Sprint("q", i) {
 			t.Fatalf("q%d: %v", i, err)
@@ -224,24 +224,21 @@ func TestSubmissionsArePlannedOffTheRequestPath(t *testing.T) {
 	}
 	// Every node serves the IR from the store; no log entry carries it.
 	for i, n := range c.Nodes {
-		got, err := n.model(ctx, api.ModelRef{Digest: j.Spec.ModelDigest})
+		got, err := n.Model(ctx, api.ModelRef{Digest: j.Spec.ModelDigest})
 		if err != nil || !bytes.Equal(got, want) {
 			t.Fatalf("node %d: the IR from the store: %v", i, err)
 		}
-		first, _ := n.store.FirstIndex()
-		last, _ := n.store.LastIndex()
-		for k := first; k <= last; k++ {
-			var e raft.Log
-			if n.store.GetLog(k, &e) == nil && bytes.Contains(e.Data, want[:min(len(want), 256)]) {
-				t.Fatalf("node %d: log entry %d (%d bytes) carries the IR", i, k, len(e.Data))
+		entries, err := n.LogEntries()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range entries {
+			if bytes.Contains(e.Data, want[:min(len(want), 256)]) {
+				t.Fatalf("node %d: log entry %d (%d bytes) carries the IR", i, e.Index, len(e.Data))
 			}
 		}
 	}
-	fs, err := c.Nodes[li].fsm.Snapshot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	snap, err := fs.(*snapshot).encode()
+	snap, err := c.Nodes[li].SnapshotBytes()
 	if err != nil {
 		t.Fatal(err)
 	}

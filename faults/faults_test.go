@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tmmu/tmmu/coord"
 	"github.com/tmmu/tmmu/coord/api"
+	"github.com/tmmu/tmmu/coord/coordtest"
 	"github.com/tmmu/tmmu/engine"
 	"github.com/tmmu/tmmu/internal/cli"
 	"github.com/tmmu/tmmu/ir"
@@ -75,7 +75,7 @@ var picked = map[string]bool{}
 // free returns a loopback address free a moment ago, and none twice.
 func free(t *testing.T) string {
 	for {
-		a, err := coord.FreeAddr()
+		a, err := coordtest.FreeAddr()
 		if err != nil {
 			t.Fatal(err)
 		}

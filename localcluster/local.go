@@ -36,6 +36,7 @@ import (
 
 	"github.com/tmmu/tmmu/coord"
 	"github.com/tmmu/tmmu/coord/api"
+	"github.com/tmmu/tmmu/coord/coordtest"
 	"github.com/tmmu/tmmu/internal/cli"
 	"github.com/tmmu/tmmu/rendezvous"
 	"github.com/tmmu/tmmu/transport"
@@ -62,7 +63,7 @@ type Local struct {
 	NATSURL      string
 	Etcd         *embed.Etcd
 	EtcdEndpoint string
-	Coord        *coord.Cluster
+	Coord        *coordtest.Cluster
 
 	// Secrets are the generated credentials (a secured cluster).
 	Secrets trust.Layout
@@ -177,13 +178,13 @@ func start(o Options) (l *Local, err error) {
 	}
 	l.EtcdEndpoint = curl.String()
 
-	co := coord.ClusterOptions{Logger: log}
+	co := coordtest.ClusterOptions{Logger: log}
 	if l.secure {
 		if co, err = l.coordOptions(log); err != nil {
 			return nil, err
 		}
 	}
-	c, err := coord.StartClusterWith(filepath.Join(o.Dir, "coord"), o.Coordinators, co)
+	c, err := coordtest.StartClusterWith(filepath.Join(o.Dir, "coord"), o.Coordinators, co)
 	if err != nil {
 		return nil, err
 	}
@@ -201,7 +202,7 @@ func start(o Options) (l *Local, err error) {
 }
 
 func freeURL() url.URL {
-	a, err := coord.FreeAddr()
+	a, err := coordtest.FreeAddr()
 	if err != nil {
 		return url.URL{}
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/tmmu/tmmu/checkpoint"
 	"github.com/tmmu/tmmu/coord"
+	"github.com/tmmu/tmmu/coord/coordtest"
 	"github.com/tmmu/tmmu/internal/cli"
 	"github.com/tmmu/tmmu/transport"
 	"github.com/tmmu/tmmu/trust"
@@ -57,7 +58,7 @@ func (l *Local) secrets(dir string, coordinators int) error {
 }
 
 // spareCoordinators is how many coordinators past the first ones have
-// credentials, for nodes a test adds as voters (coord.Cluster.Grow).
+// credentials, for nodes a test adds as voters (coordtest.Cluster.Grow).
 const spareCoordinators = 3
 
 // nkeyUser returns nats-server's user for an nkey with transport's
@@ -96,16 +97,16 @@ func (l *Local) identity(role, id string) (string, error) {
 
 // coordOptions configures the coordinators: raft over mutual TLS, the API
 // over TLS with its tokens, and the IR store in NATS's object store.
-func (l *Local) coordOptions(log *slog.Logger) (coord.ClusterOptions, error) {
+func (l *Local) coordOptions(log *slog.Logger) (coordtest.ClusterOptions, error) {
 	_, tr, err := l.Transport()
 	if err != nil {
-		return coord.ClusterOptions{}, err
+		return coordtest.ClusterOptions{}, err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	irs, err := checkpoint.NewNATSStore(ctx, tr.JetStream(), checkpoint.NATSConfig{Bucket: coord.IRBucket})
 	if err != nil {
-		return coord.ClusterOptions{}, err
+		return coordtest.ClusterOptions{}, err
 	}
 	type conf struct {
 		raft *coord.RaftTLS
@@ -131,7 +132,7 @@ func (l *Local) coordOptions(log *slog.Logger) (coord.ClusterOptions, error) {
 		confs[i] = c
 		return c
 	}
-	return coord.ClusterOptions{Logger: log,
+	return coordtest.ClusterOptions{Logger: log,
 		Configure: func(i int, c *coord.Config) {
 			c.RaftTLS, c.HTTPS, c.APIToken, c.ReadToken, c.IRStore = get(i).raft, true, l.apiToken, l.readToken, irs
 		},

@@ -1,4 +1,4 @@
-package coord
+package coordtest
 
 import (
 	"context"
@@ -13,15 +13,17 @@ import (
 	"slices"
 	"time"
 
-	"github.com/tmmu/tmmu/checkpoint"
+	"github.com/tmmu/tmmu/coord"
 	"github.com/tmmu/tmmu/coord/api"
+
+	"github.com/tmmu/tmmu/checkpoint"
 )
 
 // Cluster runs several coordinator nodes in one process on loopback, each
 // with its HTTP API: for tests and tmmu demo. Real clusters run one
 // cmd/coordinator per machine.
 type Cluster struct {
-	Nodes   []*Node
+	Nodes   []*coord.Node
 	Peers   []api.Peer
 	dir     string
 	servers []*http.Server
@@ -50,7 +52,7 @@ type ClusterOptions struct {
 	Logger *slog.Logger
 	// Configure, if set, changes node i's config before it opens
 	// (raft TLS, tokens, an IR store).
-	Configure func(i int, c *Config)
+	Configure func(i int, c *coord.Config)
 	// HTTPTLS, if set, makes node i's API serve TLS with this config.
 	HTTPTLS func(i int) *tls.Config
 }
@@ -67,7 +69,7 @@ func StartClusterWith(dir string, n int, o ClusterOptions) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Cluster{dir: dir, fast: true, log: o.Logger, opts: o, irs: irs, Nodes: make([]*Node, n), servers: make([]*http.Server, n), bootstrapped: n}
+	c := &Cluster{dir: dir, fast: true, log: o.Logger, opts: o, irs: irs, Nodes: make([]*coord.Node, n), servers: make([]*http.Server, n), bootstrapped: n}
 	// Ports picked free one after the other can repeat: pick until all
 	// differ.
 	used := map[string]bool{}
@@ -110,12 +112,12 @@ func (c *Cluster) Start(i int) error {
 		// but does not bootstrap it.
 		peers = slices.Concat(peers, []api.Peer{p})
 	}
-	cfg := Config{ID: p.ID, RaftAddr: p.RaftAddr, HTTPAddr: p.HTTPAddr, DataDir: filepath.Join(c.dir, p.ID),
+	cfg := coord.Config{ID: p.ID, RaftAddr: p.RaftAddr, HTTPAddr: p.HTTPAddr, DataDir: filepath.Join(c.dir, p.ID),
 		Bootstrap: boot, Peers: peers, Fast: c.fast, Logger: c.log, IRStore: c.irs}
 	if c.opts.Configure != nil {
 		c.opts.Configure(i, &cfg)
 	}
-	node, err := Open(cfg)
+	node, err := coord.Open(cfg)
 	if err != nil {
 		return err
 	}
@@ -175,6 +177,14 @@ func (c *Cluster) Stop(i int) error {
 	return err
 }
 
+// CloseHTTP closes node i's HTTP server (for a node shut down by other
+// means, such as Node.TransferAndShutdown).
+func (c *Cluster) CloseHTTP(i int) {
+	if c.servers[i] != nil {
+		c.servers[i].Close()
+	}
+}
+
 // Leader waits for a leader among the running nodes and returns its index.
 func (c *Cluster) Leader(timeout time.Duration) (int, error) {
 	deadline := time.Now().Add(timeout)
@@ -200,7 +210,7 @@ func (c *Cluster) ApplyOnLeader(cmd *api.Command, timeout time.Duration) (int, a
 			return -1, api.Result{}, err
 		}
 		r, err := c.Nodes[li].Apply(cmd, time.Until(deadline))
-		if !errors.Is(err, ErrNotLeader) || time.Now().After(deadline) {
+		if !errors.Is(err, coord.ErrNotLeader) || time.Now().After(deadline) {
 			return li, r, err
 		}
 	}
