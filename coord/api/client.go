@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"net/url"
 	"strings"
@@ -25,6 +26,55 @@ type Client struct {
 	// Token, when set, is sent as a bearer token with every request
 	// (the coordinators' API token, which mutating calls need).
 	Token string
+	// Backoff says how requests are retried while no node answers or
+	// none knows a leader (zero: DefaultBackoff).
+	Backoff Backoff
+}
+
+// Backoff is a client's retry schedule: up to Rounds rounds over every
+// URL, waiting Wait between rounds, doubled after each round up to Max
+// (Max below Wait: Wait every time), each wait jittered by up to a
+// quarter either way so that many workers do not retry in step; Submit
+// asks about a submission still being planned every Poll.
+type Backoff struct {
+	Rounds    int
+	Wait, Max time.Duration
+	Poll      time.Duration
+}
+
+// DefaultBackoff rides through an election (about 2 s of 20 rounds) and
+// polls a submission twice a second.
+var DefaultBackoff = Backoff{Rounds: 20, Wait: 100 * time.Millisecond, Max: 100 * time.Millisecond, Poll: 500 * time.Millisecond}
+
+// backoff is c.Backoff with DefaultBackoff's values for the zero fields
+// (a zero Max: Wait every time).
+func (c *Client) backoff() Backoff {
+	b, d := c.Backoff, DefaultBackoff
+	if b.Rounds <= 0 {
+		b.Rounds = d.Rounds
+	}
+	if b.Wait <= 0 {
+		b.Wait, b.Max = d.Wait, max(b.Max, d.Max)
+	}
+	if b.Poll <= 0 {
+		b.Poll = d.Poll
+	}
+	return b
+}
+
+// wait returns the jittered wait after round k (from 0).
+func (b Backoff) wait(k int) time.Duration {
+	d := b.Wait
+	for range k {
+		if d >= b.Max {
+			break
+		}
+		d = min(2*d, b.Max)
+	}
+	if q := int64(d / 4); q > 0 {
+		d += time.Duration(rand.Int64N(2*q+1) - q)
+	}
+	return d
 }
 
 // NewClient returns a client for the given base URLs ("http://host:port").
@@ -52,14 +102,6 @@ var ErrNotFound = errors.New("coord: not found")
 // ErrGone is returned for a job that was deleted (410): final.
 var ErrGone = errors.New("coord: the job was deleted")
 
-// Retries is how many times a request goes round all URLs when every
-// node is unreachable or has no leader (an election in progress), with
-// RetryWait between rounds.
-var (
-	Retries   = 20
-	RetryWait = 100 * time.Millisecond
-)
-
 func (c *Client) do(ctx context.Context, method, path string, body []byte, out any) error {
 	_, err := c.doStatus(ctx, method, path, body, out)
 	return err
@@ -69,15 +111,16 @@ func (c *Client) do(ctx context.Context, method, path string, body []byte, out a
 func (c *Client) doStatus(ctx context.Context, method, path string, body []byte, out any) (int, error) {
 	var err error
 	var status int
-	for round := 0; round < Retries; round++ {
+	b := c.backoff()
+	for round := 0; round < b.Rounds; round++ {
 		var retry bool
-		if retry, status, err = c.once(ctx, method, path, body, out); !retry {
+		if retry, status, err = c.once(ctx, method, path, body, out); !retry || round == b.Rounds-1 {
 			return status, err
 		}
 		select {
 		case <-ctx.Done():
 			return status, err
-		case <-time.After(RetryWait):
+		case <-time.After(b.wait(round)):
 		}
 	}
 	return status, err
@@ -177,10 +220,6 @@ func apiMessage(data []byte) string {
 	return string(bytes.TrimSpace(data))
 }
 
-// SubmitPoll is how often Submit asks about a submission the leader is
-// still planning (202).
-var SubmitPoll = 500 * time.Millisecond
-
 // Submit submits a job (idempotent: the same submission again returns the
 // job unchanged). A submission the leader is still planning (202) is
 // followed at /v1/submissions/{name} until it is answered, and submitted
@@ -196,7 +235,7 @@ func (c *Client) Submit(ctx context.Context, req *SubmitRequest) (*Job, error) {
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
-		case <-time.After(SubmitPoll):
+		case <-time.After(c.backoff().Poll):
 		}
 		status, err = c.doStatus(ctx, http.MethodGet, "/v1/submissions/"+url.PathEscape(req.Name), nil, &j)
 		if errors.Is(err, ErrNotFound) {
