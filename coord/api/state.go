@@ -434,164 +434,217 @@ func (s *State) Apply(c *Command) Result {
 	}
 	switch c.Kind {
 	case CmdSubmit:
-		if c.Spec == nil || c.New == nil || c.Spec.Name != c.Job || c.New.Epoch != 0 {
-			return Result{Err: fmt.Errorf("coord: malformed submit of %q", c.Job)}
-		}
-		if j != nil {
-			differ := specDiff(j, c)
-			if len(differ) == 0 {
-				return Result{} // a retry
-			}
-			return Result{Err: failure.New(failure.InvalidOptions, OpCoordinator,
-				fmt.Sprintf("job %q exists and this submission differs in %s: delete the job first, or submit under another name", c.Job, strings.Join(differ, ", ")),
-				"fields", strings.Join(differ, ","))}
-		}
-		e := *c.New
-		e.Outcome = nil
-		s.Jobs[c.Job] = &Job{Spec: *c.Spec, IRHash: c.IRHash, ShardSpecHash: c.SSHash, Status: StatusAgreeing, Epochs: []Epoch{e}}
-		delete(s.Deleted, c.Job)
-		if len(s.Deleted) == 0 {
-			s.Deleted = nil
-		}
-		return Result{Changed: true}
+		return s.applySubmit(c, j)
 	case CmdOutcome:
-		if c.Outcome == nil || c.Epoch >= uint64(len(j.Epochs)) {
-			return Result{Err: fmt.Errorf("coord: job %q has no epoch %d", c.Job, c.Epoch)}
-		}
-		e := &j.Epochs[c.Epoch]
-		if e.Outcome != nil {
-			return Result{} // the first outcome stands
-		}
-		o := *c.Outcome
-		e.Outcome = &o
-		if j.Status == StatusAgreeing || j.Status == StatusRunning {
-			if !o.Agreed {
-				j.Status, j.Reason = StatusFailed, fmt.Sprintf("epoch %d not agreed: %s", c.Epoch, describe(&o))
-			} else if c.Epoch == uint64(len(j.Epochs))-1 {
-				j.Status = StatusRunning
-				j.finish()
-			}
-		}
-		return Result{Changed: true}
+		return j.applyOutcome(c)
 	case CmdProgress:
-		// Progress computed from an abandoned timeline's reports (a
-		// rollback committed since) is stale.
-		if c.Step <= j.LastStep || c.Epoch < j.Timeline() || j.Final() {
-			return Result{}
-		}
-		j.LastStep = c.Step
-		j.finish()
-		return Result{Changed: true}
+		return j.applyProgress(c)
 	case CmdEpoch:
-		if c.New == nil {
-			return Result{Err: fmt.Errorf("coord: malformed epoch for %q", c.Job)}
-		}
-		switch next := uint64(len(j.Epochs)); {
-		case c.New.Epoch < next:
-			if j.Epochs[c.New.Epoch].GlobalPlanHash == c.New.GlobalPlanHash {
-				return Result{}
-			}
-			return Result{Err: fmt.Errorf("coord: job %q already has epoch %d with another plan", c.Job, c.New.Epoch)}
-		case c.New.Epoch > next:
-			return Result{Err: fmt.Errorf("coord: job %q is at epoch %d; epoch %d skips ahead", c.Job, next-1, c.New.Epoch)}
-		}
-		if j.Final() {
-			return Result{Err: fmt.Errorf("coord: job %q is %s", c.Job, j.Status)}
-		}
-		if prev := j.Current(); prev.Outcome == nil || !prev.Outcome.Agreed {
-			return Result{Err: fmt.Errorf("coord: job %q: epoch %d is not agreed yet", c.Job, prev.Epoch)}
-		}
-		e := *c.New
-		e.Outcome = nil
-		switch r := e.Restore; {
-		case r != nil && r.Rollback:
-			// Back (or on) to a committed checkpoint: every rank
-			// restores it and runs the steps after it again.
-			rr := *r
-			e.Restore = &rr
-			// Check everything before changing anything.
-			if c.Drop != nil && (j.Checkpoint(*c.Drop) == nil || *c.Drop == r.Step) {
-				return Result{Err: fmt.Errorf("coord: job %q: no checkpoint of step %d to drop, or it is the one restored", c.Job, *c.Drop)}
-			}
-			if r.Step > 0 && j.Checkpoint(r.Step) == nil {
-				return Result{Err: fmt.Errorf("coord: job %q has no committed checkpoint of step %d", c.Job, r.Step)}
-			}
-			if c.Drop != nil {
-				j.dropCheckpoint(*c.Drop, e.Reason)
-			}
-			e.StartStep = r.Step + 1
-			j.LastStep = r.Step
-			// Checkpoints past it belong to the timeline abandoned.
-			j.Checkpoints = slices.DeleteFunc(j.Checkpoints, func(k Checkpoint) bool { return k.Step > r.Step })
-		case !c.Fence:
-			// The boundary lies past every step a rank may already run
-			// under the epoch before (its horizon), whatever progress
-			// was committed since the leader chose it.
-			e.StartStep = max(e.StartStep, j.Horizon(uint64(len(j.Epochs))-1)+1)
-			if r != nil {
-				e.Restore = &Restore{Step: e.StartStep - 1}
-			}
-		case e.StartStep <= j.LastStep || e.StartStep < j.Current().StartStep:
-			return Result{Err: fmt.Errorf("coord: job %q: fenced boundary %d is not past the finished step %d", c.Job, e.StartStep, j.LastStep)}
-		}
-		j.Epochs = append(j.Epochs, e)
-		j.Status = StatusAgreeing
-		return Result{Changed: true}
+		return j.applyEpoch(c)
 	case CmdFail:
-		if j.Final() {
-			return Result{}
-		}
-		j.Status, j.Reason = StatusFailed, c.Reason
-		return Result{Changed: true}
+		return j.applyFail(c)
 	case CmdCheckpoint:
-		k := c.Checkpoint
-		if k == nil || k.Step == 0 || uint64(len(k.Shards)) != k.World {
-			return Result{Err: fmt.Errorf("coord: malformed checkpoint for %q", c.Job)}
-		}
-		if e := j.EpochFor(k.Step); e.Epoch != k.Epoch || j.WorldSize(e.Epoch) != k.World {
-			return Result{Err: fmt.Errorf("coord: job %q: step %d does not run under epoch %d with %d ranks", c.Job, k.Step, k.Epoch, k.World)}
-		}
-		if have := j.Checkpoint(k.Step); have != nil {
-			if have.Epoch == k.Epoch {
-				return Result{} // a retry
-			}
-			return Result{Err: fmt.Errorf("coord: job %q already has a checkpoint of step %d", c.Job, k.Step)}
-		}
-		kk := *k
-		kk.Shards = slices.Clone(k.Shards)
-		at, _ := slices.BinarySearchFunc(j.Checkpoints, kk.Step, func(x Checkpoint, step uint64) int { return cmp.Compare(x.Step, step) })
-		j.Checkpoints = slices.Insert(j.Checkpoints, at, kk)
-		if n := uint64(len(j.Checkpoints)); n > j.Spec.Keep() {
-			j.Checkpoints = slices.Delete(j.Checkpoints, 0, int(n-j.Spec.Keep()))
-		}
-		j.Paused, j.PausedAt = "", 0 // the store took every shard
-		j.finish()
-		return Result{Changed: true}
+		return j.applyCheckpoint(c)
 	case CmdPause:
-		if j.Final() || (c.Remove && j.Paused == "") || (!c.Remove && j.Paused == c.Reason) {
-			return Result{}
-		}
-		if c.Remove {
-			j.Paused, j.PausedAt = "", 0
-		} else {
-			j.Paused, j.PausedAt = c.Reason, c.Step
-		}
-		return Result{Changed: true}
+		return j.applyPause(c)
 	case CmdCancel:
-		if j.Final() {
-			return Result{}
-		}
-		j.Status, j.Reason = StatusCancelled, c.Reason
-		return Result{Changed: true}
+		return j.applyCancel(c)
 	case CmdDelete:
-		delete(s.Jobs, c.Job)
-		if s.Deleted == nil {
-			s.Deleted = map[string]int64{}
-		}
-		s.Deleted[c.Job] = c.At
-		return Result{Changed: true}
+		return s.applyDelete(c)
 	}
 	return Result{Err: fmt.Errorf("coord: unknown command %q", c.Kind)}
+}
+
+// applySubmit adds a job with its first epoch; the same submission again is a
+// retry, another one under the name is refused naming the fields that
+// differ.
+func (s *State) applySubmit(c *Command, j *Job) Result {
+	if c.Spec == nil || c.New == nil || c.Spec.Name != c.Job || c.New.Epoch != 0 {
+		return Result{Err: fmt.Errorf("coord: malformed submit of %q", c.Job)}
+	}
+	if j != nil {
+		differ := specDiff(j, c)
+		if len(differ) == 0 {
+			return Result{} // a retry
+		}
+		return Result{Err: failure.New(failure.InvalidOptions, OpCoordinator,
+			fmt.Sprintf("job %q exists and this submission differs in %s: delete the job first, or submit under another name", c.Job, strings.Join(differ, ", ")),
+			"fields", strings.Join(differ, ","))}
+	}
+	e := *c.New
+	e.Outcome = nil
+	s.Jobs[c.Job] = &Job{Spec: *c.Spec, IRHash: c.IRHash, ShardSpecHash: c.SSHash, Status: StatusAgreeing, Epochs: []Epoch{e}}
+	delete(s.Deleted, c.Job)
+	if len(s.Deleted) == 0 {
+		s.Deleted = nil
+	}
+	return Result{Changed: true}
+}
+
+// applyOutcome records an epoch's agreement outcome (the first one stands):
+// the job runs, or fails when the epoch is not agreed.
+func (j *Job) applyOutcome(c *Command) Result {
+	if c.Outcome == nil || c.Epoch >= uint64(len(j.Epochs)) {
+		return Result{Err: fmt.Errorf("coord: job %q has no epoch %d", c.Job, c.Epoch)}
+	}
+	e := &j.Epochs[c.Epoch]
+	if e.Outcome != nil {
+		return Result{} // the first outcome stands
+	}
+	o := *c.Outcome
+	e.Outcome = &o
+	if j.Status == StatusAgreeing || j.Status == StatusRunning {
+		if !o.Agreed {
+			j.Status, j.Reason = StatusFailed, fmt.Sprintf("epoch %d not agreed: %s", c.Epoch, describe(&o))
+		} else if c.Epoch == uint64(len(j.Epochs))-1 {
+			j.Status = StatusRunning
+			j.finish()
+		}
+	}
+	return Result{Changed: true}
+}
+
+// applyProgress commits the highest step every rank finished, unless it is
+// stale (lower, or of an abandoned timeline) or the job is over.
+func (j *Job) applyProgress(c *Command) Result {
+	// Progress computed from an abandoned timeline's reports (a
+	// rollback committed since) is stale.
+	if c.Step <= j.LastStep || c.Epoch < j.Timeline() || j.Final() {
+		return Result{}
+	}
+	j.LastStep = c.Step
+	j.finish()
+	return Result{Changed: true}
+}
+
+// applyEpoch adds the next plan epoch to an agreed job: a rollback to a
+// committed checkpoint, or a boundary past the horizon (or the fenced one
+// given).
+func (j *Job) applyEpoch(c *Command) Result {
+	if c.New == nil {
+		return Result{Err: fmt.Errorf("coord: malformed epoch for %q", c.Job)}
+	}
+	switch next := uint64(len(j.Epochs)); {
+	case c.New.Epoch < next:
+		if j.Epochs[c.New.Epoch].GlobalPlanHash == c.New.GlobalPlanHash {
+			return Result{}
+		}
+		return Result{Err: fmt.Errorf("coord: job %q already has epoch %d with another plan", c.Job, c.New.Epoch)}
+	case c.New.Epoch > next:
+		return Result{Err: fmt.Errorf("coord: job %q is at epoch %d; epoch %d skips ahead", c.Job, next-1, c.New.Epoch)}
+	}
+	if j.Final() {
+		return Result{Err: fmt.Errorf("coord: job %q is %s", c.Job, j.Status)}
+	}
+	if prev := j.Current(); prev.Outcome == nil || !prev.Outcome.Agreed {
+		return Result{Err: fmt.Errorf("coord: job %q: epoch %d is not agreed yet", c.Job, prev.Epoch)}
+	}
+	e := *c.New
+	e.Outcome = nil
+	switch r := e.Restore; {
+	case r != nil && r.Rollback:
+		// Back (or on) to a committed checkpoint: every rank
+		// restores it and runs the steps after it again.
+		rr := *r
+		e.Restore = &rr
+		// Check everything before changing anything.
+		if c.Drop != nil && (j.Checkpoint(*c.Drop) == nil || *c.Drop == r.Step) {
+			return Result{Err: fmt.Errorf("coord: job %q: no checkpoint of step %d to drop, or it is the one restored", c.Job, *c.Drop)}
+		}
+		if r.Step > 0 && j.Checkpoint(r.Step) == nil {
+			return Result{Err: fmt.Errorf("coord: job %q has no committed checkpoint of step %d", c.Job, r.Step)}
+		}
+		if c.Drop != nil {
+			j.dropCheckpoint(*c.Drop, e.Reason)
+		}
+		e.StartStep = r.Step + 1
+		j.LastStep = r.Step
+		// Checkpoints past it belong to the timeline abandoned.
+		j.Checkpoints = slices.DeleteFunc(j.Checkpoints, func(k Checkpoint) bool { return k.Step > r.Step })
+	case !c.Fence:
+		// The boundary lies past every step a rank may already run
+		// under the epoch before (its horizon), whatever progress
+		// was committed since the leader chose it.
+		e.StartStep = max(e.StartStep, j.Horizon(uint64(len(j.Epochs))-1)+1)
+		if r != nil {
+			e.Restore = &Restore{Step: e.StartStep - 1}
+		}
+	case e.StartStep <= j.LastStep || e.StartStep < j.Current().StartStep:
+		return Result{Err: fmt.Errorf("coord: job %q: fenced boundary %d is not past the finished step %d", c.Job, e.StartStep, j.LastStep)}
+	}
+	j.Epochs = append(j.Epochs, e)
+	j.Status = StatusAgreeing
+	return Result{Changed: true}
+}
+
+// applyFail fails a job that is not over.
+func (j *Job) applyFail(c *Command) Result {
+	if j.Final() {
+		return Result{}
+	}
+	j.Status, j.Reason = StatusFailed, c.Reason
+	return Result{Changed: true}
+}
+
+// applyCheckpoint commits a checkpoint every rank stored, keeping the last
+// Spec.Keep(); it unpauses the job.
+func (j *Job) applyCheckpoint(c *Command) Result {
+	k := c.Checkpoint
+	if k == nil || k.Step == 0 || uint64(len(k.Shards)) != k.World {
+		return Result{Err: fmt.Errorf("coord: malformed checkpoint for %q", c.Job)}
+	}
+	if e := j.EpochFor(k.Step); e.Epoch != k.Epoch || j.WorldSize(e.Epoch) != k.World {
+		return Result{Err: fmt.Errorf("coord: job %q: step %d does not run under epoch %d with %d ranks", c.Job, k.Step, k.Epoch, k.World)}
+	}
+	if have := j.Checkpoint(k.Step); have != nil {
+		if have.Epoch == k.Epoch {
+			return Result{} // a retry
+		}
+		return Result{Err: fmt.Errorf("coord: job %q already has a checkpoint of step %d", c.Job, k.Step)}
+	}
+	kk := *k
+	kk.Shards = slices.Clone(k.Shards)
+	at, _ := slices.BinarySearchFunc(j.Checkpoints, kk.Step, func(x Checkpoint, step uint64) int { return cmp.Compare(x.Step, step) })
+	j.Checkpoints = slices.Insert(j.Checkpoints, at, kk)
+	if n := uint64(len(j.Checkpoints)); n > j.Spec.Keep() {
+		j.Checkpoints = slices.Delete(j.Checkpoints, 0, int(n-j.Spec.Keep()))
+	}
+	j.Paused, j.PausedAt = "", 0 // the store took every shard
+	j.finish()
+	return Result{Changed: true}
+}
+
+// applyPause pauses the job at a step (the checkpoint store is full), or
+// resumes it.
+func (j *Job) applyPause(c *Command) Result {
+	if j.Final() || (c.Remove && j.Paused == "") || (!c.Remove && j.Paused == c.Reason) {
+		return Result{}
+	}
+	if c.Remove {
+		j.Paused, j.PausedAt = "", 0
+	} else {
+		j.Paused, j.PausedAt = c.Reason, c.Step
+	}
+	return Result{Changed: true}
+}
+
+// applyCancel cancels a job that is not over.
+func (j *Job) applyCancel(c *Command) Result {
+	if j.Final() {
+		return Result{}
+	}
+	j.Status, j.Reason = StatusCancelled, c.Reason
+	return Result{Changed: true}
+}
+
+// applyDelete removes the job, remembering when.
+func (s *State) applyDelete(c *Command) Result {
+	delete(s.Jobs, c.Job)
+	if s.Deleted == nil {
+		s.Deleted = map[string]int64{}
+	}
+	s.Deleted[c.Job] = c.At
+	return Result{Changed: true}
 }
 
 // finish marks a running job done once its last step and the checkpoint
