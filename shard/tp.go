@@ -272,203 +272,279 @@ func fill(k, v int) []int {
 }
 
 // rule returns operator n's requirements and results given the current
-// states of its inputs.
+// states of its inputs: by the op's entry in tpRules, everything whole
+// for an op without one.
 func (p *tpPass) rule(n *ir.Node) rule {
 	ni, no := len(n.Inputs), len(n.Outputs)
 	r := rule{need: fill(ni, anyState), out: fill(no, rep), partial: make([]bool, no)}
-	whole := func() rule { // unknown or unsupported: everything whole
-		r.need = fill(ni, rep)
-		for i, in := range n.Inputs {
-			if slices.Contains(n.Outputs, in) {
-				r.need[i] = anyState // updated in place: checked in update
-			}
-		}
-		r.out = fill(no, rep)
-		return r
-	}
-	in := func(i int) int { return p.st(n.Inputs[i]) }
 	if _, ok := p.g.updateOf(n); ok {
 		return p.update(n, r)
 	}
-	lead := func(s int, id string) bool { return s >= 0 && s < p.last(id) }
-	switch n.Op {
-	case ir.OpMatmul:
-		if ni != 2 || no != 1 {
-			return whole()
+	if f := tpRules[n.Op]; f != nil {
+		return f(p, n, r, ni, no)
+	}
+	return whole(n, r)
+}
+
+// tpRule gives the requirements and results of a node of one kind of op,
+// from r as rule starts it (any input state, whole outputs); ni and no
+// count the node's inputs and outputs.
+type tpRule func(p *tpPass, n *ir.Node, r rule, ni, no int) rule
+
+// tpRules are the rules by op.
+var tpRules = map[ir.Op]tpRule{
+	ir.OpMatmul:                  tpMatmul,
+	ir.OpAdd:                     tpAdd,
+	ir.OpMul:                     tpAdd,
+	ir.OpGeluBackward:            tpAdd,
+	ir.OpSiluBackward:            tpAdd,
+	ir.OpGelu:                    tpGelu,
+	ir.OpSilu:                    tpGelu,
+	ir.OpRope:                    tpGelu,
+	ir.OpRopeBackward:            tpGelu,
+	ir.OpLayerNorm:               tpLayerNorm,
+	ir.OpRMSNorm:                 tpLayerNorm,
+	ir.OpLayerNormBackward:       tpLayerNormBackward,
+	ir.OpRMSNormBackward:         tpLayerNormBackward,
+	ir.OpCausalAttention:         tpCausalAttention,
+	ir.OpCausalAttentionBackward: tpCausalAttention,
+	ir.OpEmbedding:               tpEmbedding,
+	ir.OpEmbeddingBackward:       tpEmbeddingBackward,
+	ir.OpCrossEntropy:            tpCrossEntropy,
+	ir.OpCrossEntropyBackward:    tpCrossEntropyBackward,
+	ir.OpReduceSum:               tpReduceSum,
+	ir.OpOnes:                    tpOnes,
+}
+
+// whole is the rule of an unknown or unsupported op: every input and
+// output whole, but inputs updated in place (checked in update).
+func whole(n *ir.Node, r rule) rule {
+	r.need = fill(len(n.Inputs), rep)
+	for i, in := range n.Inputs {
+		if slices.Contains(n.Outputs, in) {
+			r.need[i] = anyState
 		}
-		a, b, y := n.Inputs[0], n.Inputs[1], n.Outputs[0]
-		sa, sb := in(0), in(1)
-		if n.Attrs["transpose_a"] != 0 {
-			// y[K,N] = aᵀ·b over the flattened leading dimensions.
-			la, lb := sa == p.last(a), sb == p.last(b)
-			switch {
-			case la && sb == rep:
-				r.out[0] = 0
-			case sa == rep && lb:
-				r.out[0] = 1
-			case sa == rep && sb == rep:
-			case la:
-				r.need[1], r.out[0] = rep, 0
-			case lb:
-				r.need[0], r.out[0] = rep, 1
-			case lead(sa, a):
-				r.need[1], r.partial[0] = sa, true
-			default: // lead(sb, b)
-				r.need[0], r.partial[0] = sb, true
-			}
-			return r
-		}
-		if p.rank(b) != 2 {
-			return whole()
-		}
-		kd, nd := 0, 1
-		if n.Attrs["transpose_b"] != 0 {
-			kd, nd = 1, 0
-		}
+	}
+	r.out = fill(len(n.Outputs), rep)
+	return r
+}
+
+// in is the state of n's input i.
+func (p *tpPass) in(n *ir.Node, i int) int { return p.st(n.Inputs[i]) }
+
+// lead reports whether state s splits one of tensor id's leading
+// dimensions (not its last).
+func (p *tpPass) lead(s int, id string) bool { return s >= 0 && s < p.last(id) }
+
+// tpMatmul is the rule of ir.OpMatmul.
+func tpMatmul(p *tpPass, n *ir.Node, r rule, ni, no int) rule {
+	if ni != 2 || no != 1 {
+		return whole(n, r)
+	}
+	a, b, y := n.Inputs[0], n.Inputs[1], n.Outputs[0]
+	sa, sb := p.in(n, 0), p.in(n, 1)
+	if n.Attrs["transpose_a"] != 0 {
+		// y[K,N] = aᵀ·b over the flattened leading dimensions.
+		la, lb := sa == p.last(a), sb == p.last(b)
 		switch {
-		case sb == nd: // column-parallel
-			r.need[0], r.out[0] = rep, p.last(y)
-		case sb == kd: // row-parallel
-			r.need[0], r.partial[0] = p.last(a), true
-		case sa == p.last(a):
-			r.need[0] = rep
-		case lead(sa, a):
-			r.out[0] = sa
-		}
-		return r
-	case ir.OpAdd, ir.OpMul, ir.OpGeluBackward, ir.OpSiluBackward:
-		if ni != 2 || no != 1 {
-			return whole()
-		}
-		return p.binary(n, r)
-	case ir.OpGelu, ir.OpSilu, ir.OpRope, ir.OpRopeBackward:
-		if ni != 1 || no != 1 {
-			return whole()
-		}
-		s := in(0)
-		r.out[0] = s
-		r.heads = s == p.last(n.Inputs[0])
-		return r
-	case ir.OpLayerNorm, ir.OpRMSNorm:
-		// x, w[, b] → y, statistics over the leading dimensions.
-		s := in(0)
-		r.need = fill(ni, rep)
-		if lead(s, n.Inputs[0]) {
-			r.need[0] = s
-			r.out = fill(no, s)
-		} else {
-			r.need[0] = rep
-		}
-		return r
-	case ir.OpLayerNormBackward, ir.OpRMSNormBackward:
-		// x, w, statistics…, dy → [dx,] weight gradients (the last
-		// nparam outputs).
-		nparam := 2
-		if n.Op == ir.OpRMSNormBackward {
-			nparam = 1
-		}
-		s := in(0)
-		r.need = fill(ni, rep)
-		if !lead(s, n.Inputs[0]) || in(ni-1) != s {
-			return r
-		}
-		for i := range r.need {
-			r.need[i] = s
-		}
-		r.need[1] = rep // w
-		for j := range r.out {
-			if j < no-nparam {
-				r.out[j] = s
-			} else {
-				r.partial[j] = true
-			}
-		}
-		return r
-	case ir.OpCausalAttention, ir.OpCausalAttentionBackward:
-		// q, k, v[, y, lse, dy]: heads split along the last dimension
-		// (lse [B,heads,S] along dimension 1).
-		split := true
-		for i, id := range n.Inputs {
-			want := p.last(id)
-			if n.Op == ir.OpCausalAttentionBackward && i == 4 {
-				want = 1
-			}
-			split = split && in(i) == want
-		}
-		if !split {
-			return whole()
-		}
-		for j, id := range n.Outputs {
-			r.out[j] = p.last(id)
-			if n.Op == ir.OpCausalAttention && j == 1 {
-				r.out[j] = 1
-			}
-		}
-		r.heads = true
-		return r
-	case ir.OpEmbedding:
-		if ni != 2 || no != 1 {
-			return whole()
-		}
-		r.need[1] = rep
-		switch in(0) {
-		case 0: // vocabulary-parallel: each rank looks up its rows
-			r.partial[0] = true
-		case 1:
-			r.out[0] = p.last(n.Outputs[0])
-		}
-		return r
-	case ir.OpEmbeddingBackward:
-		if ni != 2 || no != 1 {
-			return whole()
-		}
-		r.need[0] = rep
-		sdy := in(1)
-		switch {
-		case sdy == p.last(n.Inputs[1]):
+		case la && sb == rep:
+			r.out[0] = 0
+		case sa == rep && lb:
 			r.out[0] = 1
-		case p.hinted(n.Outputs[0], 0):
-			r.need[1], r.out[0], r.vocab = rep, 0, true
-		default:
-			r.need[1] = rep
+		case sa == rep && sb == rep:
+		case la:
+			r.need[1], r.out[0] = rep, 0
+		case lb:
+			r.need[0], r.out[0] = rep, 1
+		case p.lead(sa, a):
+			r.need[1], r.partial[0] = sa, true
+		default: // p.lead(sb, b)
+			r.need[0], r.partial[0] = sb, true
 		}
-		return r
-	case ir.OpCrossEntropy:
-		if ni != 2 || no != 1 {
-			return whole()
-		}
-		r.need[1] = rep
-		s := in(0)
-		if lead(s, n.Inputs[0]) {
-			r.partial[0] = true // per-shard sums of the loss
-		}
-		return r
-	case ir.OpCrossEntropyBackward:
-		if no != 1 {
-			return whole()
-		}
-		for i := 1; i < ni; i++ {
-			r.need[i] = rep
-		}
-		r.out[0] = in(0)
-		return r
-	case ir.OpReduceSum:
-		if ni != 1 || no != 1 {
-			return whole()
-		}
-		off := p.rank(n.Inputs[0]) - p.rank(n.Outputs[0])
-		switch s := in(0); {
-		case s == rep:
-		case s >= off && off >= 0:
-			r.out[0] = s - off
-		default:
-			r.partial[0] = true
-		}
-		return r
-	case ir.OpOnes:
 		return r
 	}
-	return whole()
+	if p.rank(b) != 2 {
+		return whole(n, r)
+	}
+	kd, nd := 0, 1
+	if n.Attrs["transpose_b"] != 0 {
+		kd, nd = 1, 0
+	}
+	switch {
+	case sb == nd: // column-parallel
+		r.need[0], r.out[0] = rep, p.last(y)
+	case sb == kd: // row-parallel
+		r.need[0], r.partial[0] = p.last(a), true
+	case sa == p.last(a):
+		r.need[0] = rep
+	case p.lead(sa, a):
+		r.out[0] = sa
+	}
+	return r
+}
+
+// tpAdd is the rule of ir.OpAdd, ir.OpMul, ir.OpGeluBackward, ir.OpSiluBackward.
+func tpAdd(p *tpPass, n *ir.Node, r rule, ni, no int) rule {
+	if ni != 2 || no != 1 {
+		return whole(n, r)
+	}
+	return p.binary(n, r)
+}
+
+// tpGelu is the rule of ir.OpGelu, ir.OpSilu, ir.OpRope, ir.OpRopeBackward.
+func tpGelu(p *tpPass, n *ir.Node, r rule, ni, no int) rule {
+	if ni != 1 || no != 1 {
+		return whole(n, r)
+	}
+	s := p.in(n, 0)
+	r.out[0] = s
+	r.heads = s == p.last(n.Inputs[0])
+	return r
+}
+
+// tpLayerNorm is the rule of ir.OpLayerNorm, ir.OpRMSNorm.
+func tpLayerNorm(p *tpPass, n *ir.Node, r rule, ni, no int) rule {
+	// x, w[, b] → y, statistics over the leading dimensions.
+	s := p.in(n, 0)
+	r.need = fill(ni, rep)
+	if p.lead(s, n.Inputs[0]) {
+		r.need[0] = s
+		r.out = fill(no, s)
+	} else {
+		r.need[0] = rep
+	}
+	return r
+}
+
+// tpLayerNormBackward is the rule of ir.OpLayerNormBackward, ir.OpRMSNormBackward.
+func tpLayerNormBackward(p *tpPass, n *ir.Node, r rule, ni, no int) rule {
+	// x, w, statistics…, dy → [dx,] weight gradients (the last
+	// nparam outputs).
+	nparam := 2
+	if n.Op == ir.OpRMSNormBackward {
+		nparam = 1
+	}
+	s := p.in(n, 0)
+	r.need = fill(ni, rep)
+	if !p.lead(s, n.Inputs[0]) || p.in(n, ni-1) != s {
+		return r
+	}
+	for i := range r.need {
+		r.need[i] = s
+	}
+	r.need[1] = rep // w
+	for j := range r.out {
+		if j < no-nparam {
+			r.out[j] = s
+		} else {
+			r.partial[j] = true
+		}
+	}
+	return r
+}
+
+// tpCausalAttention is the rule of ir.OpCausalAttention, ir.OpCausalAttentionBackward.
+func tpCausalAttention(p *tpPass, n *ir.Node, r rule, ni, no int) rule {
+	// q, k, v[, y, lse, dy]: heads split along the last dimension
+	// (lse [B,heads,S] along dimension 1).
+	split := true
+	for i, id := range n.Inputs {
+		want := p.last(id)
+		if n.Op == ir.OpCausalAttentionBackward && i == 4 {
+			want = 1
+		}
+		split = split && p.in(n, i) == want
+	}
+	if !split {
+		return whole(n, r)
+	}
+	for j, id := range n.Outputs {
+		r.out[j] = p.last(id)
+		if n.Op == ir.OpCausalAttention && j == 1 {
+			r.out[j] = 1
+		}
+	}
+	r.heads = true
+	return r
+}
+
+// tpEmbedding is the rule of ir.OpEmbedding.
+func tpEmbedding(p *tpPass, n *ir.Node, r rule, ni, no int) rule {
+	if ni != 2 || no != 1 {
+		return whole(n, r)
+	}
+	r.need[1] = rep
+	switch p.in(n, 0) {
+	case 0: // vocabulary-parallel: each rank looks up its rows
+		r.partial[0] = true
+	case 1:
+		r.out[0] = p.last(n.Outputs[0])
+	}
+	return r
+}
+
+// tpEmbeddingBackward is the rule of ir.OpEmbeddingBackward.
+func tpEmbeddingBackward(p *tpPass, n *ir.Node, r rule, ni, no int) rule {
+	if ni != 2 || no != 1 {
+		return whole(n, r)
+	}
+	r.need[0] = rep
+	sdy := p.in(n, 1)
+	switch {
+	case sdy == p.last(n.Inputs[1]):
+		r.out[0] = 1
+	case p.hinted(n.Outputs[0], 0):
+		r.need[1], r.out[0], r.vocab = rep, 0, true
+	default:
+		r.need[1] = rep
+	}
+	return r
+}
+
+// tpCrossEntropy is the rule of ir.OpCrossEntropy.
+func tpCrossEntropy(p *tpPass, n *ir.Node, r rule, ni, no int) rule {
+	if ni != 2 || no != 1 {
+		return whole(n, r)
+	}
+	r.need[1] = rep
+	s := p.in(n, 0)
+	if p.lead(s, n.Inputs[0]) {
+		r.partial[0] = true // per-shard sums of the loss
+	}
+	return r
+}
+
+// tpCrossEntropyBackward is the rule of ir.OpCrossEntropyBackward.
+func tpCrossEntropyBackward(p *tpPass, n *ir.Node, r rule, ni, no int) rule {
+	if no != 1 {
+		return whole(n, r)
+	}
+	for i := 1; i < ni; i++ {
+		r.need[i] = rep
+	}
+	r.out[0] = p.in(n, 0)
+	return r
+}
+
+// tpReduceSum is the rule of ir.OpReduceSum.
+func tpReduceSum(p *tpPass, n *ir.Node, r rule, ni, no int) rule {
+	if ni != 1 || no != 1 {
+		return whole(n, r)
+	}
+	off := p.rank(n.Inputs[0]) - p.rank(n.Outputs[0])
+	switch s := p.in(n, 0); {
+	case s == rep:
+	case s >= off && off >= 0:
+		r.out[0] = s - off
+	default:
+		r.partial[0] = true
+	}
+	return r
+}
+
+// tpOnes is the rule of ir.OpOnes.
+func tpOnes(p *tpPass, n *ir.Node, r rule, ni, no int) rule {
+	return r
 }
 
 // binary handles elementwise operators of two inputs; add broadcasts its
