@@ -75,16 +75,6 @@ func NewExecutor(g *ir.Graph, p *planner.Plan, opts Options, ownBackend bool) (*
 	return x, nil
 }
 
-// kernelOps are the ops lower has kernels for (collectives aside): the
-// vocabulary of package models.
-var kernelOps = map[ir.Op]bool{
-	ir.OpAdamW: true, ir.OpAdd: true, ir.OpCausalAttention: true, ir.OpCausalAttentionBackward: true,
-	ir.OpCrossEntropy: true, ir.OpCrossEntropyBackward: true, ir.OpEmbedding: true, ir.OpEmbeddingBackward: true,
-	ir.OpGelu: true, ir.OpGeluBackward: true, ir.OpLayerNorm: true, ir.OpLayerNormBackward: true,
-	ir.OpMatmul: true, ir.OpMul: true, ir.OpOnes: true, ir.OpRMSNorm: true, ir.OpRMSNormBackward: true,
-	ir.OpReduceSum: true, ir.OpRope: true, ir.OpRopeBackward: true, ir.OpSilu: true, ir.OpSiluBackward: true,
-}
-
 // CheckOps refuses a graph with an op the engine has no kernel for
 // (imported graphs: aten or ONNX ops): UNSUPPORTED_EXECUTION naming the
 // first such node in execution order and its op, and how many nodes of
@@ -95,7 +85,7 @@ func CheckOps(g *ir.Graph) error {
 	first, total := -1, 0
 	for _, i := range g.Order {
 		n := &g.Nodes[i]
-		if kernelOps[n.Op] || n.Op.Collective() {
+		if lowerings[n.Op] != nil || n.Op.Collective() {
 			continue
 		}
 		if first < 0 {

@@ -181,272 +181,375 @@ func bs(o operand) (uint32, uint32) {
 
 const layerNormEps = 1e-5
 
-// lower returns the launches of one compute node.
+// lower returns the launches of one compute node, by its op's entry in
+// lowerings.
 func (l *lowerer) lower(n *ir.Node) ([]Launch, error) {
-	one := func(k string, threads uint64, ops []operand, words ...uint32) ([]Launch, error) {
-		x, err := launch(k, threads, ops, words...)
-		return []Launch{x}, err
-	}
-	in, out := n.Inputs, n.Outputs
-	need := func(ins, outs int) error {
-		if len(in) != ins || len(out) != outs {
-			return unsupported("node %q (%s) has %d inputs and %d outputs, expected %d and %d", n.ID, n.Op, len(in), len(out), ins, outs)
-		}
-		return nil
-	}
-	switch n.Op {
-	case ir.OpOnes:
-		if err := need(0, 1); err != nil {
-			return nil, err
-		}
-		o, err := l.ops(out[0])
-		if err != nil {
-			return nil, err
-		}
-		return one("fill", o[0].numel, o, u32(o[0].numel), f32(1))
-	case ir.OpEmbedding:
-		if err := need(2, 1); err != nil {
-			return nil, err
-		}
-		o, err := l.ops(in[0], in[1], out[0])
-		if err != nil {
-			return nil, err
-		}
-		if len(o[0].shape) != 2 {
-			return nil, unsupported("embedding %q: table of rank %d", n.ID, len(o[0].shape))
-		}
-		return one("embedding", o[2].numel, o, u32(o[1].numel), u32(o[0].shape[1]), u32(o[0].shape[0]))
-	case ir.OpMatmul:
-		if err := need(2, 1); err != nil {
-			return nil, err
-		}
-		return l.matmul(n)
-	case ir.OpAdd:
-		if err := need(2, 1); err != nil {
-			return nil, err
-		}
-		o, err := l.ops(in[0], in[1], out[0])
-		if err != nil {
-			return nil, err
-		}
-		if o[1].numel == 0 || o[0].numel%o[1].numel != 0 || o[2].numel != o[0].numel {
-			return nil, unsupported("add %q: %v + %v does not broadcast", n.ID, o[0].shape, o[1].shape)
-		}
-		return one("add", o[0].numel, o, u32(o[0].numel), u32(o[1].numel))
-	case ir.OpMul:
-		if err := need(2, 1); err != nil {
-			return nil, err
-		}
-		o, err := l.ops(in[0], in[1], out[0])
-		if err != nil {
-			return nil, err
-		}
-		if o[0].numel != o[1].numel || o[2].numel != o[0].numel {
-			return nil, unsupported("mul %q: shapes %v and %v differ", n.ID, o[0].shape, o[1].shape)
-		}
-		return one("mul", o[0].numel, o, u32(o[0].numel))
-	case ir.OpGelu, ir.OpSilu:
-		if err := need(1, 1); err != nil {
-			return nil, err
-		}
-		o, err := l.ops(in[0], out[0])
-		if err != nil {
-			return nil, err
-		}
-		return one(string(n.Op), o[0].numel, o, u32(o[0].numel))
-	case ir.OpGeluBackward, ir.OpSiluBackward:
-		if err := need(2, 1); err != nil {
-			return nil, err
-		}
-		o, err := l.ops(in[0], in[1], out[0])
-		if err != nil {
-			return nil, err
-		}
-		k := map[ir.Op]string{ir.OpGeluBackward: "gelu_bwd", ir.OpSiluBackward: "silu_bwd"}[n.Op]
-		return one(k, o[0].numel, o, u32(o[0].numel))
-	case ir.OpLayerNorm:
-		if err := need(3, 3); err != nil {
-			return nil, err
-		}
-		o, err := l.ops(in[0], in[1], in[2], out[0], out[1], out[2])
-		if err != nil {
-			return nil, err
-		}
-		h := o[1].numel
-		rows := o[0].numel / h
-		x, err := grouped(launch("layernorm", 0, o, u32(rows), u32(h), f32(layerNormEps)))(rows, 3*perLane(h)+2*treeIters)
-		return []Launch{x}, err
-	case ir.OpLayerNormBackward:
-		if len(in) != 5 || (len(out) != 2 && len(out) != 3) {
-			return nil, unsupported("node %q (%s) has %d inputs and %d outputs", n.ID, n.Op, len(in), len(out))
-		}
-		x, w, mean, rstd, dy := in[0], in[1], in[2], in[3], in[4]
-		h, rows, err := l.rows(x, w)
-		if err != nil {
-			return nil, err
-		}
-		var ls []Launch
-		if len(out) == 3 {
-			o, err := l.ops(x, w, mean, rstd, dy, out[0])
-			if err != nil {
-				return nil, err
-			}
-			lx, err := grouped(launch("ln_bwd_x", 0, o, u32(rows), u32(h)))(rows, 3*perLane(h)+2*treeIters)
-			if err != nil {
-				return nil, err
-			}
-			ls, out = append(ls, lx), out[1:]
-		}
-		o, err := l.ops(x, mean, rstd, dy, out[0], out[1])
-		if err != nil {
-			return nil, err
-		}
-		return chunked(ls, rows, func(r0, r1 uint64) (Launch, error) {
-			return withIters(launch("ln_bwd_wb", h, o, u32(rows), u32(h), 1, u32(r0), u32(r1)))(r1 - r0)
-		})
-	case ir.OpRMSNorm:
-		if err := need(2, 2); err != nil {
-			return nil, err
-		}
-		o, err := l.ops(in[0], in[1], out[0], out[1])
-		if err != nil {
-			return nil, err
-		}
-		h := o[1].numel
-		rows := o[0].numel / h
-		x, err := grouped(launch("rmsnorm", 0, o, u32(rows), u32(h), f32(layerNormEps)))(rows, 2*perLane(h)+treeIters)
-		return []Launch{x}, err
-	case ir.OpRMSNormBackward:
-		if len(in) != 4 || (len(out) != 1 && len(out) != 2) {
-			return nil, unsupported("node %q (%s) has %d inputs and %d outputs", n.ID, n.Op, len(in), len(out))
-		}
-		x, w, rstd, dy := in[0], in[1], in[2], in[3]
-		h, rows, err := l.rows(x, w)
-		if err != nil {
-			return nil, err
-		}
-		var ls []Launch
-		if len(out) == 2 {
-			o, err := l.ops(x, w, rstd, dy, out[0])
-			if err != nil {
-				return nil, err
-			}
-			lx, err := grouped(launch("rms_bwd_x", 0, o, u32(rows), u32(h)))(rows, 2*perLane(h)+treeIters)
-			if err != nil {
-				return nil, err
-			}
-			ls, out = append(ls, lx), out[1:]
-		}
-		o, err := l.ops(x, rstd, dy, out[0])
-		if err != nil {
-			return nil, err
-		}
-		return chunked(ls, rows, func(r0, r1 uint64) (Launch, error) {
-			return withIters(launch("rms_bwd_w", h, o, u32(rows), u32(h), u32(r0), u32(r1)))(r1 - r0)
-		})
-	case ir.OpRope, ir.OpRopeBackward:
-		if err := need(1, 1); err != nil {
-			return nil, err
-		}
-		o, err := l.ops(in[0], out[0])
-		if err != nil {
-			return nil, err
-		}
-		heads := uint64(n.Attrs["heads"])
-		if len(o[0].shape) != 3 || heads == 0 || o[0].shape[2]%(2*heads) != 0 {
-			return nil, unsupported("rope %q: shape %v with %d heads", n.ID, o[0].shape, heads)
-		}
-		width := o[0].shape[2]
-		inv := uint32(0)
-		if n.Op == ir.OpRopeBackward {
-			inv = 1
-		}
-		rows := o[0].numel / width
-		return one("rope", rows*width/2, o, u32(rows), u32(o[0].shape[1]), u32(width), u32(width/heads), inv)
-	case ir.OpCausalAttention:
-		if err := need(3, 2); err != nil {
-			return nil, err
-		}
-		return l.attention(n)
-	case ir.OpCausalAttentionBackward:
-		return l.attentionBackward(n)
-	case ir.OpCrossEntropy:
-		if err := need(2, 1); err != nil {
-			return nil, err
-		}
-		o, err := l.ops(in[0], in[1], out[0])
-		if err != nil {
-			return nil, err
-		}
-		rows := o[1].numel
-		if rows == 0 || o[0].numel%rows != 0 {
-			return nil, unsupported("cross_entropy %q: logits %v for %d labels", n.ID, o[0].shape, rows)
-		}
-		vocab := o[0].numel / rows
-		// Each row's loss lands in the engine's workspace, then one
-		// group averages them: no invocation loops over all rows·vocab.
-		ws := l.workspace(rows)
-		lr, err := grouped(launch("xent_rows", 0, []operand{o[0], o[1], ws}, u32(rows), u32(vocab)))(rows, 2*perLane(vocab)+2*treeIters)
-		if err != nil {
-			return nil, err
-		}
-		lm, err := grouped(launch("xent_mean", 0, []operand{ws, o[2]}, u32(rows)))(1, perLane(rows)+treeIters)
-		return []Launch{lr, lm}, err
-	case ir.OpCrossEntropyBackward:
-		if err := need(3, 1); err != nil {
-			return nil, err
-		}
-		o, err := l.ops(in[0], in[1], in[2], out[0])
-		if err != nil {
-			return nil, err
-		}
-		rows := o[1].numel
-		if rows == 0 || o[0].numel%rows != 0 {
-			return nil, unsupported("cross_entropy_backward %q: logits %v for %d labels", n.ID, o[0].shape, rows)
-		}
-		vocab := o[0].numel / rows
-		x, err := grouped(launch("xent_bwd", 0, o, u32(rows), u32(vocab)))(rows, 3*perLane(vocab)+2*treeIters)
-		return []Launch{x}, err
-	case ir.OpReduceSum:
-		if err := need(1, 1); err != nil {
-			return nil, err
-		}
-		o, err := l.ops(in[0], out[0])
-		if err != nil {
-			return nil, err
-		}
-		if o[1].numel == 0 || o[0].numel%o[1].numel != 0 {
-			return nil, unsupported("reduce_sum %q: %v to %v", n.ID, o[0].shape, o[1].shape)
-		}
-		rows := o[0].numel / o[1].numel
-		return chunked(nil, rows, func(r0, r1 uint64) (Launch, error) {
-			return withIters(launch("reduce_sum", o[1].numel, o, u32(rows), u32(o[1].numel), u32(r0), u32(r1)))(r1 - r0)
-		})
-	case ir.OpEmbeddingBackward:
-		if err := need(2, 1); err != nil {
-			return nil, err
-		}
-		o, err := l.ops(in[0], in[1], out[0])
-		if err != nil {
-			return nil, err
-		}
-		if len(o[2].shape) != 2 {
-			return nil, unsupported("embedding_backward %q: table gradient of rank %d", n.ID, len(o[2].shape))
-		}
-		// Zero the table gradient, then one invocation per column adds
-		// the rows in order (no invocation loops over vocab·rows).
-		h := o[2].shape[1]
-		z, err := launch("fill", o[2].numel, o[2:], u32(o[2].numel), f32(0))
-		if err != nil {
-			return nil, err
-		}
-		return chunked([]Launch{z}, o[0].numel, func(r0, r1 uint64) (Launch, error) {
-			return withIters(launch("emb_bwd", h, o, u32(o[0].numel), u32(h), u32(o[2].shape[0]), u32(r0), u32(r1)))(r1 - r0)
-		})
-	case ir.OpAdamW:
-		return l.adamw(n)
+	if f := lowerings[n.Op]; f != nil {
+		return f(l, n)
 	}
 	return nil, unsupported("node %q: op %q has no kernel", n.ID, n.Op)
+}
+
+// lowerings are the kernels' launches by op.
+var lowerings = map[ir.Op]func(*lowerer, *ir.Node) ([]Launch, error){
+	ir.OpOnes:                    (*lowerer).lowerOnes,
+	ir.OpEmbedding:               (*lowerer).lowerEmbedding,
+	ir.OpMatmul:                  (*lowerer).lowerMatmul,
+	ir.OpAdd:                     (*lowerer).lowerAdd,
+	ir.OpMul:                     (*lowerer).lowerMul,
+	ir.OpGelu:                    (*lowerer).lowerGelu,
+	ir.OpSilu:                    (*lowerer).lowerGelu,
+	ir.OpGeluBackward:            (*lowerer).lowerGeluBackward,
+	ir.OpSiluBackward:            (*lowerer).lowerGeluBackward,
+	ir.OpLayerNorm:               (*lowerer).lowerLayerNorm,
+	ir.OpLayerNormBackward:       (*lowerer).lowerLayerNormBackward,
+	ir.OpRMSNorm:                 (*lowerer).lowerRMSNorm,
+	ir.OpRMSNormBackward:         (*lowerer).lowerRMSNormBackward,
+	ir.OpRope:                    (*lowerer).lowerRope,
+	ir.OpRopeBackward:            (*lowerer).lowerRope,
+	ir.OpCausalAttention:         (*lowerer).lowerCausalAttention,
+	ir.OpCausalAttentionBackward: (*lowerer).lowerCausalAttentionBackward,
+	ir.OpCrossEntropy:            (*lowerer).lowerCrossEntropy,
+	ir.OpCrossEntropyBackward:    (*lowerer).lowerCrossEntropyBackward,
+	ir.OpReduceSum:               (*lowerer).lowerReduceSum,
+	ir.OpEmbeddingBackward:       (*lowerer).lowerEmbeddingBackward,
+	ir.OpAdamW:                   (*lowerer).lowerAdamW,
+}
+
+// one is a single launch of kernel k.
+func one(k string, threads uint64, ops []operand, words ...uint32) ([]Launch, error) {
+	x, err := launch(k, threads, ops, words...)
+	return []Launch{x}, err
+}
+
+// need refuses node n unless it has ins inputs and outs outputs.
+func need(n *ir.Node, ins, outs int) error {
+	if len(n.Inputs) != ins || len(n.Outputs) != outs {
+		return unsupported("node %q (%s) has %d inputs and %d outputs, expected %d and %d", n.ID, n.Op, len(n.Inputs), len(n.Outputs), ins, outs)
+	}
+	return nil
+}
+
+// lowerOnes lowers ir.OpOnes.
+func (l *lowerer) lowerOnes(n *ir.Node) ([]Launch, error) {
+	out := n.Outputs
+	if err := need(n, 0, 1); err != nil {
+		return nil, err
+	}
+	o, err := l.ops(out[0])
+	if err != nil {
+		return nil, err
+	}
+	return one("fill", o[0].numel, o, u32(o[0].numel), f32(1))
+}
+
+// lowerEmbedding lowers ir.OpEmbedding.
+func (l *lowerer) lowerEmbedding(n *ir.Node) ([]Launch, error) {
+	in, out := n.Inputs, n.Outputs
+	if err := need(n, 2, 1); err != nil {
+		return nil, err
+	}
+	o, err := l.ops(in[0], in[1], out[0])
+	if err != nil {
+		return nil, err
+	}
+	if len(o[0].shape) != 2 {
+		return nil, unsupported("embedding %q: table of rank %d", n.ID, len(o[0].shape))
+	}
+	return one("embedding", o[2].numel, o, u32(o[1].numel), u32(o[0].shape[1]), u32(o[0].shape[0]))
+}
+
+// lowerMatmul lowers ir.OpMatmul.
+func (l *lowerer) lowerMatmul(n *ir.Node) ([]Launch, error) {
+	if err := need(n, 2, 1); err != nil {
+		return nil, err
+	}
+	return l.matmul(n)
+}
+
+// lowerAdd lowers ir.OpAdd.
+func (l *lowerer) lowerAdd(n *ir.Node) ([]Launch, error) {
+	in, out := n.Inputs, n.Outputs
+	if err := need(n, 2, 1); err != nil {
+		return nil, err
+	}
+	o, err := l.ops(in[0], in[1], out[0])
+	if err != nil {
+		return nil, err
+	}
+	if o[1].numel == 0 || o[0].numel%o[1].numel != 0 || o[2].numel != o[0].numel {
+		return nil, unsupported("add %q: %v + %v does not broadcast", n.ID, o[0].shape, o[1].shape)
+	}
+	return one("add", o[0].numel, o, u32(o[0].numel), u32(o[1].numel))
+}
+
+// lowerMul lowers ir.OpMul.
+func (l *lowerer) lowerMul(n *ir.Node) ([]Launch, error) {
+	in, out := n.Inputs, n.Outputs
+	if err := need(n, 2, 1); err != nil {
+		return nil, err
+	}
+	o, err := l.ops(in[0], in[1], out[0])
+	if err != nil {
+		return nil, err
+	}
+	if o[0].numel != o[1].numel || o[2].numel != o[0].numel {
+		return nil, unsupported("mul %q: shapes %v and %v differ", n.ID, o[0].shape, o[1].shape)
+	}
+	return one("mul", o[0].numel, o, u32(o[0].numel))
+}
+
+// lowerGelu lowers ir.OpGelu, ir.OpSilu.
+func (l *lowerer) lowerGelu(n *ir.Node) ([]Launch, error) {
+	in, out := n.Inputs, n.Outputs
+	if err := need(n, 1, 1); err != nil {
+		return nil, err
+	}
+	o, err := l.ops(in[0], out[0])
+	if err != nil {
+		return nil, err
+	}
+	return one(string(n.Op), o[0].numel, o, u32(o[0].numel))
+}
+
+// lowerGeluBackward lowers ir.OpGeluBackward, ir.OpSiluBackward.
+func (l *lowerer) lowerGeluBackward(n *ir.Node) ([]Launch, error) {
+	in, out := n.Inputs, n.Outputs
+	if err := need(n, 2, 1); err != nil {
+		return nil, err
+	}
+	o, err := l.ops(in[0], in[1], out[0])
+	if err != nil {
+		return nil, err
+	}
+	k := map[ir.Op]string{ir.OpGeluBackward: "gelu_bwd", ir.OpSiluBackward: "silu_bwd"}[n.Op]
+	return one(k, o[0].numel, o, u32(o[0].numel))
+}
+
+// lowerLayerNorm lowers ir.OpLayerNorm.
+func (l *lowerer) lowerLayerNorm(n *ir.Node) ([]Launch, error) {
+	in, out := n.Inputs, n.Outputs
+	if err := need(n, 3, 3); err != nil {
+		return nil, err
+	}
+	o, err := l.ops(in[0], in[1], in[2], out[0], out[1], out[2])
+	if err != nil {
+		return nil, err
+	}
+	h := o[1].numel
+	rows := o[0].numel / h
+	x, err := grouped(launch("layernorm", 0, o, u32(rows), u32(h), f32(layerNormEps)))(rows, 3*perLane(h)+2*treeIters)
+	return []Launch{x}, err
+}
+
+// lowerLayerNormBackward lowers ir.OpLayerNormBackward.
+func (l *lowerer) lowerLayerNormBackward(n *ir.Node) ([]Launch, error) {
+	in, out := n.Inputs, n.Outputs
+	if len(in) != 5 || (len(out) != 2 && len(out) != 3) {
+		return nil, unsupported("node %q (%s) has %d inputs and %d outputs", n.ID, n.Op, len(in), len(out))
+	}
+	x, w, mean, rstd, dy := in[0], in[1], in[2], in[3], in[4]
+	h, rows, err := l.rows(x, w)
+	if err != nil {
+		return nil, err
+	}
+	var ls []Launch
+	if len(out) == 3 {
+		o, err := l.ops(x, w, mean, rstd, dy, out[0])
+		if err != nil {
+			return nil, err
+		}
+		lx, err := grouped(launch("ln_bwd_x", 0, o, u32(rows), u32(h)))(rows, 3*perLane(h)+2*treeIters)
+		if err != nil {
+			return nil, err
+		}
+		ls, out = append(ls, lx), out[1:]
+	}
+	o, err := l.ops(x, mean, rstd, dy, out[0], out[1])
+	if err != nil {
+		return nil, err
+	}
+	return chunked(ls, rows, func(r0, r1 uint64) (Launch, error) {
+		return withIters(launch("ln_bwd_wb", h, o, u32(rows), u32(h), 1, u32(r0), u32(r1)))(r1 - r0)
+	})
+}
+
+// lowerRMSNorm lowers ir.OpRMSNorm.
+func (l *lowerer) lowerRMSNorm(n *ir.Node) ([]Launch, error) {
+	in, out := n.Inputs, n.Outputs
+	if err := need(n, 2, 2); err != nil {
+		return nil, err
+	}
+	o, err := l.ops(in[0], in[1], out[0], out[1])
+	if err != nil {
+		return nil, err
+	}
+	h := o[1].numel
+	rows := o[0].numel / h
+	x, err := grouped(launch("rmsnorm", 0, o, u32(rows), u32(h), f32(layerNormEps)))(rows, 2*perLane(h)+treeIters)
+	return []Launch{x}, err
+}
+
+// lowerRMSNormBackward lowers ir.OpRMSNormBackward.
+func (l *lowerer) lowerRMSNormBackward(n *ir.Node) ([]Launch, error) {
+	in, out := n.Inputs, n.Outputs
+	if len(in) != 4 || (len(out) != 1 && len(out) != 2) {
+		return nil, unsupported("node %q (%s) has %d inputs and %d outputs", n.ID, n.Op, len(in), len(out))
+	}
+	x, w, rstd, dy := in[0], in[1], in[2], in[3]
+	h, rows, err := l.rows(x, w)
+	if err != nil {
+		return nil, err
+	}
+	var ls []Launch
+	if len(out) == 2 {
+		o, err := l.ops(x, w, rstd, dy, out[0])
+		if err != nil {
+			return nil, err
+		}
+		lx, err := grouped(launch("rms_bwd_x", 0, o, u32(rows), u32(h)))(rows, 2*perLane(h)+treeIters)
+		if err != nil {
+			return nil, err
+		}
+		ls, out = append(ls, lx), out[1:]
+	}
+	o, err := l.ops(x, rstd, dy, out[0])
+	if err != nil {
+		return nil, err
+	}
+	return chunked(ls, rows, func(r0, r1 uint64) (Launch, error) {
+		return withIters(launch("rms_bwd_w", h, o, u32(rows), u32(h), u32(r0), u32(r1)))(r1 - r0)
+	})
+}
+
+// lowerRope lowers ir.OpRope, ir.OpRopeBackward.
+func (l *lowerer) lowerRope(n *ir.Node) ([]Launch, error) {
+	in, out := n.Inputs, n.Outputs
+	if err := need(n, 1, 1); err != nil {
+		return nil, err
+	}
+	o, err := l.ops(in[0], out[0])
+	if err != nil {
+		return nil, err
+	}
+	heads := uint64(n.Attrs["heads"])
+	if len(o[0].shape) != 3 || heads == 0 || o[0].shape[2]%(2*heads) != 0 {
+		return nil, unsupported("rope %q: shape %v with %d heads", n.ID, o[0].shape, heads)
+	}
+	width := o[0].shape[2]
+	inv := uint32(0)
+	if n.Op == ir.OpRopeBackward {
+		inv = 1
+	}
+	rows := o[0].numel / width
+	return one("rope", rows*width/2, o, u32(rows), u32(o[0].shape[1]), u32(width), u32(width/heads), inv)
+}
+
+// lowerCausalAttention lowers ir.OpCausalAttention.
+func (l *lowerer) lowerCausalAttention(n *ir.Node) ([]Launch, error) {
+	if err := need(n, 3, 2); err != nil {
+		return nil, err
+	}
+	return l.attention(n)
+}
+
+// lowerCausalAttentionBackward lowers ir.OpCausalAttentionBackward.
+func (l *lowerer) lowerCausalAttentionBackward(n *ir.Node) ([]Launch, error) {
+	return l.attentionBackward(n)
+}
+
+// lowerCrossEntropy lowers ir.OpCrossEntropy.
+func (l *lowerer) lowerCrossEntropy(n *ir.Node) ([]Launch, error) {
+	in, out := n.Inputs, n.Outputs
+	if err := need(n, 2, 1); err != nil {
+		return nil, err
+	}
+	o, err := l.ops(in[0], in[1], out[0])
+	if err != nil {
+		return nil, err
+	}
+	rows := o[1].numel
+	if rows == 0 || o[0].numel%rows != 0 {
+		return nil, unsupported("cross_entropy %q: logits %v for %d labels", n.ID, o[0].shape, rows)
+	}
+	vocab := o[0].numel / rows
+	// Each row's loss lands in the engine's workspace, then one
+	// group averages them: no invocation loops over all rows·vocab.
+	ws := l.workspace(rows)
+	lr, err := grouped(launch("xent_rows", 0, []operand{o[0], o[1], ws}, u32(rows), u32(vocab)))(rows, 2*perLane(vocab)+2*treeIters)
+	if err != nil {
+		return nil, err
+	}
+	lm, err := grouped(launch("xent_mean", 0, []operand{ws, o[2]}, u32(rows)))(1, perLane(rows)+treeIters)
+	return []Launch{lr, lm}, err
+}
+
+// lowerCrossEntropyBackward lowers ir.OpCrossEntropyBackward.
+func (l *lowerer) lowerCrossEntropyBackward(n *ir.Node) ([]Launch, error) {
+	in, out := n.Inputs, n.Outputs
+	if err := need(n, 3, 1); err != nil {
+		return nil, err
+	}
+	o, err := l.ops(in[0], in[1], in[2], out[0])
+	if err != nil {
+		return nil, err
+	}
+	rows := o[1].numel
+	if rows == 0 || o[0].numel%rows != 0 {
+		return nil, unsupported("cross_entropy_backward %q: logits %v for %d labels", n.ID, o[0].shape, rows)
+	}
+	vocab := o[0].numel / rows
+	x, err := grouped(launch("xent_bwd", 0, o, u32(rows), u32(vocab)))(rows, 3*perLane(vocab)+2*treeIters)
+	return []Launch{x}, err
+}
+
+// lowerReduceSum lowers ir.OpReduceSum.
+func (l *lowerer) lowerReduceSum(n *ir.Node) ([]Launch, error) {
+	in, out := n.Inputs, n.Outputs
+	if err := need(n, 1, 1); err != nil {
+		return nil, err
+	}
+	o, err := l.ops(in[0], out[0])
+	if err != nil {
+		return nil, err
+	}
+	if o[1].numel == 0 || o[0].numel%o[1].numel != 0 {
+		return nil, unsupported("reduce_sum %q: %v to %v", n.ID, o[0].shape, o[1].shape)
+	}
+	rows := o[0].numel / o[1].numel
+	return chunked(nil, rows, func(r0, r1 uint64) (Launch, error) {
+		return withIters(launch("reduce_sum", o[1].numel, o, u32(rows), u32(o[1].numel), u32(r0), u32(r1)))(r1 - r0)
+	})
+}
+
+// lowerEmbeddingBackward lowers ir.OpEmbeddingBackward.
+func (l *lowerer) lowerEmbeddingBackward(n *ir.Node) ([]Launch, error) {
+	in, out := n.Inputs, n.Outputs
+	if err := need(n, 2, 1); err != nil {
+		return nil, err
+	}
+	o, err := l.ops(in[0], in[1], out[0])
+	if err != nil {
+		return nil, err
+	}
+	if len(o[2].shape) != 2 {
+		return nil, unsupported("embedding_backward %q: table gradient of rank %d", n.ID, len(o[2].shape))
+	}
+	// Zero the table gradient, then one invocation per column adds
+	// the rows in order (no invocation loops over vocab·rows).
+	h := o[2].shape[1]
+	z, err := launch("fill", o[2].numel, o[2:], u32(o[2].numel), f32(0))
+	if err != nil {
+		return nil, err
+	}
+	return chunked([]Launch{z}, o[0].numel, func(r0, r1 uint64) (Launch, error) {
+		return withIters(launch("emb_bwd", h, o, u32(o[0].numel), u32(h), u32(o[2].shape[0]), u32(r0), u32(r1)))(r1 - r0)
+	})
+}
+
+// lowerAdamW lowers ir.OpAdamW.
+func (l *lowerer) lowerAdamW(n *ir.Node) ([]Launch, error) {
+	return l.adamw(n)
 }
 
 // rows returns the last-dimension width (w's size) and the row count of x.
