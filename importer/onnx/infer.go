@@ -833,128 +833,191 @@ func (im *importer) fold(n *onnxpb.NodeProto) {
 		}
 		args = append(args, v)
 	}
-	arg := func(i int) []int64 {
-		if i < len(args) {
-			return args[i]
-		}
-		return nil
-	}
-	var v []int64
-	switch n.GetOpType() {
-	case "Shape":
-		if len(n.GetInput()) == 0 {
-			return
-		}
-		ti := im.info[n.GetInput()[0]]
-		if ti == nil || !ti.known {
-			return
-		}
-		r := int64(len(ti.shape))
-		start, end := clampAxis(attrInt(n, "start", 0), r), clampAxis(attrInt(n, "end", r), r)
-		for _, d := range ti.shape[start:max(start, end)] {
-			v = append(v, int64(d))
-		}
-	case "Identity", "Cast", "Unsqueeze", "Squeeze", "Reshape", "Flatten":
-		v = arg(0)
-	case "Gather":
-		data, idx := arg(0), arg(1)
-		if data == nil || idx == nil || attrInt(n, "axis", 0) != 0 {
-			return
-		}
-		for _, i := range idx {
-			if i < 0 {
-				i += int64(len(data))
-			}
-			if i < 0 || i >= int64(len(data)) {
-				return
-			}
-			v = append(v, data[i])
-		}
-	case "Concat":
-		for i := range args {
-			if arg(i) == nil {
-				return
-			}
-			v = append(v, arg(i)...)
-		}
-	case "ConstantOfShape":
-		shape := arg(0)
-		if shape == nil || len(shape) > 1 || len(shape) == 1 && (shape[0] <= 0 || shape[0] > maxFold) {
-			return
-		}
-		var fill int64
-		for _, a := range n.GetAttribute() {
-			if a.GetName() == "value" {
-				val, ok := tensorInts(a.GetT())
-				if !ok || len(val) != 1 {
-					return // a float fill: not a shape computation
-				}
-				fill = val[0]
-			}
-		}
-		count := int64(1)
-		if len(shape) == 1 {
-			count = shape[0]
-		}
-		for range count {
-			v = append(v, fill)
-		}
-	case "Where":
-		c, a, b := arg(0), arg(1), arg(2)
-		if c == nil || a == nil || b == nil {
-			return
-		}
-		size := max(len(c), len(a), len(b))
-		for _, x := range [][]int64{c, a, b} {
-			if len(x) != size && len(x) != 1 {
-				return
-			}
-		}
-		for i := range size {
-			if c[min(i, len(c)-1)] != 0 {
-				v = append(v, a[min(i, len(a)-1)])
-			} else {
-				v = append(v, b[min(i, len(b)-1)])
-			}
-		}
-	case "Add", "Sub", "Mul", "Div", "Equal":
-		a, b := arg(0), arg(1)
-		if a == nil || b == nil || len(a) != len(b) && len(a) != 1 && len(b) != 1 {
-			return
-		}
-		for i := range max(len(a), len(b)) {
-			x, y := a[min(i, len(a)-1)], b[min(i, len(b)-1)]
-			switch n.GetOpType() {
-			case "Add":
-				v = append(v, x+y)
-			case "Sub":
-				v = append(v, x-y)
-			case "Mul":
-				v = append(v, x*y)
-			case "Div":
-				if y == 0 {
-					return
-				}
-				v = append(v, x/y)
-			case "Equal":
-				v = append(v, int64(boolInt(x == y)))
-			}
-		}
-	case "Slice":
-		data, starts, ends := arg(0), arg(1), arg(2)
-		if data == nil || len(starts) != 1 || len(ends) != 1 || arg(3) != nil && (len(arg(3)) != 1 || arg(3)[0] != 0) || arg(4) != nil && (len(arg(4)) != 1 || arg(4)[0] != 1) {
-			return
-		}
-		r := int64(len(data))
-		s, e := clampAxis(starts[0], r), clampAxis(ends[0], r)
-		v = data[s:max(s, e)]
-	default:
+	f := folds[n.GetOpType()]
+	if f == nil {
 		return
 	}
+	v := f(im, n, args)
 	if v == nil || len(v) > maxFold {
 		return
 	}
 	im.vals[out] = v
+}
+
+// folds compute the integer values of nodes whose inputs are known
+// integer values (shape arithmetic), by op: nil when they cannot.
+var folds = map[string]func(im *importer, n *onnxpb.NodeProto, args [][]int64) []int64{
+	"Shape":           foldShape,
+	"Identity":        foldIdentity,
+	"Cast":            foldIdentity,
+	"Unsqueeze":       foldIdentity,
+	"Squeeze":         foldIdentity,
+	"Reshape":         foldIdentity,
+	"Flatten":         foldIdentity,
+	"Gather":          foldGather,
+	"Concat":          foldConcat,
+	"ConstantOfShape": foldConstantOfShape,
+	"Where":           foldWhere,
+	"Add":             foldAdd,
+	"Sub":             foldAdd,
+	"Mul":             foldAdd,
+	"Div":             foldAdd,
+	"Equal":           foldAdd,
+	"Slice":           foldSlice,
+}
+
+// argAt is args[i], or nil past its end.
+func argAt(args [][]int64, i int) []int64 {
+	if i < len(args) {
+		return args[i]
+	}
+	return nil
+}
+
+// foldShape folds Shape.
+func foldShape(im *importer, n *onnxpb.NodeProto, args [][]int64) []int64 {
+	var v []int64
+	if len(n.GetInput()) == 0 {
+		return nil
+	}
+	ti := im.info[n.GetInput()[0]]
+	if ti == nil || !ti.known {
+		return nil
+	}
+	r := int64(len(ti.shape))
+	start, end := clampAxis(attrInt(n, "start", 0), r), clampAxis(attrInt(n, "end", r), r)
+	for _, d := range ti.shape[start:max(start, end)] {
+		v = append(v, int64(d))
+	}
+	return v
+}
+
+// foldIdentity folds Identity, Cast, Unsqueeze, Squeeze, Reshape and
+// Flatten: the values pass through.
+func foldIdentity(im *importer, n *onnxpb.NodeProto, args [][]int64) []int64 {
+	return argAt(args, 0)
+}
+
+// foldGather folds Gather.
+func foldGather(im *importer, n *onnxpb.NodeProto, args [][]int64) []int64 {
+	var v []int64
+	data, idx := argAt(args, 0), argAt(args, 1)
+	if data == nil || idx == nil || attrInt(n, "axis", 0) != 0 {
+		return nil
+	}
+	for _, i := range idx {
+		if i < 0 {
+			i += int64(len(data))
+		}
+		if i < 0 || i >= int64(len(data)) {
+			return nil
+		}
+		v = append(v, data[i])
+	}
+	return v
+}
+
+// foldConcat folds Concat.
+func foldConcat(im *importer, n *onnxpb.NodeProto, args [][]int64) []int64 {
+	var v []int64
+	for i := range args {
+		if argAt(args, i) == nil {
+			return nil
+		}
+		v = append(v, argAt(args, i)...)
+	}
+	return v
+}
+
+// foldConstantOfShape folds ConstantOfShape.
+func foldConstantOfShape(im *importer, n *onnxpb.NodeProto, args [][]int64) []int64 {
+	var v []int64
+	shape := argAt(args, 0)
+	if shape == nil || len(shape) > 1 || len(shape) == 1 && (shape[0] <= 0 || shape[0] > maxFold) {
+		return nil
+	}
+	var fill int64
+	for _, a := range n.GetAttribute() {
+		if a.GetName() == "value" {
+			val, ok := tensorInts(a.GetT())
+			if !ok || len(val) != 1 {
+				return nil // a float fill: not a shape computation
+			}
+			fill = val[0]
+		}
+	}
+	count := int64(1)
+	if len(shape) == 1 {
+		count = shape[0]
+	}
+	for range count {
+		v = append(v, fill)
+	}
+	return v
+}
+
+// foldWhere folds Where.
+func foldWhere(im *importer, n *onnxpb.NodeProto, args [][]int64) []int64 {
+	var v []int64
+	c, a, b := argAt(args, 0), argAt(args, 1), argAt(args, 2)
+	if c == nil || a == nil || b == nil {
+		return nil
+	}
+	size := max(len(c), len(a), len(b))
+	for _, x := range [][]int64{c, a, b} {
+		if len(x) != size && len(x) != 1 {
+			return nil
+		}
+	}
+	for i := range size {
+		if c[min(i, len(c)-1)] != 0 {
+			v = append(v, a[min(i, len(a)-1)])
+		} else {
+			v = append(v, b[min(i, len(b)-1)])
+		}
+	}
+	return v
+}
+
+// foldAdd folds Add, Sub, Mul, Div, Equal.
+func foldAdd(im *importer, n *onnxpb.NodeProto, args [][]int64) []int64 {
+	var v []int64
+	a, b := argAt(args, 0), argAt(args, 1)
+	if a == nil || b == nil || len(a) != len(b) && len(a) != 1 && len(b) != 1 {
+		return nil
+	}
+	for i := range max(len(a), len(b)) {
+		x, y := a[min(i, len(a)-1)], b[min(i, len(b)-1)]
+		switch n.GetOpType() {
+		case "Add":
+			v = append(v, x+y)
+		case "Sub":
+			v = append(v, x-y)
+		case "Mul":
+			v = append(v, x*y)
+		case "Div":
+			if y == 0 {
+				return nil
+			}
+			v = append(v, x/y)
+		case "Equal":
+			v = append(v, int64(boolInt(x == y)))
+		}
+	}
+	return v
+}
+
+// foldSlice folds Slice.
+func foldSlice(im *importer, n *onnxpb.NodeProto, args [][]int64) []int64 {
+	var v []int64
+	data, starts, ends := argAt(args, 0), argAt(args, 1), argAt(args, 2)
+	if data == nil || len(starts) != 1 || len(ends) != 1 || argAt(args, 3) != nil && (len(argAt(args, 3)) != 1 || argAt(args, 3)[0] != 0) || argAt(args, 4) != nil && (len(argAt(args, 4)) != 1 || argAt(args, 4)[0] != 1) {
+		return nil
+	}
+	r := int64(len(data))
+	s, e := clampAxis(starts[0], r), clampAxis(ends[0], r)
+	v = data[s:max(s, e)]
+	return v
 }
 
 // slice is the shape of a Slice whose starts, ends, axes and steps are
