@@ -2,10 +2,13 @@ package api
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -44,4 +47,36 @@ func TestClientRetriesAsItsBackoffSays(t *testing.T) {
 	if got := hits.Load(); got != 6 {
 		t.Fatalf("%d requests, want 3 rounds over 2 URLs", got)
 	}
+}
+
+// roundTrip answers every request with a 503, counting them, without a
+// network (so it runs in a synctest bubble).
+type roundTrip struct{ n *atomic.Int32 }
+
+func (r roundTrip) RoundTrip(req *http.Request) (*http.Response, error) {
+	r.n.Add(1)
+	return &http.Response{StatusCode: http.StatusServiceUnavailable, Status: "503 Service Unavailable",
+		Body: io.NopCloser(strings.NewReader("no leader")), Header: http.Header{}, Request: req}, nil
+}
+
+// TestClientWaitsAsItsBackoffSays: between rounds a client waits what its
+// backoff says, on a fake clock: 4 rounds of Wait 100 ms doubling to 250
+// ms wait about 100 + 200 + 250 ms, each within its jitter.
+func TestClientWaitsAsItsBackoffSays(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var n atomic.Int32
+		c := &Client{URLs: []string{"http://a", "http://b"}, HTTP: &http.Client{Transport: roundTrip{&n}},
+			Backoff: Backoff{Rounds: 4, Wait: 100 * time.Millisecond, Max: 250 * time.Millisecond}}
+		start := time.Now()
+		if _, err := c.Job(context.Background(), "j"); err == nil {
+			t.Fatal("no error from a cluster that never answers")
+		}
+		waited := time.Since(start)
+		if n.Load() != 8 {
+			t.Fatalf("%d requests, want 4 rounds over 2 URLs", n.Load())
+		}
+		if lo, hi := 550*time.Millisecond*3/4, 550*time.Millisecond*5/4; waited < lo || waited > hi {
+			t.Fatalf("waited %s in all, want 550 ms ± 25%%", waited)
+		}
+	})
 }
