@@ -14,6 +14,7 @@ import (
 	"github.com/tmmu/tmmu/internal/logbridge"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
 	"go.uber.org/zap"
 )
 
@@ -74,9 +75,8 @@ type Claim struct {
 	// with every claim of the job, so it can be used as a fencing token.
 	Revision int64
 
-	cli    *clientv3.Client
-	cancel context.CancelFunc // stops the keepalive
-	lost   chan struct{}      // closed when the keepalive goroutine ends
+	cli     *clientv3.Client
+	session *concurrency.Session // the lease and its keepalive
 
 	mu       sync.Mutex
 	released bool
@@ -85,15 +85,14 @@ type Claim struct {
 // Lost is closed when the lease is lost: the keepalive stopped (Release, the
 // Claim context ended, the etcd client was closed or its stream failed) or
 // the lease expired or was revoked.
-func (c *Claim) Lost() <-chan struct{} { return c.lost }
+func (c *Claim) Lost() <-chan struct{} { return c.session.Done() }
 
 // Release revokes the lease (the rank key disappears, the identity key stays
 // so the identity can come back) and stops keepalives. It is idempotent: once
 // a Release has succeeded, later calls return nil. A lease that already
 // expired counts as released.
 func (c *Claim) Release(ctx context.Context) error {
-	c.cancel()
-	<-c.lost
+	c.session.Orphan()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.released {
@@ -108,10 +107,7 @@ func (c *Claim) Release(ctx context.Context) error {
 
 // stopKeepAlive stops renewing the lease without revoking it, as if the
 // worker had hung; the lease then expires after its TTL. Test hook.
-func (c *Claim) stopKeepAlive() {
-	c.cancel()
-	<-c.lost
-}
+func (c *Claim) stopKeepAlive() { c.session.Orphan() }
 
 func revoke(ctx context.Context, cli *clientv3.Client, id clientv3.LeaseID) error {
 	_, err := cli.Revoke(ctx, id)
@@ -233,35 +229,17 @@ func (c *Client) Claim(ctx context.Context, job string, world uint64, identity s
 	if err := validate(job, world, &identity); err != nil {
 		return nil, err
 	}
-	grant, err := c.cli.Grant(ctx, c.ttl)
+	// An etcd session grants the lease and keeps it alive until ctx
+	// ends or the session is orphaned (Release).
+	s, err := concurrency.NewSession(c.cli, concurrency.WithTTL(int(c.ttl)), concurrency.WithContext(ctx))
 	if err != nil {
-		return nil, fmt.Errorf("rendezvous: grant lease for %q in job %q: %w", identity, job, err)
+		return nil, fmt.Errorf("rendezvous: lease for %q in job %q: %w", identity, job, err)
 	}
-	kaCtx, cancel := context.WithCancel(ctx)
-	ch, err := c.cli.KeepAlive(kaCtx, grant.ID)
+	cl := &Claim{Job: job, Identity: identity, Lease: s.Lease(), cli: c.cli, session: s}
+	rank, rev, err := c.claim(ctx, job, world, identity, s.Lease())
 	if err != nil {
-		cancel()
-		c.cleanup(ctx, grant.ID)
-		return nil, fmt.Errorf("rendezvous: keep lease alive for %q in job %q: %w", identity, job, err)
-	}
-	cl := &Claim{
-		Job:      job,
-		Identity: identity,
-		Lease:    grant.ID,
-		cli:      c.cli,
-		cancel:   cancel,
-		lost:     make(chan struct{}),
-	}
-	go func() {
-		defer close(cl.lost)
-		for range ch {
-		}
-	}()
-
-	rank, rev, err := c.claim(ctx, job, world, identity, grant.ID)
-	if err != nil {
-		cl.stopKeepAlive()
-		c.cleanup(ctx, grant.ID)
+		s.Orphan()
+		c.cleanup(ctx, s.Lease())
 		return nil, err
 	}
 	cl.Rank, cl.Revision = rank, rev
