@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/tmmu/tmmu/failure"
+	"github.com/tmmu/tmmu/internal/minheap"
 )
 
 // Operator names used in failures raised while compiling an IR.
@@ -646,19 +647,19 @@ func (g *Graph) deriveOrder() []int32 {
 	d := g.dependencies()
 	indeg := d.indeg
 	key := func(n int32) int64 { return int64(phaseRank(g.Nodes[n].Phase))<<32 | int64(n) }
-	h := &minHeap{key: key}
+	h := minheap.New(func(x, y int32) bool { return key(x) < key(y) })
 	for i := int32(0); i < nn; i++ {
 		if indeg[i] == 0 {
-			h.push(i)
+			h.Push(i)
 		}
 	}
 	order := make([]int32, 0, nn)
-	for h.len() > 0 {
-		n := h.pop()
+	for h.Len() > 0 {
+		n := h.Pop()
 		order = append(order, n)
 		for _, s := range d.consumers(n) {
 			if indeg[s]--; indeg[s] == 0 {
-				h.push(s)
+				h.Push(s)
 			}
 		}
 	}
@@ -698,48 +699,6 @@ func (g *Graph) checkReadsAfterWrites() error {
 		}
 	}
 	return nil
-}
-
-type minHeap struct {
-	a   []int32
-	key func(int32) int64
-}
-
-func (h *minHeap) len() int { return len(h.a) }
-
-func (h *minHeap) push(x int32) {
-	h.a = append(h.a, x)
-	i := len(h.a) - 1
-	for i > 0 {
-		p := (i - 1) / 2
-		if h.key(h.a[p]) <= h.key(h.a[i]) {
-			break
-		}
-		h.a[p], h.a[i] = h.a[i], h.a[p]
-		i = p
-	}
-}
-
-func (h *minHeap) pop() int32 {
-	top := h.a[0]
-	last := len(h.a) - 1
-	h.a[0] = h.a[last]
-	h.a = h.a[:last]
-	for i := 0; ; {
-		l, r, m := 2*i+1, 2*i+2, i
-		if l < last && h.key(h.a[l]) < h.key(h.a[m]) {
-			m = l
-		}
-		if r < last && h.key(h.a[r]) < h.key(h.a[m]) {
-			m = r
-		}
-		if m == i {
-			break
-		}
-		h.a[i], h.a[m] = h.a[m], h.a[i]
-		i = m
-	}
-	return top
 }
 
 func isPow2(x uint64) bool { return x != 0 && x&(x-1) == 0 }

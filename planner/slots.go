@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"slices"
 
+	"github.com/tmmu/tmmu/internal/minheap"
 	"github.com/tmmu/tmmu/ir"
 )
 
@@ -83,8 +84,9 @@ func AssignLogicalSlots(g *ir.Graph, l *Liveness, arenas ArenaConfig) *SlotAssig
 	sorted := make([]slotItem, most)
 	count := make([]int32, l.Positions()+1)
 	last := int32(l.Positions() - 1)
-	var active activeHeap
-	var free slotHeap
+	// Occupied slots by death (then slot), and free slot ids.
+	active := minheap.New(func(x, y activeSlot) bool { return x.death < y.death || (x.death == y.death && x.slot < y.slot) })
+	free := minheap.New(func(x, y int32) bool { return x < y })
 	for ai := range a.Arenas {
 		as := &a.Arenas[ai]
 		arenaAlign := uint64(arenas[as.Name].AlignmentBytes)
@@ -93,19 +95,19 @@ func AssignLogicalSlots(g *ir.Graph, l *Liveness, arenas ArenaConfig) *SlotAssig
 			items = append(items, slotItem{l.StorageBirth[r], l.StorageDeath[r], g.StorageBytes[r], r})
 		}
 		sorted = sortForSlots(items, sorted, count)
-		active.reset()
-		free.reset()
+		active.Reset()
+		free.Reset()
 		for _, it := range sorted {
-			for active.len() > 0 && active.top().death < it.birth {
-				free.push(active.pop().slot)
+			for active.Len() > 0 && active.Top().death < it.birth {
+				free.Push(active.Pop().slot)
 			}
 			slot := int32(-1)
 			if fs := forbid[it.root]; len(fs) == 0 {
-				if free.len() > 0 {
-					slot = free.pop()
+				if free.Len() > 0 {
+					slot = free.Pop()
 				}
 			} else {
-				slot = free.popAllowed(func(s int32) bool {
+				slot = popAllowed(free, func(s int32) bool {
 					for _, p := range fs {
 						if a.Slot[p] == s {
 							return false
@@ -123,7 +125,7 @@ func AssignLogicalSlots(g *ir.Graph, l *Liveness, arenas ArenaConfig) *SlotAssig
 			as.SlotSize[slot] = max(as.SlotSize[slot], it.size)
 			as.SlotAlign[slot] = max(as.SlotAlign[slot], g.StorageAlign[it.root])
 			if it.death < last { // a storage live to the end never frees its slot
-				active.push(activeSlot{it.death, slot})
+				active.Push(activeSlot{it.death, slot})
 			}
 		}
 	}
@@ -212,96 +214,13 @@ type activeSlot struct {
 	death, slot int32
 }
 
-// activeHeap is a min-heap of occupied slots by death (then slot).
-type activeHeap struct{ a []activeSlot }
-
-func (h *activeHeap) reset()          { h.a = h.a[:0] }
-func (h *activeHeap) len() int        { return len(h.a) }
-func (h *activeHeap) top() activeSlot { return h.a[0] }
-func (h *activeHeap) less(i, j int) bool {
-	x, y := h.a[i], h.a[j]
-	return x.death < y.death || (x.death == y.death && x.slot < y.slot)
-}
-
-func (h *activeHeap) push(x activeSlot) {
-	h.a = append(h.a, x)
-	for i := len(h.a) - 1; i > 0; {
-		p := (i - 1) / 2
-		if !h.less(i, p) {
-			break
-		}
-		h.a[p], h.a[i] = h.a[i], h.a[p]
-		i = p
-	}
-}
-
-func (h *activeHeap) pop() activeSlot {
-	top := h.a[0]
-	n := len(h.a) - 1
-	h.a[0] = h.a[n]
-	h.a = h.a[:n]
-	for i := 0; ; {
-		l, r, m := 2*i+1, 2*i+2, i
-		if l < n && h.less(l, m) {
-			m = l
-		}
-		if r < n && h.less(r, m) {
-			m = r
-		}
-		if m == i {
-			return top
-		}
-		h.a[i], h.a[m] = h.a[m], h.a[i]
-		i = m
-	}
-}
-
-// slotHeap is a min-heap of free slot ids.
-type slotHeap struct{ a []int32 }
-
-func (h *slotHeap) reset()   { h.a = h.a[:0] }
-func (h *slotHeap) len() int { return len(h.a) }
-
-func (h *slotHeap) push(x int32) {
-	h.a = append(h.a, x)
-	for i := len(h.a) - 1; i > 0; {
-		p := (i - 1) / 2
-		if h.a[p] <= h.a[i] {
-			break
-		}
-		h.a[p], h.a[i] = h.a[i], h.a[p]
-		i = p
-	}
-}
-
-func (h *slotHeap) pop() int32 {
-	top := h.a[0]
-	n := len(h.a) - 1
-	h.a[0] = h.a[n]
-	h.a = h.a[:n]
-	for i := 0; ; {
-		l, r, m := 2*i+1, 2*i+2, i
-		if l < n && h.a[l] < h.a[m] {
-			m = l
-		}
-		if r < n && h.a[r] < h.a[m] {
-			m = r
-		}
-		if m == i {
-			return top
-		}
-		h.a[i], h.a[m] = h.a[m], h.a[i]
-		i = m
-	}
-}
-
-// popAllowed pops the lowest free slot that ok accepts, or returns -1; the
-// slots it skips stay free.
-func (h *slotHeap) popAllowed(ok func(int32) bool) int32 {
+// popAllowed pops the lowest free slot of h that ok accepts, or returns
+// -1; the slots it skips stay free.
+func popAllowed(h *minheap.Heap[int32], ok func(int32) bool) int32 {
 	var skipped []int32
 	found := int32(-1)
-	for h.len() > 0 {
-		s := h.pop()
+	for h.Len() > 0 {
+		s := h.Pop()
 		if ok(s) {
 			found = s
 			break
@@ -309,7 +228,7 @@ func (h *slotHeap) popAllowed(ok func(int32) bool) int32 {
 		skipped = append(skipped, s)
 	}
 	for _, s := range skipped {
-		h.push(s)
+		h.Push(s)
 	}
 	return found
 }
