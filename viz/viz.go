@@ -1,9 +1,14 @@
 // Package viz draws a plan's memory timeline: time (executed positions)
 // across, byte offset up, one box per storage, coloured by arena, one
 // panel per arena with its own scale and a dashed line at its lower bound.
-// SVG gives the picture with labels on boxes wide enough to hold them and a
-// tooltip (id, size, offset, lifetime) on every box; HTML wraps the same
-// SVG with a legend and a line that follows the pointer.
+// The x axis has ticks at round positions and, when the graph is known
+// (Options.Phases), the forward, backward and optimizer phases of the
+// step as a band under each panel and a line at each change of phase.
+// Persistent arenas (parameters, optimizer state: every tensor lives the
+// whole step) are folded into a short panel. SVG gives the picture with
+// labels on boxes wide enough to hold them and a tooltip (id, size,
+// offset, lifetime) on every box; HTML wraps the same SVG with a legend
+// and a line that follows the pointer.
 package viz
 
 import (
@@ -12,8 +17,30 @@ import (
 	"io"
 	"strings"
 
+	"github.com/tmmu/tmmu/ir"
 	"github.com/tmmu/tmmu/planner"
 )
+
+// Options add what the plan alone does not say.
+type Options struct {
+	// Phases is the phase of each executed position (PhasesOf); nil
+	// draws no phase markers.
+	Phases []ir.Phase
+}
+
+// PhasesOf returns the phase of each executed position of g.
+func PhasesOf(g *ir.Graph) []ir.Phase {
+	out := make([]ir.Phase, len(g.Order))
+	for i, n := range g.Order {
+		out[i] = g.Nodes[n].Phase
+		if out[i] == "" {
+			out[i] = ir.Forward
+		}
+	}
+	return out
+}
+
+var phaseColors = map[ir.Phase]string{ir.Forward: "#9ecae1", ir.Backward: "#fdae6b", ir.Optimizer: "#a1d99b"}
 
 // Geometry, in SVG user units.
 const (
@@ -21,8 +48,10 @@ const (
 	leftMargin = 90.0
 	rightPad   = 20.0
 	panelH     = 260.0
-	panelGap   = 70.0
+	foldedH    = 60.0 // a persistent arena's panel
+	panelGap   = 80.0
 	topPad     = 50.0
+	bandH      = 8.0 // the phase band under a panel
 )
 
 var arenaColors = map[string][2]string{ // fill, alternate fill
@@ -41,15 +70,28 @@ func colors(arena string) [2]string {
 }
 
 // SVG writes the timeline of p as a standalone SVG document.
-func SVG(w io.Writer, p *planner.Plan) error {
+func SVG(w io.Writer, p *planner.Plan, o Options) error {
 	var b strings.Builder
-	writeSVG(&b, p)
+	writeSVG(&b, p, o)
 	_, err := io.WriteString(w, b.String())
 	return err
 }
 
-func writeSVG(b *strings.Builder, p *planner.Plan) {
-	h := topPad + float64(len(p.Arenas))*(panelH+panelGap)
+// folded reports whether arena a is drawn as a short panel.
+func folded(a planner.ArenaPlan) bool { return a.Role == planner.PersistentArena }
+
+func panelHeight(a planner.ArenaPlan) float64 {
+	if folded(a) {
+		return foldedH
+	}
+	return panelH
+}
+
+func writeSVG(b *strings.Builder, p *planner.Plan, o Options) {
+	h := topPad
+	for _, a := range p.Arenas {
+		h += panelHeight(a) + panelGap
+	}
 	fmt.Fprintf(b, `<svg xmlns="http://www.w3.org/2000/svg" width="%.0f" height="%.0f" viewBox="0 0 %.0f %.0f" font-family="sans-serif" font-size="11">`+"\n", width, h, width, h)
 	fmt.Fprintf(b, `<rect width="100%%" height="100%%" fill="white"/>`+"\n")
 	name := p.Name
@@ -61,22 +103,28 @@ func writeSVG(b *strings.Builder, p *planner.Plan) {
 		planner.FormatBytes(p.Metrics.PeakBytes), planner.FormatBytes(p.Metrics.LowerBoundBytes), overLB(p.Metrics.PeakBytes, p.Metrics.LowerBoundBytes), p.PlanHash.Short())))
 	positions := max(p.Positions, 1)
 	plotW := width - leftMargin - rightPad
-	for k, a := range p.Arenas {
-		top := topPad + float64(k)*(panelH+panelGap) + 30
+	x := func(pos int32) float64 { return leftMargin + plotW*float64(pos)/float64(positions) }
+	phases := phaseRuns(o.Phases, positions)
+	top := topPad + 30
+	for _, a := range p.Arenas {
+		ph := panelHeight(a)
 		scale := max(a.PeakBytes, a.LowerBoundBytes, 1)
-		y := func(off uint64) float64 { return top + panelH - panelH*float64(off)/float64(scale) }
-		x := func(pos int32) float64 { return leftMargin + plotW*float64(pos)/float64(positions) }
+		y := func(off uint64) float64 { return top + ph - ph*float64(off)/float64(scale) }
 		fmt.Fprintf(b, `<g class="arena" data-arena="%s">`+"\n", esc(a.Name))
-		fmt.Fprintf(b, `<text x="%.0f" y="%.1f" font-size="13" font-weight="bold">%s</text>`+"\n", leftMargin, top-8,
-			esc(fmt.Sprintf("%s (%s): peak %s, lower bound %s (%s), %d storages", a.Name, a.Role, planner.FormatBytes(a.PeakBytes), planner.FormatBytes(a.LowerBoundBytes), overLB(a.PeakBytes, a.LowerBoundBytes), a.Storages)))
-		fmt.Fprintf(b, `<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="#f7f7f7" stroke="#999"/>`+"\n", leftMargin, top, plotW, panelH)
-		// Axes: offsets at 0, half and peak; positions at 0 and the end.
+		title := fmt.Sprintf("%s (%s): peak %s, lower bound %s (%s), %d storages", a.Name, a.Role, planner.FormatBytes(a.PeakBytes), planner.FormatBytes(a.LowerBoundBytes), overLB(a.PeakBytes, a.LowerBoundBytes), a.Storages)
+		if folded(a) {
+			title += ", folded: every tensor lives the whole step"
+		}
+		fmt.Fprintf(b, `<text x="%.0f" y="%.1f" font-size="13" font-weight="bold">%s</text>`+"\n", leftMargin, top-8, esc(title))
+		fmt.Fprintf(b, `<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="#f7f7f7" stroke="#999"/>`+"\n", leftMargin, top, plotW, ph)
+		// Offsets at 0, half and peak (0 and peak when folded).
 		for _, f := range []float64{0, 0.5, 1} {
+			if folded(a) && f == 0.5 {
+				continue
+			}
 			off := uint64(f * float64(scale))
 			fmt.Fprintf(b, `<text x="%.1f" y="%.1f" text-anchor="end" fill="#555">%s</text>`+"\n", leftMargin-6, y(off)+4, esc(planner.FormatBytes(off)))
 		}
-		fmt.Fprintf(b, `<text x="%.1f" y="%.1f" fill="#555">position 0</text>`+"\n", leftMargin, top+panelH+14)
-		fmt.Fprintf(b, `<text x="%.1f" y="%.1f" text-anchor="end" fill="#555">%d</text>`+"\n", leftMargin+plotW, top+panelH+14, positions)
 		fill := colors(a.Name)
 		n := 0
 		for _, t := range p.Tensors {
@@ -88,23 +136,97 @@ func writeSVG(b *strings.Builder, p *planner.Plan) {
 			tip := fmt.Sprintf("%s: %s (%d bytes) at offset %d, live [%d, %d]", t.ID, planner.FormatBytes(t.Size), t.Size, t.Offset, t.Lifetime[0], t.Lifetime[1])
 			fmt.Fprintf(b, `<rect x="%.2f" y="%.2f" width="%.2f" height="%.2f" fill="%s" stroke="white" stroke-width="0.4" data-tip="%s"><title>%s</title></rect>`+"\n",
 				x0, y0, max(x1-x0, 0.3), max(y1-y0, 0.3), fill[n%2], esc(tip), esc(tip))
-			if x1-x0 > 7*float64(len(t.ID))+6 && y1-y0 > 13 {
+			if !folded(a) && x1-x0 > 7*float64(len(t.ID))+6 && y1-y0 > 13 {
 				fmt.Fprintf(b, `<text x="%.1f" y="%.1f" fill="white" font-size="10" pointer-events="none">%s</text>`+"\n", x0+3, y0+11, esc(t.ID))
 			}
 			n++
 		}
-		if a.LowerBoundBytes > 0 {
+		if a.LowerBoundBytes > 0 && !folded(a) {
 			fmt.Fprintf(b, `<line x1="%.1f" x2="%.1f" y1="%.2f" y2="%.2f" stroke="#d62728" stroke-dasharray="6 4"/>`+"\n", leftMargin, leftMargin+plotW, y(a.LowerBoundBytes), y(a.LowerBoundBytes))
 			fmt.Fprintf(b, `<text x="%.1f" y="%.2f" text-anchor="end" fill="#d62728">lower bound</text>`+"\n", leftMargin+plotW-4, y(a.LowerBoundBytes)-4)
 		}
+		bottom := top + ph
+		// The phases: a band under the panel, a line at each change.
+		for k, r := range phases {
+			fmt.Fprintf(b, `<rect x="%.2f" y="%.1f" width="%.2f" height="%.1f" fill="%s"><title>%s</title></rect>`+"\n", x(r.from), bottom+1, max(x(r.to)-x(r.from), 0.3), bandH, phaseColors[r.phase], esc(fmt.Sprintf("%s: positions %d to %d", r.phase, r.from, r.to-1)))
+			if x(r.to)-x(r.from) > 7*float64(len(r.phase))+4 {
+				fmt.Fprintf(b, `<text x="%.1f" y="%.1f" fill="#333" font-size="9">%s</text>`+"\n", x(r.from)+2, bottom+bandH, esc(string(r.phase)))
+			}
+			if k > 0 {
+				fmt.Fprintf(b, `<line x1="%.2f" x2="%.2f" y1="%.1f" y2="%.1f" stroke="#555" stroke-dasharray="2 3"/>`+"\n", x(r.from), x(r.from), top, bottom)
+			}
+		}
+		if len(phases) > 0 {
+			bottom += bandH + 1
+		}
+		// Ticks at round positions.
+		for _, t := range ticks(positions) {
+			fmt.Fprintf(b, `<line x1="%.2f" x2="%.2f" y1="%.1f" y2="%.1f" stroke="#999"/>`+"\n", x(t), x(t), bottom, bottom+4)
+			anchor := "middle"
+			if t == int32(positions) {
+				anchor = "end"
+			}
+			fmt.Fprintf(b, `<text x="%.2f" y="%.1f" text-anchor="%s" fill="#555">%d</text>`+"\n", x(t), bottom+15, anchor, t)
+		}
+		if a.Name == p.Arenas[len(p.Arenas)-1].Name {
+			fmt.Fprintf(b, `<text x="%.1f" y="%.1f" text-anchor="end" fill="#555">position</text>`+"\n", leftMargin-6, bottom+15)
+		}
 		b.WriteString("</g>\n")
+		top += ph + panelGap
 	}
 	b.WriteString("</svg>\n")
 }
 
+// phaseRun is positions [from, to) of one phase.
+type phaseRun struct {
+	phase    ir.Phase
+	from, to int32
+}
+
+// phaseRuns groups consecutive positions of one phase; none when phases
+// do not cover the positions.
+func phaseRuns(phases []ir.Phase, positions int) []phaseRun {
+	if len(phases) != positions {
+		return nil
+	}
+	var out []phaseRun
+	for i, ph := range phases {
+		if len(out) > 0 && out[len(out)-1].phase == ph {
+			out[len(out)-1].to = int32(i + 1)
+			continue
+		}
+		out = append(out, phaseRun{ph, int32(i), int32(i + 1)})
+	}
+	return out
+}
+
+// ticks returns 0, the end, and the multiples of a round step (1, 2 or 5
+// times a power of ten) that give about ten ticks in between.
+func ticks(positions int) []int32 {
+	var step int
+	for k := 1; ; k *= 10 {
+		if step = k; positions/step <= 10 {
+			break
+		}
+		if step = 2 * k; positions/step <= 10 {
+			break
+		}
+		if step = 5 * k; positions/step <= 10 {
+			break
+		}
+	}
+	var out []int32
+	for t := 0; t < positions; t += step {
+		if positions-t >= step/2 || t == 0 {
+			out = append(out, int32(t))
+		}
+	}
+	return append(out, int32(positions))
+}
+
 // HTML writes an HTML page holding the SVG, a legend and a line that shows
 // the box under the pointer.
-func HTML(w io.Writer, p *planner.Plan) error {
+func HTML(w io.Writer, p *planner.Plan, o Options) error {
 	var b strings.Builder
 	title := p.Name
 	if title == "" {
@@ -123,8 +245,13 @@ svg rect[data-tip]:hover { stroke: black; stroke-width: 1.5; }
 	for _, a := range p.Arenas {
 		fmt.Fprintf(&b, `<span><i style="background:%s"></i>%s (%s)</span>`, colors(a.Name)[0], esc(a.Name), esc(string(a.Role)))
 	}
+	if len(phaseRuns(o.Phases, max(p.Positions, 1))) > 0 {
+		for _, ph := range []ir.Phase{ir.Forward, ir.Backward, ir.Optimizer} {
+			fmt.Fprintf(&b, `<span><i style="background:%s"></i>%s phase</span>`, phaseColors[ph], ph)
+		}
+	}
 	b.WriteString("</div>\n<p id=\"info\">Point at a box: tensor id, size, offset and lifetime.</p>\n")
-	writeSVG(&b, p)
+	writeSVG(&b, p, o)
 	b.WriteString(`<script>
 const info = document.getElementById("info");
 document.querySelectorAll("svg rect[data-tip]").forEach(r => {

@@ -28,7 +28,7 @@ func TestSVG(t *testing.T) {
 		t.Fatal(err)
 	}
 	var buf bytes.Buffer
-	if err := SVG(&buf, p); err != nil {
+	if err := SVG(&buf, p, Options{Phases: PhasesOf(g)}); err != nil {
 		t.Fatal(err)
 	}
 	dec := xml.NewDecoder(bytes.NewReader(buf.Bytes()))
@@ -53,7 +53,7 @@ func TestSVG(t *testing.T) {
 		t.Fatalf("%d boxes for %d storages", boxes, p.Metrics.Storages)
 	}
 	var h bytes.Buffer
-	if err := HTML(&h, p); err != nil {
+	if err := HTML(&h, p, Options{Phases: PhasesOf(g)}); err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"<!DOCTYPE html>", "<svg", "mouseenter", p.Tensors[0].ID} {

@@ -13,7 +13,7 @@ import (
 
 var vizCmd = &command{
 	name:    "viz",
-	summary: "Draw a plan's memory timeline (time across, offset up, a box per tensor) as SVG or HTML.",
+	summary: "Draw a plan's memory timeline (time across, offset up, a box per tensor; for a graph, its forward, backward and optimizer phases) as SVG or HTML.",
 	usage:   "viz IR|PLAN|CSV --out FILE.svg|FILE.html [--format auto|ir|plan|dsa] [--mode MODE] [--strategy S] [--effort E] [-o text|json]",
 	run:     runViz,
 }
@@ -41,6 +41,7 @@ func runViz(c *command, e *env, args []string) error {
 		return usagef("--out must name a .svg or .html file, got %q", *outFile)
 	}
 	var p *planner.Plan
+	var vo viz.Options // phases: known when the input is a graph
 	if *format == "plan" || *format == "auto" && !isCSV(pos[0]) {
 		data, err := readInput(e, pos[0])
 		if err != nil {
@@ -70,12 +71,15 @@ func runViz(c *command, e *env, args []string) error {
 		if p, err = planner.PlanMemory(in.g, opts); err != nil {
 			return err
 		}
+		if in.dsa == nil {
+			vo.Phases = viz.PhasesOf(in.g)
+		}
 	}
 	write := viz.SVG
 	if ext == ".html" {
 		write = viz.HTML
 	}
-	if err := writeFile(*outFile, func(w io.Writer) error { return write(w, p) }); err != nil {
+	if err := writeFile(*outFile, func(w io.Writer) error { return write(w, p, vo) }); err != nil {
 		return err
 	}
 	if *out == "json" {
