@@ -11,18 +11,7 @@ import (
 )
 
 func TestArenaExecutorIsDeterministic(t *testing.T) {
-	m, err := models.GPT2(models.GPT2Config{Layers: 2, Hidden: 32, Heads: 2, Seq: 8, Context: 8, Batch: 2, Vocab: 64, DType: ir.BF16, Train: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := ir.Compile(m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := planner.PlanMemory(g, planner.DefaultOptions(g))
-	if err != nil {
-		t.Fatal(err)
-	}
+	g, p := planGPT2(t, models.GPT2Config{Layers: 2, Hidden: 32, Heads: 2, Seq: 8, Context: 8, Batch: 2, Vocab: 64, DType: ir.BF16, Train: true})
 	run := func() []StepStats {
 		x, err := NewArenaExecutor(g, p, 0)
 		if err != nil {
@@ -93,7 +82,23 @@ func TestArenaExecutorAliasVersions(t *testing.T) {
 // TestDefaultIsPlanOnlyPastTheBound: the default executor moves a plan's
 // memory traffic, unless the plan reserves more than DefaultMaxBytes.
 func TestDefaultIsPlanOnlyPastTheBound(t *testing.T) {
-	m, err := models.GPT2(models.GPT2Config{Layers: 1, Hidden: 32, Heads: 2, Seq: 8, Context: 8, Batch: 1, Vocab: 64, DType: ir.F32, Train: true})
+	g, p := planGPT2(t, models.GPT2Config{Layers: 1, Hidden: 32, Heads: 2, Seq: 8, Context: 8, Batch: 1, Vocab: 64, DType: ir.F32, Train: true})
+	if x, err := Default(g, p); err != nil {
+		t.Fatal(err)
+	} else if _, ok := x.(*ArenaExecutor); !ok {
+		t.Fatalf("a %d-byte plan got %T", p.Metrics.ReservedBytes, x)
+	}
+	big := *p
+	big.Metrics.ReservedBytes = DefaultMaxBytes + 1
+	if x, err := Default(g, &big); err != nil || x != (PlanOnly{}) {
+		t.Fatalf("a plan past the bound got %T, %v", x, err)
+	}
+}
+
+// planGPT2 compiles and plans a GPT-2 of config c.
+func planGPT2(t *testing.T, c models.GPT2Config) (*ir.Graph, *planner.Plan) {
+	t.Helper()
+	m, err := models.GPT2(c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,14 +110,5 @@ func TestDefaultIsPlanOnlyPastTheBound(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if x, err := Default(g, p); err != nil {
-		t.Fatal(err)
-	} else if _, ok := x.(*ArenaExecutor); !ok {
-		t.Fatalf("a %d-byte plan got %T", p.Metrics.ReservedBytes, x)
-	}
-	big := *p
-	big.Metrics.ReservedBytes = DefaultMaxBytes + 1
-	if x, err := Default(g, &big); err != nil || x != (PlanOnly{}) {
-		t.Fatalf("a plan past the bound got %T, %v", x, err)
-	}
+	return g, p
 }
