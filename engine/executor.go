@@ -85,7 +85,7 @@ func CheckOps(g *ir.Graph) error {
 	first, total := -1, 0
 	for _, i := range g.Order {
 		n := &g.Nodes[i]
-		if lowerings[n.Op] != nil || n.Op.Collective() {
+		if _, ok := lowerings[n.Op]; ok || n.Op.Collective() {
 			continue
 		}
 		if first < 0 {

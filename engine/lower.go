@@ -184,36 +184,48 @@ const layerNormEps = 1e-5
 // lower returns the launches of one compute node, by its op's entry in
 // lowerings.
 func (l *lowerer) lower(n *ir.Node) ([]Launch, error) {
-	if f := lowerings[n.Op]; f != nil {
-		return f(l, n)
+	if f, ok := lowerings[n.Op]; ok {
+		if f.ins >= 0 {
+			if err := need(n, f.ins, f.outs); err != nil {
+				return nil, err
+			}
+		}
+		return f.lower(l, n)
 	}
 	return nil, unsupported("node %q: op %q has no kernel", n.ID, n.Op)
 }
 
-// lowerings are the kernels' launches by op.
-var lowerings = map[ir.Op]func(*lowerer, *ir.Node) ([]Launch, error){
-	ir.OpOnes:                    (*lowerer).lowerOnes,
-	ir.OpEmbedding:               (*lowerer).lowerEmbedding,
-	ir.OpMatmul:                  (*lowerer).lowerMatmul,
-	ir.OpAdd:                     (*lowerer).lowerAdd,
-	ir.OpMul:                     (*lowerer).lowerMul,
-	ir.OpGelu:                    (*lowerer).lowerGelu,
-	ir.OpSilu:                    (*lowerer).lowerGelu,
-	ir.OpGeluBackward:            (*lowerer).lowerGeluBackward,
-	ir.OpSiluBackward:            (*lowerer).lowerGeluBackward,
-	ir.OpLayerNorm:               (*lowerer).lowerLayerNorm,
-	ir.OpLayerNormBackward:       (*lowerer).lowerLayerNormBackward,
-	ir.OpRMSNorm:                 (*lowerer).lowerRMSNorm,
-	ir.OpRMSNormBackward:         (*lowerer).lowerRMSNormBackward,
-	ir.OpRope:                    (*lowerer).lowerRope,
-	ir.OpRopeBackward:            (*lowerer).lowerRope,
-	ir.OpCausalAttention:         (*lowerer).lowerCausalAttention,
-	ir.OpCausalAttentionBackward: (*lowerer).lowerCausalAttentionBackward,
-	ir.OpCrossEntropy:            (*lowerer).lowerCrossEntropy,
-	ir.OpCrossEntropyBackward:    (*lowerer).lowerCrossEntropyBackward,
-	ir.OpReduceSum:               (*lowerer).lowerReduceSum,
-	ir.OpEmbeddingBackward:       (*lowerer).lowerEmbeddingBackward,
-	ir.OpAdamW:                   (*lowerer).lowerAdamW,
+// lowerings are the kernels' launches by op, with the inputs and outputs
+// a node of the op must have (ins < 0: the lowering checks them itself).
+var lowerings = map[ir.Op]lowering{
+	ir.OpOnes:                    {0, 1, (*lowerer).lowerOnes},
+	ir.OpEmbedding:               {2, 1, (*lowerer).lowerEmbedding},
+	ir.OpMatmul:                  {2, 1, (*lowerer).lowerMatmul},
+	ir.OpAdd:                     {2, 1, (*lowerer).lowerAdd},
+	ir.OpMul:                     {2, 1, (*lowerer).lowerMul},
+	ir.OpGelu:                    {1, 1, (*lowerer).lowerGelu},
+	ir.OpSilu:                    {1, 1, (*lowerer).lowerGelu},
+	ir.OpGeluBackward:            {2, 1, (*lowerer).lowerGeluBackward},
+	ir.OpSiluBackward:            {2, 1, (*lowerer).lowerGeluBackward},
+	ir.OpLayerNorm:               {3, 3, (*lowerer).lowerLayerNorm},
+	ir.OpLayerNormBackward:       {-1, 0, (*lowerer).lowerLayerNormBackward},
+	ir.OpRMSNorm:                 {2, 2, (*lowerer).lowerRMSNorm},
+	ir.OpRMSNormBackward:         {-1, 0, (*lowerer).lowerRMSNormBackward},
+	ir.OpRope:                    {1, 1, (*lowerer).lowerRope},
+	ir.OpRopeBackward:            {1, 1, (*lowerer).lowerRope},
+	ir.OpCausalAttention:         {3, 2, (*lowerer).lowerCausalAttention},
+	ir.OpCausalAttentionBackward: {-1, 0, (*lowerer).lowerCausalAttentionBackward},
+	ir.OpCrossEntropy:            {2, 1, (*lowerer).lowerCrossEntropy},
+	ir.OpCrossEntropyBackward:    {3, 1, (*lowerer).lowerCrossEntropyBackward},
+	ir.OpReduceSum:               {1, 1, (*lowerer).lowerReduceSum},
+	ir.OpEmbeddingBackward:       {2, 1, (*lowerer).lowerEmbeddingBackward},
+	ir.OpAdamW:                   {-1, 0, (*lowerer).lowerAdamW},
+}
+
+// lowering is one op's entry in lowerings.
+type lowering struct {
+	ins, outs int
+	lower     func(*lowerer, *ir.Node) ([]Launch, error)
 }
 
 // one is a single launch of kernel k.
@@ -233,9 +245,6 @@ func need(n *ir.Node, ins, outs int) error {
 // lowerOnes lowers ir.OpOnes.
 func (l *lowerer) lowerOnes(n *ir.Node) ([]Launch, error) {
 	out := n.Outputs
-	if err := need(n, 0, 1); err != nil {
-		return nil, err
-	}
 	o, err := l.ops(out[0])
 	if err != nil {
 		return nil, err
@@ -246,9 +255,6 @@ func (l *lowerer) lowerOnes(n *ir.Node) ([]Launch, error) {
 // lowerEmbedding lowers ir.OpEmbedding.
 func (l *lowerer) lowerEmbedding(n *ir.Node) ([]Launch, error) {
 	in, out := n.Inputs, n.Outputs
-	if err := need(n, 2, 1); err != nil {
-		return nil, err
-	}
 	o, err := l.ops(in[0], in[1], out[0])
 	if err != nil {
 		return nil, err
@@ -261,18 +267,12 @@ func (l *lowerer) lowerEmbedding(n *ir.Node) ([]Launch, error) {
 
 // lowerMatmul lowers ir.OpMatmul.
 func (l *lowerer) lowerMatmul(n *ir.Node) ([]Launch, error) {
-	if err := need(n, 2, 1); err != nil {
-		return nil, err
-	}
 	return l.matmul(n)
 }
 
 // lowerAdd lowers ir.OpAdd.
 func (l *lowerer) lowerAdd(n *ir.Node) ([]Launch, error) {
 	in, out := n.Inputs, n.Outputs
-	if err := need(n, 2, 1); err != nil {
-		return nil, err
-	}
 	o, err := l.ops(in[0], in[1], out[0])
 	if err != nil {
 		return nil, err
@@ -286,9 +286,6 @@ func (l *lowerer) lowerAdd(n *ir.Node) ([]Launch, error) {
 // lowerMul lowers ir.OpMul.
 func (l *lowerer) lowerMul(n *ir.Node) ([]Launch, error) {
 	in, out := n.Inputs, n.Outputs
-	if err := need(n, 2, 1); err != nil {
-		return nil, err
-	}
 	o, err := l.ops(in[0], in[1], out[0])
 	if err != nil {
 		return nil, err
@@ -302,9 +299,6 @@ func (l *lowerer) lowerMul(n *ir.Node) ([]Launch, error) {
 // lowerGelu lowers ir.OpGelu, ir.OpSilu.
 func (l *lowerer) lowerGelu(n *ir.Node) ([]Launch, error) {
 	in, out := n.Inputs, n.Outputs
-	if err := need(n, 1, 1); err != nil {
-		return nil, err
-	}
 	o, err := l.ops(in[0], out[0])
 	if err != nil {
 		return nil, err
@@ -315,9 +309,6 @@ func (l *lowerer) lowerGelu(n *ir.Node) ([]Launch, error) {
 // lowerGeluBackward lowers ir.OpGeluBackward, ir.OpSiluBackward.
 func (l *lowerer) lowerGeluBackward(n *ir.Node) ([]Launch, error) {
 	in, out := n.Inputs, n.Outputs
-	if err := need(n, 2, 1); err != nil {
-		return nil, err
-	}
 	o, err := l.ops(in[0], in[1], out[0])
 	if err != nil {
 		return nil, err
@@ -329,9 +320,6 @@ func (l *lowerer) lowerGeluBackward(n *ir.Node) ([]Launch, error) {
 // lowerLayerNorm lowers ir.OpLayerNorm.
 func (l *lowerer) lowerLayerNorm(n *ir.Node) ([]Launch, error) {
 	in, out := n.Inputs, n.Outputs
-	if err := need(n, 3, 3); err != nil {
-		return nil, err
-	}
 	o, err := l.ops(in[0], in[1], in[2], out[0], out[1], out[2])
 	if err != nil {
 		return nil, err
@@ -377,9 +365,6 @@ func (l *lowerer) lowerLayerNormBackward(n *ir.Node) ([]Launch, error) {
 // lowerRMSNorm lowers ir.OpRMSNorm.
 func (l *lowerer) lowerRMSNorm(n *ir.Node) ([]Launch, error) {
 	in, out := n.Inputs, n.Outputs
-	if err := need(n, 2, 2); err != nil {
-		return nil, err
-	}
 	o, err := l.ops(in[0], in[1], out[0], out[1])
 	if err != nil {
 		return nil, err
@@ -425,9 +410,6 @@ func (l *lowerer) lowerRMSNormBackward(n *ir.Node) ([]Launch, error) {
 // lowerRope lowers ir.OpRope, ir.OpRopeBackward.
 func (l *lowerer) lowerRope(n *ir.Node) ([]Launch, error) {
 	in, out := n.Inputs, n.Outputs
-	if err := need(n, 1, 1); err != nil {
-		return nil, err
-	}
 	o, err := l.ops(in[0], out[0])
 	if err != nil {
 		return nil, err
@@ -447,9 +429,6 @@ func (l *lowerer) lowerRope(n *ir.Node) ([]Launch, error) {
 
 // lowerCausalAttention lowers ir.OpCausalAttention.
 func (l *lowerer) lowerCausalAttention(n *ir.Node) ([]Launch, error) {
-	if err := need(n, 3, 2); err != nil {
-		return nil, err
-	}
 	return l.attention(n)
 }
 
@@ -461,9 +440,6 @@ func (l *lowerer) lowerCausalAttentionBackward(n *ir.Node) ([]Launch, error) {
 // lowerCrossEntropy lowers ir.OpCrossEntropy.
 func (l *lowerer) lowerCrossEntropy(n *ir.Node) ([]Launch, error) {
 	in, out := n.Inputs, n.Outputs
-	if err := need(n, 2, 1); err != nil {
-		return nil, err
-	}
 	o, err := l.ops(in[0], in[1], out[0])
 	if err != nil {
 		return nil, err
@@ -487,9 +463,6 @@ func (l *lowerer) lowerCrossEntropy(n *ir.Node) ([]Launch, error) {
 // lowerCrossEntropyBackward lowers ir.OpCrossEntropyBackward.
 func (l *lowerer) lowerCrossEntropyBackward(n *ir.Node) ([]Launch, error) {
 	in, out := n.Inputs, n.Outputs
-	if err := need(n, 3, 1); err != nil {
-		return nil, err
-	}
 	o, err := l.ops(in[0], in[1], in[2], out[0])
 	if err != nil {
 		return nil, err
@@ -506,9 +479,6 @@ func (l *lowerer) lowerCrossEntropyBackward(n *ir.Node) ([]Launch, error) {
 // lowerReduceSum lowers ir.OpReduceSum.
 func (l *lowerer) lowerReduceSum(n *ir.Node) ([]Launch, error) {
 	in, out := n.Inputs, n.Outputs
-	if err := need(n, 1, 1); err != nil {
-		return nil, err
-	}
 	o, err := l.ops(in[0], out[0])
 	if err != nil {
 		return nil, err
@@ -525,9 +495,6 @@ func (l *lowerer) lowerReduceSum(n *ir.Node) ([]Launch, error) {
 // lowerEmbeddingBackward lowers ir.OpEmbeddingBackward.
 func (l *lowerer) lowerEmbeddingBackward(n *ir.Node) ([]Launch, error) {
 	in, out := n.Inputs, n.Outputs
-	if err := need(n, 2, 1); err != nil {
-		return nil, err
-	}
 	o, err := l.ops(in[0], in[1], out[0])
 	if err != nil {
 		return nil, err
