@@ -114,16 +114,18 @@ func (b *stepBook) low(j *api.Job) (uint64, bool) {
 // time in prev for a rank still missing under the same identity, now for
 // the others.
 func absentNow(prev []api.Absent, ms []rendezvous.Member, now time.Time) []api.Absent {
+	seen := make(map[uint64]api.Absent, len(prev))
+	for _, p := range prev {
+		seen[p.Rank] = p
+	}
 	var out []api.Absent
 	for _, m := range ms {
 		if m.Present {
 			continue
 		}
 		x := api.Absent{Rank: m.Rank, Identity: m.Identity, Since: now}
-		for _, p := range prev {
-			if p.Rank == m.Rank && p.Identity == m.Identity {
-				x.Since = p.Since
-			}
+		if p, ok := seen[m.Rank]; ok && p.Identity == m.Identity {
+			x.Since = p.Since
 		}
 		out = append(out, x)
 	}
