@@ -181,6 +181,7 @@ func (c *cluster) start(p *proc) {
 	fmt.Fprintf(f, "=== run %d at %s\n", p.runs, time.Now().Format(time.RFC3339Nano))
 	cmd := exec.Command(os.Args[0], p.args...)
 	cmd.Env = append(os.Environ(), roleEnv+"="+p.role)
+	dieWithParent(cmd)
 	cmd.Stdout, cmd.Stderr = f, f
 	if err := cmd.Start(); err != nil {
 		f.Close()
