@@ -146,10 +146,18 @@ func (s *sink) Accept(name string, level hclog.Level, msg string, args ...any) {
 	s.log.LogAttrs(context.Background(), hclogLevel(level), msg, attrs...)
 }
 
-// plain returns v, or its text for a fmt.Stringer or an error (raft logs
-// itself and its peers as Stringers).
+// plain returns v, or its text for a fmt.Stringer, an error or an
+// hclog.Fmt value (raft logs itself and its peers as Stringers, its
+// configuration with hclog.Fmt).
 func plain(v any) any {
 	switch v := v.(type) {
+	case hclog.Format: // hclog.Fmt("%+v", x): a format and its arguments
+		if len(v) > 0 {
+			if f, ok := v[0].(string); ok {
+				return fmt.Sprintf(f, v[1:]...)
+			}
+		}
+		return fmt.Sprint(v...)
 	case error:
 		return v.Error()
 	case fmt.Stringer:

@@ -27,6 +27,7 @@ func TestRaftAndEtcdLogsReachSlog(t *testing.T) {
 	log, buf := capture()
 	h := Hclog(log, "raft", hclog.Info)
 	h.Info("entering leader state", "leader", "c0")
+	h.Info("initial configuration", "servers", hclog.Fmt("%+v", []struct{ ID string }{{"c0"}}))
 	h.Debug("below the level")
 	h.Warn("heartbeat timeout reached, starting election", "last-leader-addr", "127.0.0.1:7001")
 	z := Zap(log, "etcd", zap.WarnLevel)
@@ -41,6 +42,7 @@ func TestRaftAndEtcdLogsReachSlog(t *testing.T) {
 		`level=WARN msg="heartbeat timeout reached, starting election" component=raft last-leader-addr=127.0.0.1:7001`,
 		`level=WARN msg="retrying of unary invoker failed" component=etcd attempt=3 target=etcd-endpoints://0x1/127.0.0.1:2379`,
 		`level=INFO msg="not json" component=raft-net`,
+		`level=INFO msg="initial configuration" component=raft servers=[{ID:c0}]`,
 		`level=ERROR msg=split component=raft-net`,
 	} {
 		if !strings.Contains(got, want) {
