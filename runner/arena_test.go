@@ -7,11 +7,10 @@ import (
 	"github.com/tmmu/tmmu/internal/plantest"
 	"github.com/tmmu/tmmu/ir"
 	"github.com/tmmu/tmmu/models"
-	"github.com/tmmu/tmmu/planner"
 )
 
 func TestArenaExecutorIsDeterministic(t *testing.T) {
-	g, p := planGPT2(t, models.GPT2Config{Layers: 2, Hidden: 32, Heads: 2, Seq: 8, Context: 8, Batch: 2, Vocab: 64, DType: ir.BF16, Train: true})
+	g, p := plantest.Verified(t, gpt2(t, models.GPT2Config{Layers: 2, Hidden: 32, Heads: 2, Seq: 8, Context: 8, Batch: 2, Vocab: 64, DType: ir.BF16, Train: true}))
 	run := func() []StepStats {
 		x, err := NewArenaExecutor(g, p, 0)
 		if err != nil {
@@ -82,7 +81,7 @@ func TestArenaExecutorAliasVersions(t *testing.T) {
 // TestDefaultIsPlanOnlyPastTheBound: the default executor moves a plan's
 // memory traffic, unless the plan reserves more than DefaultMaxBytes.
 func TestDefaultIsPlanOnlyPastTheBound(t *testing.T) {
-	g, p := planGPT2(t, models.GPT2Config{Layers: 1, Hidden: 32, Heads: 2, Seq: 8, Context: 8, Batch: 1, Vocab: 64, DType: ir.F32, Train: true})
+	g, p := plantest.Verified(t, gpt2(t, models.GPT2Config{Layers: 1, Hidden: 32, Heads: 2, Seq: 8, Context: 8, Batch: 1, Vocab: 64, DType: ir.F32, Train: true}))
 	if x, err := Default(g, p); err != nil {
 		t.Fatal(err)
 	} else if _, ok := x.(*ArenaExecutor); !ok {
@@ -95,20 +94,12 @@ func TestDefaultIsPlanOnlyPastTheBound(t *testing.T) {
 	}
 }
 
-// planGPT2 compiles and plans a GPT-2 of config c.
-func planGPT2(t *testing.T, c models.GPT2Config) (*ir.Graph, *planner.Plan) {
+// gpt2 is a GPT-2 model of config c.
+func gpt2(t *testing.T, c models.GPT2Config) *ir.Model {
 	t.Helper()
 	m, err := models.GPT2(c)
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, err := ir.Compile(m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := planner.PlanMemory(g, planner.DefaultOptions(g))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return g, p
+	return m
 }

@@ -7,9 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tmmu/tmmu/ir"
+	"github.com/tmmu/tmmu/internal/plantest"
 	"github.com/tmmu/tmmu/models"
-	"github.com/tmmu/tmmu/planner"
 )
 
 // TestSVG: the document is well-formed XML with one box per storage, each
@@ -19,14 +18,7 @@ func TestSVG(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, err := ir.Compile(m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := planner.PlanMemory(g, planner.DefaultOptions(g))
-	if err != nil {
-		t.Fatal(err)
-	}
+	g, p := plantest.Verified(t, m)
 	var buf bytes.Buffer
 	if err := SVG(&buf, p, Options{Phases: PhasesOf(g)}); err != nil {
 		t.Fatal(err)
