@@ -442,13 +442,13 @@ func (s *State) Apply(c *Command) Result {
 	case CmdEpoch:
 		return j.applyEpoch(c)
 	case CmdFail:
-		return j.applyFail(c)
+		return j.applyEnd(StatusFailed, c)
 	case CmdCheckpoint:
 		return j.applyCheckpoint(c)
 	case CmdPause:
 		return j.applyPause(c)
 	case CmdCancel:
-		return j.applyCancel(c)
+		return j.applyEnd(StatusCancelled, c)
 	case CmdDelete:
 		return s.applyDelete(c)
 	}
@@ -577,12 +577,13 @@ func (j *Job) applyEpoch(c *Command) Result {
 	return Result{Changed: true}
 }
 
-// applyFail fails a job that is not over.
-func (j *Job) applyFail(c *Command) Result {
+// applyEnd fails or cancels (status) a job that is not over, for
+// c.Reason.
+func (j *Job) applyEnd(status JobStatus, c *Command) Result {
 	if j.Final() {
 		return Result{}
 	}
-	j.Status, j.Reason = StatusFailed, c.Reason
+	j.Status, j.Reason = status, c.Reason
 	return Result{Changed: true}
 }
 
@@ -625,15 +626,6 @@ func (j *Job) applyPause(c *Command) Result {
 	} else {
 		j.Paused, j.PausedAt = c.Reason, c.Step
 	}
-	return Result{Changed: true}
-}
-
-// applyCancel cancels a job that is not over.
-func (j *Job) applyCancel(c *Command) Result {
-	if j.Final() {
-		return Result{}
-	}
-	j.Status, j.Reason = StatusCancelled, c.Reason
 	return Result{Changed: true}
 }
 
