@@ -132,6 +132,13 @@ func absentNow(prev []api.Absent, ms []rendezvous.Member, now time.Time) []api.A
 	return out
 }
 
+// resizable reports whether j's world may change now: it runs under an
+// agreed current epoch.
+func resizable(j *api.Job) bool {
+	cur := j.Current()
+	return j.Status == api.StatusRunning && cur.Outcome != nil && cur.Outcome.Agreed
+}
+
 // resizing is an elastic job's next world, as planResize decides it.
 type resizing struct {
 	spec     shard.Spec // unresolved: the current spec with the new sizes
@@ -157,10 +164,10 @@ type resizing struct {
 // data-parallel group the rest; its ranks are the live identities in
 // their old rank order, then those back in rendezvous order.
 func planResize(j *api.Job, present []rendezvous.Member, absent []api.Absent, now time.Time, after time.Duration) (*resizing, error) {
-	cur := j.Current()
-	if j.Status != api.StatusRunning || cur.Outcome == nil || !cur.Outcome.Agreed {
+	if !resizable(j) {
 		return nil, nil
 	}
+	cur := j.Current()
 	spec, members := j.World(cur.Epoch)
 	if members == nil {
 		members = make([]string, spec.WorldSize)

@@ -12,10 +12,10 @@ import (
 // resize carries out planResize for elastic job j: it reads the
 // rendezvous, plans every rank of the new world and commits its epoch.
 func (a *agreement) resize(ctx context.Context, j *api.Job) error {
-	cur := j.Current()
-	if j.Status != api.StatusRunning || cur.Outcome == nil || !cur.Outcome.Agreed {
-		return nil
+	if !resizable(j) {
+		return nil // no rendezvous read for a job that cannot resize now
 	}
+	cur := j.Current()
 	present, err := a.rv.Members(ctx, j.Spec.Name, j.Spec.ShardSpec.WorldSize) // the rendezvous' numbering
 	if err != nil {
 		return err
