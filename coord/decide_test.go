@@ -13,7 +13,6 @@ import (
 	"github.com/tmmu/tmmu/internal/scenario"
 	"github.com/tmmu/tmmu/ir"
 	"github.com/tmmu/tmmu/rendezvous"
-	"github.com/tmmu/tmmu/shard"
 	"github.com/tmmu/tmmu/transport"
 )
 
@@ -49,8 +48,7 @@ func TestLeaderScenarios(t *testing.T) {
 			switch c.Name {
 			case "submit":
 				world, tp := c.Uint("world", 1), c.Uint("tp", 1)
-				spec := &api.JobSpec{Name: "j", Elastic: c.Has("elastic"), ShardSpec: shard.Spec{WorldSize: world,
-					DataParallel: shard.DataParallel{Degree: world / tp}, TensorParallel: shard.TensorParallel{Degree: tp}}}
+				spec := &api.JobSpec{Name: "j", Elastic: c.Has("elastic"), ShardSpec: apitest.World(world, tp)}
 				book, present, absent = newStepBook(), nil, nil
 				if msg := apply(&api.Command{Kind: api.CmdSubmit, Job: "j", Spec: spec, New: apitest.Planned(0, 1, world)}); msg != "" {
 					return msg
@@ -69,12 +67,10 @@ func TestLeaderScenarios(t *testing.T) {
 				spec, _ := j.World(j.Current().Epoch)
 				e := apitest.Planned(uint64(len(j.Epochs)), c.Uint("start", 1), spec.WorldSize)
 				if m, ok := c.Arg("members"); ok {
-					e.Members = strings.Split(m, ",")
-					next := *spec
-					next.WorldSize = uint64(len(e.Members))
-					next.DataParallel.Degree = next.WorldSize / spec.TensorParallel.Degree
+					members := strings.Split(m, ",")
+					next := apitest.World(uint64(len(members)), spec.TensorParallel.Degree)
 					e = apitest.Planned(e.Epoch, e.StartStep, next.WorldSize)
-					e.ShardSpec, e.Members = &next, strings.Split(m, ",")
+					e.ShardSpec, e.Members = &next, members
 				}
 				if _, ok := c.Arg("restore"); ok {
 					e.Restore = &api.Restore{Step: c.Uint("restore", 0), Rollback: c.Has("rollback")}

@@ -9,7 +9,6 @@ import (
 	"github.com/tmmu/tmmu/coord/api"
 	"github.com/tmmu/tmmu/coord/api/apitest"
 	"github.com/tmmu/tmmu/internal/scenario"
-	"github.com/tmmu/tmmu/shard"
 )
 
 // TestGateScenarios drives the worker's gate (gate.go) through the
@@ -36,8 +35,7 @@ func TestGateScenarios(t *testing.T) {
 			switch c.Name {
 			case "submit":
 				world := c.Uint("world", 1)
-				spec := &api.JobSpec{Name: "j", Steps: c.Uint("steps", 0), Window: c.Uint("window", 0),
-					ShardSpec: shard.Spec{WorldSize: world, DataParallel: shard.DataParallel{Degree: world}, TensorParallel: shard.TensorParallel{Degree: 1}}}
+				spec := &api.JobSpec{Name: "j", Steps: c.Uint("steps", 0), Window: c.Uint("window", 0), ShardSpec: apitest.World(world, 1)}
 				cmd = &api.Command{Kind: api.CmdSubmit, Job: "j", Spec: spec, New: apitest.Planned(0, 1, world)}
 			case "agree":
 				cmd = &api.Command{Kind: api.CmdOutcome, Job: "j", Epoch: c.Uint("epoch", 0), Outcome: &api.Outcome{Agreed: !c.Has("failed"), Reason: "rank 1's plan hash differs"}}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/tmmu/tmmu/coord/api"
 	"github.com/tmmu/tmmu/ir"
+	"github.com/tmmu/tmmu/shard"
 )
 
 // Planned is epoch e of a world of n ranks from step start, planned: made-
@@ -17,6 +18,12 @@ func Planned(e, start, n uint64) *api.Epoch {
 		ep.Expected = append(ep.Expected, ir.Hash{byte(e + 1), byte(r)})
 	}
 	return ep
+}
+
+// World is the shard spec of n ranks in tensor-parallel groups of tp,
+// data parallel across them.
+func World(n, tp uint64) shard.Spec {
+	return shard.Spec{WorldSize: n, DataParallel: shard.DataParallel{Degree: n / tp}, TensorParallel: shard.TensorParallel{Degree: tp}}
 }
 
 // Describe is one line on job j: status, current epoch, world, progress
