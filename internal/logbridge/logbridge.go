@@ -1,116 +1,23 @@
 // Package logbridge sends the logs of libraries that log their own way —
 // hashicorp/raft through hclog, etcd's client through zap — to a daemon's
 // slog logger, so that one log shows raft elections and etcd client
-// trouble beside tmmu's own records.
-//
-// raft gets an hclog logger whose records go straight to slog (Hclog);
-// etcd's client a zap logger that writes JSON lines to Writer, which
-// turns each line into an slog record: its level, its message, and its
-// other fields as attributes (timestamps dropped: slog adds its own).
+// trouble beside tmmu's own records. Each library gets a logger whose
+// records go straight to slog (an hclog sink, a zap core): level,
+// message, and the fields as attributes.
 package logbridge
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
-	"sort"
-	"strings"
-	"sync"
+	"maps"
+	"slices"
 
 	"github.com/hashicorp/go-hclog"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 )
-
-// Writer returns a writer that logs each JSON line written to it (zap's
-// JSON encoder's) as a record of log, with component=name. A line that is not JSON is logged
-// whole as the message, at info.
-func Writer(log *slog.Logger, name string) io.Writer {
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	return &writer{log: log.With("component", name)}
-}
-
-type writer struct {
-	mu  sync.Mutex
-	log *slog.Logger
-	buf []byte
-}
-
-func (w *writer) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.buf = append(w.buf, p...)
-	for {
-		i := bytes.IndexByte(w.buf, '\n')
-		if i < 0 {
-			break
-		}
-		w.line(w.buf[:i])
-		w.buf = w.buf[i+1:]
-	}
-	if len(w.buf) > 1<<16 { // a line without an end: log what came
-		w.line(w.buf)
-		w.buf = nil
-	}
-	return len(p), nil
-}
-
-// The keys zap's JSON encoder (as Zap configures it) puts the level,
-// the message and the time under.
-const (
-	levelKey   = "level"
-	messageKey = "msg"
-	timeKey    = "ts"
-)
-
-func (w *writer) line(b []byte) {
-	b = bytes.TrimSpace(b)
-	if len(b) == 0 {
-		return
-	}
-	var m map[string]any
-	if json.Unmarshal(b, &m) != nil {
-		w.log.Info(string(b))
-		return
-	}
-	level, msg := slog.LevelInfo, ""
-	if v, ok := m[levelKey].(string); ok {
-		level = parseLevel(v)
-	}
-	if v, ok := m[messageKey].(string); ok {
-		msg = v
-	}
-	delete(m, levelKey)
-	delete(m, messageKey)
-	delete(m, timeKey)
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	attrs := make([]slog.Attr, 0, len(keys))
-	for _, k := range keys {
-		attrs = append(attrs, slog.Any(k, m[k]))
-	}
-	w.log.LogAttrs(context.Background(), level, msg, attrs...)
-}
-
-func parseLevel(s string) slog.Level {
-	switch strings.ToLower(s) {
-	case "trace", "debug":
-		return slog.LevelDebug
-	case "warn", "warning":
-		return slog.LevelWarn
-	case "error", "dpanic", "panic", "fatal":
-		return slog.LevelError
-	}
-	return slog.LevelInfo
-}
 
 // Hclog returns an hclog logger (hashicorp/raft's) whose records at
 // level and above go to log, as component name: each record's arguments
@@ -178,10 +85,63 @@ func hclogLevel(l hclog.Level) slog.Level {
 	return slog.LevelInfo
 }
 
-// Zap returns a zap logger (etcd's client's) that logs to log at level
-// and above, as component name.
+// Zap returns a zap logger (etcd's client's) whose entries at level and
+// above go to log, as component name.
 func Zap(log *slog.Logger, name string, level zapcore.Level) *zap.Logger {
-	enc := zapcore.NewJSONEncoder(zapcore.EncoderConfig{MessageKey: "msg", LevelKey: "level", NameKey: "logger",
-		EncodeLevel: zapcore.LowercaseLevelEncoder, EncodeDuration: zapcore.StringDurationEncoder, LineEnding: "\n"})
-	return zap.New(zapcore.NewCore(enc, zapcore.AddSync(Writer(log, name)), level))
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return zap.New(&core{log: log.With("component", name), level: level})
+}
+
+// core is a zapcore.Core that writes to slog.
+type core struct {
+	log    *slog.Logger
+	level  zapcore.Level
+	fields []zapcore.Field // from With
+}
+
+func (c *core) Enabled(l zapcore.Level) bool { return c.level.Enabled(l) }
+
+func (c *core) With(fs []zapcore.Field) zapcore.Core {
+	return &core{log: c.log, level: c.level, fields: append(slices.Clone(c.fields), fs...)}
+}
+
+func (c *core) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {
+	if c.Enabled(e.Level) {
+		return ce.AddCore(e, c)
+	}
+	return ce
+}
+
+// Write logs e with its fields as attributes, by name, and the logger's
+// name as "logger".
+func (c *core) Write(e zapcore.Entry, fs []zapcore.Field) error {
+	enc := zapcore.NewMapObjectEncoder()
+	for _, f := range slices.Concat(c.fields, fs) {
+		f.AddTo(enc)
+	}
+	if e.LoggerName != "" {
+		enc.Fields["logger"] = e.LoggerName
+	}
+	attrs := make([]slog.Attr, 0, len(enc.Fields))
+	for _, k := range slices.Sorted(maps.Keys(enc.Fields)) {
+		attrs = append(attrs, slog.Any(k, enc.Fields[k]))
+	}
+	c.log.LogAttrs(context.Background(), zapLevel(e.Level), e.Message, attrs...)
+	return nil
+}
+
+func (c *core) Sync() error { return nil }
+
+func zapLevel(l zapcore.Level) slog.Level {
+	switch {
+	case l <= zapcore.DebugLevel:
+		return slog.LevelDebug
+	case l == zapcore.InfoLevel:
+		return slog.LevelInfo
+	case l == zapcore.WarnLevel:
+		return slog.LevelWarn
+	}
+	return slog.LevelError
 }

@@ -2,6 +2,7 @@ package logbridge
 
 import (
 	"bytes"
+	"errors"
 	"log/slog"
 	"strings"
 	"testing"
@@ -33,17 +34,14 @@ func TestRaftAndEtcdLogsReachSlog(t *testing.T) {
 	z := Zap(log, "etcd", zap.WarnLevel)
 	z.Info("below the level")
 	z.Warn("retrying of unary invoker failed", zap.String("target", "etcd-endpoints://0x1/127.0.0.1:2379"), zap.Int("attempt", 3))
-	w := Writer(log, "raft-net")
-	w.Write([]byte("not json\n{\"level\":\"error\",\"msg\":\"split\"")) // a line in two writes
-	w.Write([]byte("}\n"))
+	z.Named("lease").With(zap.Int64("id", 7)).Error("keepalive failed", zap.Error(errors.New("stream closed")))
 	got := buf.String()
 	for _, want := range []string{
 		`level=INFO msg="entering leader state" component=raft leader=c0`,
 		`level=WARN msg="heartbeat timeout reached, starting election" component=raft last-leader-addr=127.0.0.1:7001`,
 		`level=WARN msg="retrying of unary invoker failed" component=etcd attempt=3 target=etcd-endpoints://0x1/127.0.0.1:2379`,
-		`level=INFO msg="not json" component=raft-net`,
 		`level=INFO msg="initial configuration" component=raft servers=[{ID:c0}]`,
-		`level=ERROR msg=split component=raft-net`,
+		`level=ERROR msg="keepalive failed" component=etcd error="stream closed" id=7 logger=lease`,
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("missing %s in\n%s", want, got)
