@@ -104,9 +104,9 @@ func writeSVG(b *strings.Builder, p *planner.Plan, o Options) {
 	positions := max(p.Positions, 1)
 	plotW := width - leftMargin - rightPad
 	x := func(pos int32) float64 { return leftMargin + plotW*float64(pos)/float64(positions) }
-	phases := phaseRuns(o.Phases, positions)
+	phases, xticks := phaseRuns(o.Phases, positions), ticks(positions)
 	top := topPad + 30
-	for _, a := range p.Arenas {
+	for ai, a := range p.Arenas {
 		ph := panelHeight(a)
 		scale := max(a.PeakBytes, a.LowerBoundBytes, 1)
 		y := func(off uint64) float64 { return top + ph - ph*float64(off)/float64(scale) }
@@ -160,7 +160,7 @@ func writeSVG(b *strings.Builder, p *planner.Plan, o Options) {
 			bottom += bandH + 1
 		}
 		// Ticks at round positions.
-		for _, t := range ticks(positions) {
+		for _, t := range xticks {
 			fmt.Fprintf(b, `<line x1="%.2f" x2="%.2f" y1="%.1f" y2="%.1f" stroke="#999"/>`+"\n", x(t), x(t), bottom, bottom+4)
 			anchor := "middle"
 			if t == int32(positions) {
@@ -168,7 +168,7 @@ func writeSVG(b *strings.Builder, p *planner.Plan, o Options) {
 			}
 			fmt.Fprintf(b, `<text x="%.2f" y="%.1f" text-anchor="%s" fill="#555">%d</text>`+"\n", x(t), bottom+15, anchor, t)
 		}
-		if a.Name == p.Arenas[len(p.Arenas)-1].Name {
+		if ai == len(p.Arenas)-1 {
 			fmt.Fprintf(b, `<text x="%.1f" y="%.1f" text-anchor="end" fill="#555">position</text>`+"\n", leftMargin-6, bottom+15)
 		}
 		b.WriteString("</g>\n")

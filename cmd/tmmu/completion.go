@@ -55,11 +55,8 @@ func subcommands() map[string][]string {
 // subcommands are written in; flags are asked of "tmmu CMD [SUB] --help"
 // when a word starts with a dash, so they are always the binary's own.
 func bashCompletion() string {
-	var names []string
-	for _, c := range commands {
-		names = append(names, c.name)
-	}
 	subs := subcommands()
+	names := subs["help"] // every command
 	var cases strings.Builder
 	for _, name := range append(slices.Clone(names), "help") {
 		if len(subs[name]) > 0 {
