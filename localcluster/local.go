@@ -75,12 +75,16 @@ type Local struct {
 	readToken   string
 	signer      *trust.Signer
 	verifier    *trust.Verifier
-	natsOpts    natsserver.Options // the server's, to add identities (reload)
-	mu          sync.Mutex
-	agree       []context.CancelFunc // per coordinator: its agreement loop
-	agreeW      sync.WaitGroup
-	conns       []*nats.Conn
-	users       map[string]bool // NATS identities the server knows
+	// natsOpts is a copy of the options the server runs with, to add
+	// identities (reload). The server keeps the pointer it is given and
+	// its goroutines read through it, so it is always given a copy of
+	// its own, never &natsOpts.
+	natsOpts natsserver.Options
+	mu       sync.Mutex
+	agree    []context.CancelFunc // per coordinator: its agreement loop
+	agreeW   sync.WaitGroup
+	conns    []*nats.Conn
+	users    map[string]bool // NATS identities the server knows
 	// api is the HTTP transport of the clients of the coordinators' API.
 	api     http.RoundTripper
 	apiOnce sync.Once
@@ -136,7 +140,8 @@ func start(o Options) (l *Local, err error) {
 			return nil, err
 		}
 	}
-	ns, err := natsserver.NewServer(&l.natsOpts)
+	nopts := l.natsOpts
+	ns, err := natsserver.NewServer(&nopts)
 	if err != nil {
 		return nil, fmt.Errorf("localcluster: nats: %w", err)
 	}

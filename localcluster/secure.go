@@ -86,7 +86,8 @@ func (l *Local) identity(role, id string) (string, error) {
 		}
 		o := l.natsOpts
 		o.Nkeys = append(append([]*natsserver.NkeyUser(nil), l.natsOpts.Nkeys...), nkeyUser(pub, transport.WorkerPermissions(id)))
-		if err := l.NATS.ReloadOptions(&o); err != nil {
+		served := o // the server keeps &served; l.natsOpts stays ours
+		if err := l.NATS.ReloadOptions(&served); err != nil {
 			return "", fmt.Errorf("localcluster: adding NATS identity %q: %w", id, err)
 		}
 		l.natsOpts = o
