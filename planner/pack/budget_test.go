@@ -10,7 +10,10 @@ import (
 // TestBudgetKeepsNodes: a work budget does not lift an explicit node
 // budget, at either effort.
 func TestBudgetKeepsNodes(t *testing.T) {
-	p := families.Perfect(300, 1).Problem() // the canonical search runs here
+	// A conflict leaves the skyline and blocks out, so that the canonical
+	// search runs.
+	p := families.Perfect(300, 1).Problem()
+	p.Conflicts = [][2]int32{{0, 1}}
 	for _, e := range pack.Efforts {
 		r, err := pack.Pack(p, pack.Options{Effort: e, Nodes: 500, Budget: 1 << 30})
 		if err != nil {

@@ -201,10 +201,16 @@ func GreedySize(p *Problem) (*Result, error) {
 // Its steps, each kept only when it lowers the peak: the portfolio's
 // mandatory members (best fit by conflict pressure, and GreedySize, so
 // the result is never worse than the baseline), the other members within
-// the portfolio budget, a skyline dive, skyline search restarts at the
+// the portfolio budget, a skyline dive, blocks (buffers merged into
+// rectangles, packed by the same steps), skyline search restarts at the
 // goal, and the canonical search bisecting below the best peak; all but
 // the mandatory members within the work budget.
-func Pack(p *Problem, o Options) (*Result, error) {
+func Pack(p *Problem, o Options) (*Result, error) { return pack(p, o, 0) }
+
+// pack is Pack. A positive within packs blocks' problem: it caps the
+// work budget, leaves blocks out and searches however close to the goal
+// the best peak is.
+func pack(p *Problem, o Options, within int64) (*Result, error) {
 	if o.Effort == "" {
 		o.Effort = Fast
 	}
@@ -222,6 +228,10 @@ func Pack(p *Problem, o Options) (*Result, error) {
 	}
 	if o.Nodes > 0 {
 		b.nodes = o.Nodes
+	}
+	if within > 0 {
+		b.work, b.sky = min(b.work, within), min(b.sky, within)
+		b.above = 0
 	}
 	res := &Result{LowerBound: in.lb, Budget: b.work}
 	if len(in.bufs) == 0 {
@@ -255,8 +265,15 @@ func Pack(p *Problem, o Options) (*Result, error) {
 		}
 	}
 	res.Merged = pl.merged
+	var sky *skySearch
 	if in.partners == nil && res.Peak > in.goal {
-		skyline(in, b, res, &spent)
+		sky = dive(in, b, res, &spent)
+	}
+	if within == 0 && in.partners == nil && in.far(res.Peak, b.above) && left() > 0 {
+		spent += blocks(in, o, left()*3/4, res)
+	}
+	if sky != nil && res.Peak > in.goal {
+		restarts(in, sky, b, res, &spent)
 	}
 	res.Optimal = res.Peak <= in.goal
 	target := res.Peak
@@ -290,36 +307,46 @@ func (in *instance) peakOf(offsets []uint64) uint64 {
 	return peak
 }
 
-// skyline runs the skyline dive when its cost fits the budget, then
-// skyline search restarts at the goal on instances still far from it.
-func skyline(in *instance, b budget, res *Result, spent *int64) {
+// dive runs the skyline dive when its cost fits the budget; it returns
+// the skyline placer for the restarts.
+func dive(in *instance, b budget, res *Result, spent *int64) *skySearch {
 	s := newSkySearch(in)
-	keep := func(method string) {
-		if peak := in.peakOf(s.offsets); peak < res.Peak {
-			res.Offsets = append(res.Offsets[:0], s.offsets...)
-			res.Peak, res.Method = peak, method
-		}
-	}
 	// A dive covers every buffer once and most of them again on trial;
 	// it is abandoned if it overruns the budget anyway.
 	if 4*in.width+int64(in.positions) <= b.work-*spent && s.dive(in.goal, b.work-*spent) {
-		keep("skyline dive")
-	}
-	if r := min(b.sky, b.work-*spent-s.work); in.far(res.Peak, b.above) && r > 0 {
-		// Restarts at the goal, ties shuffled by a fixed seed each, with
-		// a share of the budget that grows as restarts fail.
-		from := s.work
-		per := max(r/64, 64*int64(len(in.bufs)))
-		for k := uint64(0); s.work-from < r && res.Peak > in.goal; k++ {
-			s.rng = rand.New(rand.NewPCG(k, uint64(len(in.bufs))))
-			if s.solve(in.goal, min(per, r-(s.work-from))) {
-				keep("skyline search")
-				res.Optimal = true
-			}
-			per += per / 4
-		}
+		s.keep(res, "skyline dive")
 	}
 	*spent += s.work
+	return s
+}
+
+// keep makes the placer's placement the result's when it peaks lower.
+func (s *skySearch) keep(res *Result, method string) {
+	if peak := s.in.peakOf(s.offsets); peak < res.Peak {
+		res.Offsets = append(res.Offsets[:0], s.offsets...)
+		res.Peak, res.Method = peak, method
+	}
+}
+
+// restarts runs skyline search restarts at the goal on instances still
+// far from it, ties shuffled by a fixed seed each, with a share of the
+// budget that grows as restarts fail.
+func restarts(in *instance, s *skySearch, b budget, res *Result, spent *int64) {
+	r := min(b.sky, b.work-*spent)
+	if !in.far(res.Peak, b.above) || r <= 0 {
+		return
+	}
+	from := s.work
+	per := max(r/64, 64*int64(len(in.bufs)))
+	for k := uint64(0); s.work-from < r && res.Peak > in.goal; k++ {
+		s.rng = rand.New(rand.NewPCG(k, uint64(len(in.bufs))))
+		if s.solve(in.goal, min(per, r-(s.work-from))) {
+			s.keep(res, "skyline search")
+			res.Optimal = true
+		}
+		per += per / 4
+	}
+	*spent += s.work - from
 }
 
 // improve searches for placements below target (a peak already reached,

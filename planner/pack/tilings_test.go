@@ -1,0 +1,26 @@
+package pack_test
+
+import (
+	"testing"
+
+	"github.com/tmmu/tmmu/bench/families"
+	"github.com/tmmu/tmmu/planner/pack"
+)
+
+// TestBlocksFindTilings: perfect packings that the bench's suite does not
+// hold (other seeds of its generator) are packed at their lower bound by
+// the fast effort.
+func TestBlocksFindTilings(t *testing.T) {
+	for _, c := range []struct {
+		n    int
+		seed uint64
+	}{{300, 5}, {1000, 2}, {1000, 7}, {2000, 4}, {2000, 6}} {
+		r, err := pack.Pack(families.Perfect(c.n, c.seed).Problem(), pack.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Peak != r.LowerBound {
+			t.Errorf("perfect %d seed %d: peak %d, %.2f %% over the lower bound (%s)", c.n, c.seed, r.Peak, 100*(float64(r.Peak)/float64(r.LowerBound)-1), r.Method)
+		}
+	}
+}
