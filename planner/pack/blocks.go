@@ -2,6 +2,7 @@ package pack
 
 import (
 	"cmp"
+	"math/bits"
 	"slices"
 )
 
@@ -135,35 +136,43 @@ func (k *blocker) live(l []int32, not int32) (out []int32, kept []int32) {
 
 // stack makes a block of ids, which live over the same sections: the
 // larger alignments first, each part at the next offset its alignment
-// allows; parts that are stacks are spliced in.
+// allows; parts that are stacks are spliced in. It returns -1, merging
+// nothing, if the offsets would overflow.
 func (k *blocker) stack(ids []int32) int32 {
 	slices.SortFunc(ids, func(a, b int32) int {
 		x, y := &k.blocks[a], &k.blocks[b]
 		return cmp.Or(cmp.Compare(y.align, x.align), cmp.Compare(a, b)) // larger alignment first
 	})
 	nb := block{start: k.blocks[ids[0]].start, end: k.blocks[ids[0]].end, buf: -1, stacked: true}
-	var flat []int32
 	for _, id := range ids {
 		if x := &k.blocks[id]; x.stacked {
-			x.dead, x.dissolved = true, true
-			flat = append(flat, x.parts...)
+			nb.parts = append(nb.parts, x.parts...)
 		} else {
-			flat = append(flat, id)
+			nb.parts = append(nb.parts, id)
 		}
 	}
-	k.alive += int64(len(flat) - len(ids))
-	ids = flat
 	var off uint64
-	for _, id := range ids {
+	for _, id := range nb.parts {
 		x := &k.blocks[id]
-		off, _ = alignUp(off, x.align)
-		nb.parts = append(nb.parts, id)
-		nb.rel = append(nb.rel, off)
-		off += x.size
+		at, ok := alignUp(off, x.align)
+		end, carry := bits.Add64(at, x.size, 0)
+		if !ok || carry != 0 {
+			return -1
+		}
+		nb.rel = append(nb.rel, at)
+		off = end
 		nb.align = max(nb.align, x.align)
-		x.dead = true
 	}
 	nb.size = off
+	for _, id := range ids {
+		if x := &k.blocks[id]; x.stacked {
+			x.dissolved = true
+		}
+		k.blocks[id].dead = true
+	}
+	for _, id := range nb.parts {
+		k.blocks[id].dead = true
+	}
 	k.alive -= int64(len(ids))
 	return k.add(nb)
 }
@@ -190,7 +199,9 @@ func (k *blocker) step(id int32, anyChain bool) int32 {
 	var same []int32
 	same, k.byLife[iv] = k.live(k.byLife[iv], -1)
 	if len(same) >= 2 {
-		return k.stack(slices.Clone(same))
+		if nb := k.stack(slices.Clone(same)); nb >= 0 {
+			return nb
+		}
 	}
 	return k.chains(id, anyChain)
 }
@@ -321,10 +332,11 @@ func (k *blocker) run(limit int64) {
 		}
 		merged := k.repair && k.repairs < len(k.in.bufs)/8 && k.mend()
 		for i := range k.blocks {
-			if merged {
+			if merged || k.work >= limit {
 				break
 			}
 			merged = k.step(int32(i), true) >= 0
+			k.work++
 		}
 		if !merged {
 			return
@@ -406,17 +418,24 @@ func blocksBy(in *instance, repair bool, o Options, work int64, res *Result) int
 	if 2*len(roots) > len(in.bufs) {
 		return spent // too few merges to pay for packing again
 	}
-	for round := 0; spent < work && res.Peak > in.goal; round++ {
+	for round := 0; res.Peak > in.goal; round++ {
+		// The packing's mandatory members run whatever its budget: they
+		// are paid for ahead, at what the whole instance's cost per
+		// buffer.
+		reserve := mergeCost * res.mandatory * int64(len(roots)) / int64(len(in.bufs))
+		if spent+reserve >= work {
+			break
+		}
 		sub := &Problem{Buffers: make([]Buffer, len(roots))}
 		for j, id := range roots {
 			x := &k.blocks[id]
 			sub.Buffers[j] = Buffer{Start: int64(x.start), End: int64(x.end), Size: x.size, Align: x.align}
 		}
-		r, err := pack(sub, Options{Effort: o.Effort, Nodes: o.Nodes}, work-spent)
+		r, err := pack(sub, Options{Effort: o.Effort, Nodes: o.Nodes}, work-spent-reserve)
 		if err != nil {
 			return spent
 		}
-		spent += r.Work + mergeCost*r.Merged
+		spent += r.Work + mergeCost*r.mandatory
 		res.Nodes += r.Nodes
 		if r.Peak < res.Peak {
 			for j, id := range roots {

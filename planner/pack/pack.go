@@ -93,6 +93,9 @@ type Result struct {
 	// range merged by a placer counts mergeCost); Budget is what was
 	// allowed. Work passes Budget by at most one search node's worth.
 	Work, Budget int64
+	// mandatory counts the byte ranges the mandatory members merged (their
+	// work is outside Work).
+	mandatory int64
 	// Optimal is true when no placement has a smaller peak: Peak equals
 	// LowerBound, or the search explored every placement below Peak.
 	Optimal bool
@@ -258,6 +261,8 @@ func pack(p *Problem, o Options, within int64) (*Result, error) {
 		}
 		if k >= mandatory {
 			spent += mergeCost * (pl.merged - before)
+		} else {
+			res.mandatory = pl.merged
 		}
 		if complete && (res.Offsets == nil || peak < res.Peak) {
 			res.Offsets = append(res.Offsets[:0], pl.offsets...)
@@ -280,9 +285,12 @@ func pack(p *Problem, o Options, within int64) (*Result, error) {
 	if p.Capacity > 0 && p.Capacity < target {
 		target = p.Capacity + 1 // the search must get within the capacity
 	}
-	if target > in.goal && (in.far(res.Peak, b.above) || target < res.Peak) && len(in.bufs) <= b.maxBuffers && left() > 0 {
+	// The search's setup (the adjacency, a unit per buffer) is paid
+	// from its share.
+	if target > in.goal && (in.far(res.Peak, b.above) || target < res.Peak) && len(in.bufs) <= b.maxBuffers && left() > int64(len(in.bufs)) {
 		if adj, ok := in.adjacency(b.maxPairs); ok {
-			spent += int64(len(in.bufs)) + improve(in, adj, f, b.nodes, left(), target, res)
+			spent += int64(len(in.bufs))
+			spent += improve(in, adj, f, b.nodes, left(), target, res)
 		}
 	}
 	res.Work = spent
@@ -336,11 +344,20 @@ func restarts(in *instance, s *skySearch, b budget, res *Result, spent *int64) {
 	if !in.far(res.Peak, b.above) || r <= 0 {
 		return
 	}
-	from := s.work
+	from, over := s.work, int64(0)
 	per := max(r/64, 64*int64(len(in.bufs)))
 	for k := uint64(0); s.work-from < r && res.Peak > in.goal; k++ {
 		s.rng = rand.New(rand.NewPCG(k, uint64(len(in.bufs))))
-		if s.solve(in.goal, min(per, r-(s.work-from))) {
+		// A restart may pass its limit by a node; the next ones leave
+		// room for the largest such overrun seen.
+		lim := min(per, r-(s.work-from)-over)
+		if lim <= 0 {
+			break
+		}
+		w := s.work
+		ok := s.solve(in.goal, lim)
+		over = max(over, s.work-w-lim)
+		if ok {
 			s.keep(res, "skyline search")
 			res.Optimal = true
 		}

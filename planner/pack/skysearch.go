@@ -380,6 +380,10 @@ func (s *skySearch) search(depth int) bool {
 			continue // an identical buffer was tried here
 		}
 		lastEnd, lastSize = in.end[i], bf.Size
+		if s.work >= s.limit { // a node may try many candidates
+			s.aborted = true
+			return false
+		}
 		off, ok := s.fits(i, y)
 		if !ok {
 			continue
