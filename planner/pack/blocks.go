@@ -391,10 +391,10 @@ func (k *blocker) expand(id int32, off uint64, offsets []uint64) {
 
 // blocks places the buffers as blocks: it merges them, then packs the
 // blocks left as buffers of their own within work, with o's effort and
-// nodes. While
-// the peak stays above the goal, the blocks placed above it are taken
-// apart one level and the rest packed again. Merging without repairs,
-// then with them, each with what work is left. It reports the work spent.
+// nodes. While the peak stays above the goal, the blocks placed above it
+// are taken apart one level and the rest packed again. It merges without
+// repairs, with half of work, then with them, with what is left. It
+// reports the work spent.
 func blocks(in *instance, o Options, work int64, res *Result) int64 {
 	var spent int64
 	for v, repair := range []bool{false, true} {
@@ -420,8 +420,7 @@ func blocksBy(in *instance, repair bool, o Options, work int64, res *Result) int
 	}
 	for round := 0; res.Peak > in.goal; round++ {
 		// The packing's mandatory members run whatever its budget: they
-		// are paid for ahead, at what the whole instance's cost per
-		// buffer.
+		// are paid for ahead, at the whole instance's cost per buffer.
 		reserve := mergeCost * res.mandatory * int64(len(roots)) / int64(len(in.bufs))
 		if spent+reserve >= work {
 			break
