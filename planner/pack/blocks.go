@@ -107,19 +107,16 @@ func (k *blocker) indexMade(id int32) {
 
 // endsAt and startsAt return the live blocks ending or starting at
 // section t.
-func (k *blocker) endsAt(t int32) []int32 {
-	_, k.ending[t] = k.live(k.ending[t], -1)
-	return k.ending[t]
-}
+func (k *blocker) endsAt(t int32) []int32 { return liveAt(k, k.ending, t, -1) }
 
-func (k *blocker) startsAt(t int32) []int32 {
-	_, k.starting[t] = k.live(k.starting[t], -1)
-	return k.starting[t]
-}
+func (k *blocker) startsAt(t int32) []int32 { return liveAt(k, k.starting, t, -1) }
 
-// live returns the blocks of l still alive other than not, compacting l.
-func (k *blocker) live(l []int32, not int32) (out []int32, kept []int32) {
-	kept = l[:0]
+// liveAt returns the live blocks listed in m under key, other than not,
+// and drops the dead ones from the list.
+func liveAt[K comparable](k *blocker, m map[K][]int32, key K, not int32) []int32 {
+	l := m[key]
+	kept := l[:0]
+	var out []int32
 	k.epoch++
 	for _, id := range l {
 		if !k.blocks[id].dead && k.seen[id] != k.epoch {
@@ -131,7 +128,8 @@ func (k *blocker) live(l []int32, not int32) (out []int32, kept []int32) {
 		}
 	}
 	k.work += int64(len(l))
-	return out, kept
+	m[key] = kept
+	return out
 }
 
 // stack makes a block of ids, which live over the same sections: the
@@ -196,8 +194,7 @@ func (k *blocker) step(id int32, anyChain bool) int32 {
 		return -1
 	}
 	iv := ivKey{b.start, b.end}
-	var same []int32
-	same, k.byLife[iv] = k.live(k.byLife[iv], -1)
+	same := liveAt(k, k.byLife, iv, -1)
 	if len(same) >= 2 {
 		if nb := k.stack(slices.Clone(same)); nb >= 0 {
 			return nb
@@ -293,19 +290,15 @@ func (k *blocker) revive(id int32) {
 // the other's only candidate or anyChain is set.
 func (k *blocker) chains(id int32, anyChain bool) int32 {
 	b := k.blocks[id]
-	var right, left []int32
-	right, k.byStart[edgeKey{b.end, b.size}] = k.live(k.byStart[edgeKey{b.end, b.size}], id)
-	if len(right) > 0 {
-		var back []int32
-		back, k.byEnd[edgeKey{b.end, b.size}] = k.live(k.byEnd[edgeKey{b.end, b.size}], -1)
+	after, before := edgeKey{b.end, b.size}, edgeKey{b.start, b.size}
+	if right := liveAt(k, k.byStart, after, id); len(right) > 0 {
+		back := liveAt(k, k.byEnd, after, -1)
 		if len(right) == 1 && len(back) == 1 || anyChain {
 			return k.chain(id, right[0])
 		}
 	}
-	left, k.byEnd[edgeKey{b.start, b.size}] = k.live(k.byEnd[edgeKey{b.start, b.size}], id)
-	if len(left) > 0 {
-		var fwd []int32
-		fwd, k.byStart[edgeKey{b.start, b.size}] = k.live(k.byStart[edgeKey{b.start, b.size}], -1)
+	if left := liveAt(k, k.byEnd, before, id); len(left) > 0 {
+		fwd := liveAt(k, k.byStart, before, -1)
 		if len(left) == 1 && len(fwd) == 1 || anyChain {
 			return k.chain(left[0], id)
 		}
