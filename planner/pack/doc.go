@@ -49,13 +49,17 @@
 // its bytes. The blocks left are packed as buffers of their own by the
 // same steps, and, while the peak stays above the goal, the blocks
 // placed above it are taken apart one level and the rest packed again.
-// A second pass repairs stacks made by a coincidence of lifetimes: once
-// no merge is left, a block inside a merged one that could chain with a
-// block of another is freed and chained. This recovers the structure of
-// tight instances that placements buffer by buffer miss: perfect
-// packings of 1,000 to 5,000 buffers at or near the lower bound, where
-// the skyline alone ended 20 to 30 % above it, and MiniMalloc's A, D and
-// E at the lower bound at the fast effort.
+// Blocks of different parts can live over the same sections, or meet in
+// time at the same size, by coincidence, and a merge of them hides the
+// tiling; which merges go astray depends on the order the blocker meets
+// the blocks in. So it merges in several orders (the buffers' own, then
+// deterministic shuffles; one per 2^23 units of its work, 12 to 64: a
+// dozen or a few more at the fast effort, 64 at the exact one), packs each result once cheaply, and refines the ones that
+// packed lowest. This recovers the structure of tight instances that
+// placements buffer by buffer miss: perfect packings of 1,000 to 5,000
+// buffers at or near the lower bound, where the skyline alone ended 20
+// to 30 % above it, and MiniMalloc's A, D and E at the lower bound at
+// the fast effort.
 //
 // # Skyline
 //

@@ -9,12 +9,13 @@ import (
 
 // TestBlocksFindTilings: perfect packings that the bench's suite does not
 // hold (other seeds of its generator) are packed at their lower bound by
-// the fast effort.
+// the fast effort. Blocks merging in one order, with a repair pass,
+// ended +9.00 % and +8.15 % above it on the two of 5,000 buffers.
 func TestBlocksFindTilings(t *testing.T) {
 	for _, c := range []struct {
 		n    int
 		seed uint64
-	}{{300, 5}, {1000, 2}, {1000, 7}, {2000, 4}, {2000, 6}} {
+	}{{300, 5}, {1000, 2}, {1000, 7}, {2000, 4}, {2000, 6}, {5000, 6}, {5000, 22}} {
 		r, err := pack.Pack(families.Perfect(c.n, c.seed).Problem(), pack.Options{})
 		if err != nil {
 			t.Fatal(err)
