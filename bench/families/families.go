@@ -8,12 +8,14 @@
 //     The pieces tile the box, so H bytes are live at every tick: the
 //     lower bound is H and a placement at the lower bound exists (the
 //     box itself). Greedy placers end 20 % to 60 % above it.
-//   - transformer: the activations of GPT-2-shaped and Llama-shaped
+//   - transformer: the training step of GPT-2-shaped and Llama-shaped
 //     models with 1 to 96 layers, in train_full under the planner's own
-//     schedule and liveness, plus per-op temporaries as a compiler's
-//     memory pass (MindSpore's SOMAS) sees them: a workspace of each
-//     matmul and attention kernel and a scratch row buffer of each
-//     normalisation and softmax, live at their op only.
+//     schedule and liveness, as a compiler's memory pass (MindSpore's
+//     SOMAS) sees it: activations and gradients in one pool, and the
+//     kernels of unfused ops (workspaces, transposed copies, attention
+//     scores and probabilities, dropout masks, saved row statistics);
+//     half the seeds accumulate gradients over two micro-batches. 125 to
+//     about 22,000 buffers.
 //   - mixed: a training-step pattern with sizes spread over five orders
 //     of magnitude: long-lived buffers (weights, optimizer state, caches)
 //     that start and end at random, activations saved in the forward pass
@@ -118,11 +120,32 @@ func Perfect(n int, seed uint64) *dsa.Instance {
 	return in
 }
 
-// Transformer returns the activations arena of a transformer in
-// train_full with the given layers (1 to 96), under the planner's schedule
-// and liveness, plus SOMAS-like per-op temporaries. Even seeds take
-// GPT-2's shape, odd ones Llama's (RMSNorm, SwiGLU, bf16); the seed also
-// picks the width, batch and sequence among realistic ones.
+// Transformer returns a transformer's training step as a compiler's
+// memory pass (MindSpore's SOMAS) sees it, with the given layers (1 to
+// 96): every tensor that is not persistent in one pool (activations and
+// gradients; a parameter's gradient lives from its backward op to its
+// optimizer op), under the planner's own schedule and liveness, and the
+// kernels each op runs as on a device without fused kernels. Each op's
+// position becomes four ticks, one per kernel it may run, and adds:
+//   - a matmul: a workspace (split-K partials, a quarter to all of its
+//     output), and for half of them the raw product a bias add then
+//     reads; its backward: a transposed copy of an operand and a
+//     workspace, and a partial weight gradient added into the gradient;
+//   - attention, unfused: the scores and the probabilities (batch ×
+//     heads × sequence²), the probabilities and a dropout mask (a byte
+//     an element) saved until its backward, which holds the gradients of
+//     both;
+//   - a normalisation: the mean and reciprocal deviation of each row,
+//     saved until its backward, and a scratch row buffer;
+//   - the loss: the probabilities over the vocabulary, saved until its
+//     backward;
+//   - an optimizer step: a workspace of the parameter's size for half of
+//     them.
+//
+// Even seeds take GPT-2's shape, odd ones Llama's (RMSNorm, SwiGLU,
+// bf16); seeds 2 and 3 mod 4 accumulate gradients over two
+// micro-batches. The seed also picks the width, batch and sequence among
+// realistic ones, and which kernels are there.
 func Transformer(layers int, seed uint64) (*dsa.Instance, error) {
 	if layers < 1 || layers > 96 {
 		return nil, fmt.Errorf("families: transformer layers %d outside 1..96", layers)
@@ -130,6 +153,7 @@ func Transformer(layers int, seed uint64) (*dsa.Instance, error) {
 	r := rng("transformer", seed)
 	var m *ir.Model
 	var err error
+	var batch, heads, seq, elt uint64
 	shape := "gpt2"
 	if seed%2 == 0 {
 		c := models.DefaultGPT2Config()
@@ -140,6 +164,7 @@ func Transformer(layers int, seed uint64) (*dsa.Instance, error) {
 		c.Context, c.Batch = c.Seq, uint64(1+r.IntN(4))
 		c.Vocab = 8192 + uint64(r.IntN(4))*8192
 		m, err = models.GPT2(c)
+		batch, heads, seq, elt = c.Batch, c.Heads, c.Seq, 4
 	} else {
 		shape = "llama"
 		c := models.DefaultLlamaConfig()
@@ -152,6 +177,7 @@ func Transformer(layers int, seed uint64) (*dsa.Instance, error) {
 		c.Batch = uint64(1 + r.IntN(2))
 		c.Vocab = 8192 + uint64(r.IntN(4))*8192
 		m, err = models.Llama(c)
+		batch, heads, seq, elt = c.Batch, c.Heads, c.Seq, 2
 	}
 	if err != nil {
 		return nil, err
@@ -165,39 +191,127 @@ func Transformer(layers int, seed uint64) (*dsa.Instance, error) {
 		return nil, err
 	}
 	in := &dsa.Instance{Name: fmt.Sprintf("transformer-%s-%dL-s%d", shape, layers, seed)}
-	act := ir.ArenaIndex(ir.ArenaActivations)
+	var step []dsa.Buffer // one micro-batch's forward and backward, then the optimizer
+	add := func(id string, lo, hi int64, size uint64) {
+		if size > 0 {
+			step = append(step, dsa.Buffer{ID: id, Lower: lo, Upper: hi, Size: size})
+		}
+	}
+	const k = 4 // ticks per op: one per kernel
+	pooled := []int{ir.ArenaIndex(ir.ArenaActivations), ir.ArenaIndex(ir.ArenaGradients)}
 	for _, t := range l.Tensors {
-		if g.Root[t] != t || int(g.Arena[t]) != act || l.StorageBirth[t] < 0 {
+		if g.Root[t] != t || !slices.Contains(pooled, int(g.Arena[t])) || l.StorageBirth[t] < 0 {
 			continue
 		}
-		in.Buffers = append(in.Buffers, dsa.Buffer{ID: g.Tensors[t].ID, Lower: int64(l.StorageBirth[t]), Upper: int64(l.StorageDeath[t]) + 1, Size: g.StorageBytes[t]})
+		add(g.Tensors[t].ID, k*int64(l.StorageBirth[t]), k*(int64(l.StorageDeath[t])+1), g.StorageBytes[t])
 	}
-	// Per-op temporaries, live at their op's position only.
+	// Each forward op that saves state for its backward is paired with
+	// the backward op of the same kind, in reverse order.
+	backward := map[string][]int64{}
+	for p := len(l.Order) - 1; p >= 0; p-- {
+		op := string(g.Nodes[l.Order[p]].Op)
+		if base, ok := strings.CutSuffix(op, "_backward"); ok {
+			backward[base] = append(backward[base], int64(p))
+		}
+	}
+	seen := map[string]int{}
+	rows := batch * seq
+	scores := batch * heads * seq * seq
 	for p, n := range l.Order {
-		var out uint64
+		t0 := k * int64(p)
+		id := func(what string) string { return fmt.Sprintf("%s%d", what, p) }
+		var out, in0 uint64
 		for _, t := range g.Outputs(n) {
 			out = max(out, g.Bytes[t])
 		}
-		var ws uint64
-		switch op := string(g.Nodes[n].Op); {
-		case isAny(op, "matmul", "attention", "embedding"):
-			// A GEMM or attention workspace: split-K partials or a tile
-			// of scores, a quarter to all of the output, 512-byte aligned.
-			ws = (out/4 + uint64(r.IntN(4))*out/4 + 511) / 512 * 512
-		case isAny(op, "layernorm", "rmsnorm", "cross_entropy"):
-			ws = max(out/64, 256) / 256 * 256 // per-row statistics
+		if ins := g.Inputs(n); len(ins) > 0 {
+			in0 = g.Bytes[ins[0]]
 		}
-		if ws > 0 {
-			in.Buffers = append(in.Buffers, dsa.Buffer{ID: fmt.Sprintf("ws%d", p), Lower: int64(p), Upper: int64(p) + 1, Size: ws})
+		op := string(g.Nodes[n].Op)
+		// saved returns the tick at which the paired backward op ends, or
+		// -1 when op has none.
+		saved := func() int64 {
+			b := backward[op]
+			i := seen[op]
+			seen[op]++
+			if i >= len(b) {
+				return -1
+			}
+			return k * (b[i] + 1)
+		}
+		align := func(v uint64) uint64 { return (v + 511) / 512 * 512 }
+		switch {
+		case op == "matmul" && g.Nodes[n].Phase.Norm() == ir.Forward:
+			add(id("ws"), t0, t0+1, align(out/4+uint64(r.IntN(4))*out/4))
+			if r.IntN(2) == 0 {
+				add(id("raw"), t0, t0+2, out)
+			}
+		case op == "matmul":
+			add(id("tr"), t0, t0+2, in0)
+			add(id("ws"), t0+1, t0+2, align(out/4+uint64(r.IntN(4))*out/4))
+			add(id("dw"), t0+2, t0+4, out)
+		case op == "causal_attention":
+			add(id("scores"), t0, t0+2, scores*elt)
+			if end := saved(); end > 0 {
+				add(id("probs"), t0+1, end, scores*elt)
+				add(id("mask"), t0+2, end, scores)
+			}
+		case op == "causal_attention_backward":
+			add(id("dprobs"), t0, t0+2, scores*elt)
+			add(id("dscores"), t0+1, t0+3, scores*elt)
+		case op == "layernorm" || op == "rmsnorm":
+			add(id("row"), t0, t0+1, max(out/64, 256)/256*256)
+			if end := saved(); end > 0 {
+				add(id("mean"), t0, end, 4*rows)
+				add(id("rstd"), t0, end, 4*rows)
+			}
+		case strings.HasSuffix(op, "norm_backward"):
+			add(id("row"), t0, t0+2, max(out/64, 256)/256*256)
+		case op == "cross_entropy":
+			if end := saved(); end > 0 {
+				add(id("softmax"), t0, end, in0)
+			}
+		case op == "embedding":
+			add(id("ws"), t0, t0+1, align(out/4+uint64(r.IntN(4))*out/4))
+		case op == "adamw":
+			if r.IntN(2) == 0 {
+				add(id("ws"), t0, t0+2, in0)
+			}
+		}
+	}
+	// Seeds 2 and 3 mod 4 accumulate gradients over two micro-batches:
+	// what dies before the optimizer runs once per micro-batch, what
+	// lives into it (the parameters' gradients) is born in the first and
+	// accumulated in the second.
+	opt := int64(len(l.Order))
+	for p, n := range l.Order {
+		if g.Nodes[n].Phase.Norm() == ir.Optimizer {
+			opt = int64(p)
+			break
+		}
+	}
+	micro := int64(1 + seed/2%2)
+	span := k * opt // ticks of one micro-batch
+	for _, b := range step {
+		switch {
+		case b.Upper <= span:
+			for m := range micro {
+				c := b
+				c.Lower, c.Upper = b.Lower+m*span, b.Upper+m*span
+				if m > 0 {
+					c.ID = fmt.Sprintf("%s/%d", b.ID, m)
+				}
+				in.Buffers = append(in.Buffers, c)
+			}
+		case b.Lower < span:
+			b.Upper += (micro - 1) * span
+			in.Buffers = append(in.Buffers, b)
+		default:
+			b.Lower, b.Upper = b.Lower+(micro-1)*span, b.Upper+(micro-1)*span
+			in.Buffers = append(in.Buffers, b)
 		}
 	}
 	return in, nil
-}
-
-// isAny reports whether op contains one of the names (forward and
-// backward ops alike: matmul_backward holds a workspace too).
-func isAny(op string, names ...string) bool {
-	return slices.ContainsFunc(names, func(n string) bool { return strings.Contains(op, n) })
 }
 
 // Mixed returns a training-step-like instance of about n buffers (n ≥ 10)
@@ -271,8 +385,9 @@ func Generate(s Spec) (*dsa.Instance, error) {
 }
 
 // Suite lists the bench's family instances: perfect packings of 100 to
-// 10,000 buffers, transformers of 1 to 96 layers, mixed instances of 300
-// to 20,000 buffers, two seeds each. maxBuffers > 0 leaves out perfect and
+// 10,000 buffers and mixed instances of 300 to 20,000 buffers, two seeds
+// each, and transformers of 1 to 96 layers, four seeds each (both shapes,
+// with one micro-batch and two). maxBuffers > 0 leaves out perfect and
 // mixed instances larger than it (transformers are kept: their buffer
 // count depends on the shape the seed picks).
 func Suite(maxBuffers int) []Spec {
@@ -285,7 +400,7 @@ func Suite(maxBuffers int) []Spec {
 		}
 	}
 	for _, layers := range []int{1, 4, 12, 24, 48, 96} {
-		for seed := range uint64(2) {
+		for seed := range uint64(4) {
 			out = append(out, Spec{"transformer", layers, seed})
 		}
 	}

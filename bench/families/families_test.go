@@ -2,7 +2,9 @@ package families_test
 
 import (
 	"fmt"
+	"math"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/tmmu/tmmu/bench/families"
@@ -96,4 +98,50 @@ func ExampleSuite() {
 	// perfect-300-s1
 	// mixed-300-s0
 	// mixed-300-s1
+}
+
+// TestTransformerStep: every buffer is a valid interval with bytes and
+// its own id, a seed gives the same instance twice, seeds 2 and 3 mod 4
+// accumulate over a second micro-batch (its copies are there, and
+// buffers without a copy, the parameters' gradients, live through all of
+// it), and the largest instances pass 20,000 buffers, as the SOMAS
+// graphs of multi-billion-parameter transformers do.
+func TestTransformerStep(t *testing.T) {
+	for _, c := range []struct {
+		layers int
+		seed   uint64
+	}{{1, 0}, {1, 1}, {4, 2}, {4, 3}, {96, 3}} {
+		in, err := families.Transformer(c.layers, c.seed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids := map[string]bool{}
+		var second int
+		lo, hi := int64(math.MaxInt64), int64(math.MinInt64) // the second micro-batch
+		for _, b := range in.Buffers {
+			if b.Lower >= b.Upper || b.Size == 0 || ids[b.ID] {
+				t.Fatalf("%s: buffer %+v is empty or repeated", in.Name, b)
+			}
+			ids[b.ID] = true
+			if strings.HasSuffix(b.ID, "/1") {
+				second++
+				lo, hi = min(lo, b.Lower), max(hi, b.Upper)
+			}
+		}
+		accumulated := 0
+		for _, b := range in.Buffers {
+			if !strings.HasSuffix(b.ID, "/1") && !ids[b.ID+"/1"] && b.Lower < lo && b.Upper > hi {
+				accumulated++
+			}
+		}
+		if two := c.seed/2%2 == 1; two && (second == 0 || accumulated == 0) || !two && second > 0 {
+			t.Errorf("%s: %d buffers of a second micro-batch, %d living through it", in.Name, second, accumulated)
+		}
+		if again, _ := families.Transformer(c.layers, c.seed); !reflect.DeepEqual(in, again) {
+			t.Errorf("%s: two runs with one seed differ", in.Name)
+		}
+		if c.layers == 96 && len(in.Buffers) <= 20000 {
+			t.Errorf("%s: %d buffers", in.Name, len(in.Buffers))
+		}
+	}
 }
