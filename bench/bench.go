@@ -153,8 +153,8 @@ func Suite(dir string) ([]Instance, error) {
 const FamiliesSuite = "families"
 
 // Families returns the instances of families.Suite: perfect packings,
-// transformer activations with per-op temporaries and mixed training-step
-// instances, each planned as a DSA instance.
+// transformer training steps as a compiler's memory pass sees them and
+// mixed training-step instances, each planned as a DSA instance.
 func Families() ([]Instance, error) {
 	var out []Instance
 	for _, spec := range families.Suite(0) {
