@@ -247,6 +247,11 @@ func (k *blocker) neighbours(nb int32) []int32 {
 	return out
 }
 
+// drop frees the lookups, once no merge is left to make.
+func (k *blocker) drop() {
+	k.byLife, k.byStart, k.byEnd, k.starting, k.ending = nil, nil, nil, nil, nil
+}
+
 // roots returns the blocks left.
 func (k *blocker) roots() []int32 {
 	var r []int32
@@ -294,7 +299,8 @@ type trial struct {
 // trial's blocks as buffers of their own once, cheaply: a quarter of
 // work between them. The trials whose packing came lowest (fewer blocks
 // first among equals), two or one in eight, are then refined with what
-// is left, in equal shares (see refine). It reports the work spent.
+// is left, in equal shares (see refine); only those are kept meanwhile.
+// It reports the work spent.
 //
 // On perfect packings of 5,000 buffers (seeds 0 to 39) the buffers' own
 // order, with a pass that repaired stacks after it, reached the lower
@@ -306,7 +312,12 @@ func blocks(in *instance, o Options, work int64, res *Result) int64 {
 	orders := int(min(max(work/orderCost, minOrders), maxOrders))
 	probe := work / 4 / int64(orders)
 	var spent int64
-	var trials []trial
+	// The best trials so far, lowest first (fewer blocks first among
+	// equals, then the earlier): only those are kept.
+	best := make([]trial, 0, max(2, orders/8)+1)
+	worse := func(a, b trial) bool {
+		return cmp.Or(cmp.Compare(a.peak, b.peak), cmp.Compare(len(a.roots), len(b.roots))) > 0
+	}
 	for v := range orders {
 		if res.Peak <= in.goal || spent >= work {
 			return spent
@@ -323,18 +334,20 @@ func blocks(in *instance, o Options, work int64, res *Result) int64 {
 		}
 		if r, w := packBlocks(in, k, roots, o, probe-k.work, res); r != nil {
 			spent += w
-			trials = append(trials, trial{k: k, roots: roots, peak: r.Peak})
+			k.drop()
+			t := trial{k: k, roots: roots, peak: r.Peak}
+			at := len(best)
+			for at > 0 && worse(best[at-1], t) {
+				at--
+			}
+			best = slices.Insert(best, at, t)[:min(len(best)+1, cap(best)-1)]
 		}
 	}
-	slices.SortStableFunc(trials, func(a, b trial) int {
-		return cmp.Or(cmp.Compare(a.peak, b.peak), cmp.Compare(len(a.roots), len(b.roots)))
-	})
-	refined := min(len(trials), max(2, orders/8))
-	for j, t := range trials[:refined] {
+	for j, t := range best {
 		if res.Peak <= in.goal || spent >= work {
 			break
 		}
-		spent += refine(in, t, o, (work-spent)/int64(refined-j), res)
+		spent += refine(in, t, o, (work-spent)/int64(len(best)-j), res)
 	}
 	return spent
 }
