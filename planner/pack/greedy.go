@@ -360,14 +360,15 @@ func (pl *placer) place(i int32, f fit) error {
 
 // run places every buffer in order and returns the peak. It stops early,
 // with complete false, once the peak reaches stop (when stop is not 0):
-// the placement cannot end below stop any more.
-func (pl *placer) run(order []int32, f fit, stop uint64) (peak uint64, complete bool, err error) {
+// the placement cannot end below stop any more; or once the byte ranges
+// merged pass most (when most is not 0).
+func (pl *placer) run(order []int32, f fit, stop uint64, most int64) (peak uint64, complete bool, err error) {
 	pl.reset()
 	for _, i := range order {
 		if err := pl.place(i, f); err != nil {
 			return 0, false, err
 		}
-		if stop > 0 && pl.peak >= stop {
+		if stop > 0 && pl.peak >= stop || most > 0 && pl.merged > most {
 			return pl.peak, false, nil
 		}
 	}

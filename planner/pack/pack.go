@@ -188,7 +188,7 @@ func GreedySize(p *Problem) (*Result, error) {
 		return nil, err
 	}
 	pl := newPlacer(in)
-	peak, _, err := pl.run(in.order(in.features(), greedySize.keys...), greedySize.fit, 0)
+	peak, _, err := pl.run(in.order(in.features(), greedySize.keys...), greedySize.fit, 0, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -254,8 +254,13 @@ func pack(p *Problem, o Options, within int64) (*Result, error) {
 		before := pl.merged
 		// A member is abandoned as soon as its peak reaches the best so
 		// far: it can no longer win, and its final peak would be no
-		// lower, so the best stays no worse than every member.
-		peak, complete, err := pl.run(in.order(f, m.keys...), m.fit, res.Peak)
+		// lower, so the best stays no worse than every member. An
+		// optional one is also abandoned once it has spent what is left.
+		var most int64
+		if k >= mandatory {
+			most = before + left()/mergeCost + 1
+		}
+		peak, complete, err := pl.run(in.order(f, m.keys...), m.fit, res.Peak, most)
 		if err != nil {
 			return nil, err
 		}

@@ -174,7 +174,7 @@ func TestPropertyPlacerMatchesNaive(t *testing.T) {
 		f := rapid.SampledFrom([]fit{bestFit, firstFit}).Draw(t, "fit")
 		order := in.order(in.features(), rapid.SampledFrom(portfolio).Draw(t, "member").keys...)
 		pl := newPlacer(in)
-		if _, _, err := pl.run(order, f, 0); err != nil {
+		if _, _, err := pl.run(order, f, 0, 0); err != nil {
 			t.Fatal(err)
 		}
 		naive := make([]uint64, len(p.Buffers))
@@ -209,7 +209,7 @@ func TestPropertyPlacerMatchesNaive(t *testing.T) {
 		// Stopped at a peak, a run ends no lower than a full one would.
 		full := in.peakOf(naive)
 		stop := rapid.Uint64Range(1, full+1).Draw(t, "stop")
-		peak, complete, err := pl.run(order, f, stop)
+		peak, complete, err := pl.run(order, f, stop, 0)
 		if err != nil || complete != (full < stop) || complete && peak != full || !complete && (peak < stop || peak > full) {
 			t.Fatalf("stop %d: peak %d complete %v (%v); full peak %d", stop, peak, complete, err, full)
 		}
