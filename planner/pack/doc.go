@@ -100,10 +100,14 @@
 // portfolio and the dive leave, the skyline restarts 2^23 plus 1,024 per
 // buffer and section, and the canonical search 20,000 nodes on instances
 // of up to 1,024 buffers that are more than 1 % above the lower bound;
-// Exact allows DefaultExactBudget (2^32 units, about 15 s here), blocks
-// three quarters of what the portfolio and the dive leave, the skyline
-// restarts up to a sixteenth of the total and the rest to the canonical
-// search on any instance whose overlapping pairs fit in memory (2^24).
+// Exact allows DefaultExactBudget (2^32 units, about 15 s here): it first
+// runs the fast effort (within at most half of it) and stops there if
+// that reached the lower bound; otherwise it runs its own steps with the
+// rest (blocks three quarters of what the portfolio and the dive leave,
+// the skyline restarts up to a sixteenth of the total and the rest to the
+// canonical search on any instance whose overlapping pairs fit in memory,
+// 2^24) and keeps the lower of the two, so with its default budget it
+// never ends above fast.
 // Options.Budget replaces either effort's total. Pack stops within one
 // search node of the budget and returns the best placement found, its
 // lower bound, Result.Gap and whether it proved optimality.

@@ -1,6 +1,7 @@
 package pack
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -17,9 +18,11 @@ const (
 	// within a work budget and, on small instances still more than 1 %
 	// above the lower bound, a short search. It is the default.
 	Fast Effort = "fast"
-	// Exact runs the portfolio, then a search over canonical placements
-	// (see searcher) with a large node budget: first at the lower bound,
-	// then by bisection between it and the best peak found.
+	// Exact runs Fast and, unless that reached the lower bound, the
+	// portfolio, blocks and a search over canonical placements (see
+	// searcher) with a large node budget: first at the lower bound, then
+	// by bisection between it and the best peak found; it keeps the
+	// lower result (see Pack).
 	Exact Effort = "exact"
 )
 
@@ -33,7 +36,8 @@ type Options struct {
 	Nodes int64
 	// Budget overrides the effort's work budget when positive (see
 	// Result.Work): it bounds everything Pack does after the two greedy
-	// placements every result starts from.
+	// placements every result starts from (at the exact effort, those of
+	// the fast run it starts with too).
 	Budget int64
 }
 
@@ -208,12 +212,47 @@ func GreedySize(p *Problem) (*Result, error) {
 // rectangles, packed by the same steps), skyline search restarts at the
 // goal, and the canonical search bisecting below the best peak; all but
 // the mandatory members within the work budget.
-func Pack(p *Problem, o Options) (*Result, error) { return pack(p, o, 0) }
+//
+// The exact effort first runs the fast one (within at most half of its
+// budget), returns it if it reached the lower bound, and otherwise keeps
+// the lower of it and the exact steps run with the rest: with the
+// default budget, exact is never worse than fast.
+func Pack(p *Problem, o Options) (*Result, error) {
+	if o.Effort != Exact {
+		return pack(p, o, 0, 0)
+	}
+	total := o.Budget
+	if total <= 0 {
+		total = DefaultExactBudget
+	}
+	fast, err := pack(p, Options{Effort: Fast, Nodes: o.Nodes}, 0, total/2)
+	if err != nil && !errors.Is(err, ErrCapacity) {
+		return nil, err
+	}
+	fast.Budget = total
+	if fast.Optimal {
+		return fast, err
+	}
+	o.Budget = total - fast.Work
+	res, err := pack(p, o, 0, 0)
+	if err != nil && !errors.Is(err, ErrCapacity) {
+		return nil, err
+	}
+	if fast.Peak < res.Peak {
+		res.Offsets, res.Peak, res.Method = fast.Offsets, fast.Peak, fast.Method
+		err = capacityErr(p, res.Peak)
+	}
+	res.Work += fast.Work
+	res.Merged += fast.Merged
+	res.Nodes += fast.Nodes
+	res.Budget = total
+	return res, err
+}
 
-// pack is Pack. A positive within packs blocks' problem: it caps the
-// work budget, leaves blocks out and searches however close to the goal
-// the best peak is.
-func pack(p *Problem, o Options, within int64) (*Result, error) {
+// pack is Pack at one effort. A positive within packs blocks' problem: it
+// caps the work budget, leaves blocks out and searches however close to
+// the goal the best peak is. A positive limit caps the work budget alone.
+func pack(p *Problem, o Options, within, limit int64) (*Result, error) {
 	if o.Effort == "" {
 		o.Effort = Fast
 	}
@@ -231,6 +270,9 @@ func pack(p *Problem, o Options, within int64) (*Result, error) {
 	}
 	if o.Nodes > 0 {
 		b.nodes = o.Nodes
+	}
+	if limit > 0 {
+		b.work, b.sky = min(b.work, limit), min(b.sky, limit)
 	}
 	if within > 0 {
 		b.work, b.sky = min(b.work, within), min(b.sky, within)
@@ -299,10 +341,15 @@ func pack(p *Problem, o Options, within int64) (*Result, error) {
 		}
 	}
 	res.Work = spent
-	if p.Capacity > 0 && res.Peak > p.Capacity {
-		return res, fmt.Errorf("%w: the best placement found peaks at %d bytes, capacity %d", ErrCapacity, res.Peak, p.Capacity)
+	return res, capacityErr(p, res.Peak)
+}
+
+// capacityErr is ErrCapacity when peak exceeds p's non-zero Capacity.
+func capacityErr(p *Problem, peak uint64) error {
+	if p.Capacity > 0 && peak > p.Capacity {
+		return fmt.Errorf("%w: the best placement found peaks at %d bytes, capacity %d", ErrCapacity, peak, p.Capacity)
 	}
-	return res, nil
+	return nil
 }
 
 // far reports whether peak is above the goal by more than ppm parts per
