@@ -54,8 +54,9 @@
 // tiling; which merges go astray depends on the order the blocker meets
 // the blocks in. So it merges in several orders (the buffers' own, then
 // deterministic shuffles; one per 2^23 units of its work, 12 to 64: a
-// dozen or a few more at the fast effort, 64 at the exact one), packs each result once cheaply, and refines the ones that
-// packed lowest. This recovers the structure of tight instances that
+// dozen or a few more at the fast effort, 64 at the exact one), packs
+// each result once cheaply, and refines the ones that packed lowest.
+// This recovers the structure of tight instances that
 // placements buffer by buffer miss: perfect packings of 1,000 to 5,000
 // buffers at or near the lower bound, where the skyline alone ended 20
 // to 30 % above it, and MiniMalloc's A, D and E at the lower bound at
