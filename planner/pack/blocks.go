@@ -45,7 +45,6 @@ type edgeKey struct {
 // merges go astray depends on the order the blocks are met in, so blocks
 // runs the blocker in several.
 type blocker struct {
-	in     *instance
 	blocks []block
 	// Live blocks by lifetime, by start and size, by end and size, and by
 	// start or end alone; dead entries are dropped as lists are read.
@@ -56,7 +55,7 @@ type blocker struct {
 }
 
 func newBlocker(in *instance) *blocker {
-	k := &blocker{in: in, byLife: map[ivKey][]int32{}, byStart: map[edgeKey][]int32{}, byEnd: map[edgeKey][]int32{},
+	k := &blocker{byLife: map[ivKey][]int32{}, byStart: map[edgeKey][]int32{}, byEnd: map[edgeKey][]int32{},
 		starting: map[int32][]int32{}, ending: map[int32][]int32{}}
 	for i := range in.bufs {
 		k.add(block{start: in.start[i], end: in.end[i], size: in.bufs[i].Size, align: in.bufs[i].align(), buf: int32(i)})
@@ -132,10 +131,8 @@ func (k *blocker) stack(ids []int32) int32 {
 		nb.align = max(nb.align, x.align)
 	}
 	nb.size = off
+	// The parts of a stack spliced in died when it was made.
 	for _, id := range ids {
-		k.blocks[id].dead = true
-	}
-	for _, id := range nb.parts {
 		k.blocks[id].dead = true
 	}
 	k.alive -= int64(len(ids))
@@ -162,7 +159,7 @@ func (k *blocker) step(id int32, anyChain bool) int32 {
 	}
 	same := liveAt(k, k.byLife, ivKey{b.start, b.end}, -1)
 	if len(same) >= 2 {
-		if nb := k.stack(slices.Clone(same)); nb >= 0 {
+		if nb := k.stack(same); nb >= 0 { // same is liveAt's own copy
 			return nb
 		}
 	}
