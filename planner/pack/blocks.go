@@ -364,7 +364,7 @@ func packBlocks(in *instance, k *blocker, roots []int32, o Options, work int64, 
 		x := &k.blocks[id]
 		sub.Buffers[j] = Buffer{Start: int64(x.start), End: int64(x.end), Size: x.size, Align: x.align}
 	}
-	r, err := pack(sub, Options{Effort: o.Effort, Nodes: o.Nodes}, work-reserve, 0)
+	r, err := pack(sub, Options{Effort: o.Effort, Nodes: o.Nodes}, work-reserve, true)
 	if err != nil {
 		return nil, 0
 	}

@@ -219,13 +219,13 @@ func GreedySize(p *Problem) (*Result, error) {
 // default budget, exact is never worse than fast.
 func Pack(p *Problem, o Options) (*Result, error) {
 	if o.Effort != Exact {
-		return pack(p, o, 0, 0)
+		return pack(p, o, 0, false)
 	}
 	total := o.Budget
 	if total <= 0 {
 		total = DefaultExactBudget
 	}
-	fast, err := pack(p, Options{Effort: Fast, Nodes: o.Nodes}, 0, total/2)
+	fast, err := pack(p, Options{Effort: Fast, Nodes: o.Nodes}, total/2, false)
 	if err != nil && !errors.Is(err, ErrCapacity) {
 		return nil, err
 	}
@@ -234,7 +234,7 @@ func Pack(p *Problem, o Options) (*Result, error) {
 		return fast, err
 	}
 	o.Budget = total - fast.Work
-	res, err := pack(p, o, 0, 0)
+	res, err := pack(p, o, 0, false)
 	if err != nil && !errors.Is(err, ErrCapacity) {
 		return nil, err
 	}
@@ -249,10 +249,10 @@ func Pack(p *Problem, o Options) (*Result, error) {
 	return res, err
 }
 
-// pack is Pack at one effort. A positive within packs blocks' problem: it
-// caps the work budget, leaves blocks out and searches however close to
-// the goal the best peak is. A positive limit caps the work budget alone.
-func pack(p *Problem, o Options, within, limit int64) (*Result, error) {
+// pack is Pack at one effort. A positive limit caps the work budget. sub
+// packs blocks' problem: it leaves blocks out and searches however close
+// to the goal the best peak is.
+func pack(p *Problem, o Options, limit int64, sub bool) (*Result, error) {
 	if o.Effort == "" {
 		o.Effort = Fast
 	}
@@ -274,8 +274,7 @@ func pack(p *Problem, o Options, within, limit int64) (*Result, error) {
 	if limit > 0 {
 		b.work, b.sky = min(b.work, limit), min(b.sky, limit)
 	}
-	if within > 0 {
-		b.work, b.sky = min(b.work, within), min(b.sky, within)
+	if sub {
 		b.above = 0
 	}
 	res := &Result{LowerBound: in.lb, Budget: b.work}
@@ -321,7 +320,7 @@ func pack(p *Problem, o Options, within, limit int64) (*Result, error) {
 	if in.partners == nil && res.Peak > in.goal {
 		sky = dive(in, b, res, &spent)
 	}
-	if within == 0 && in.partners == nil && in.far(res.Peak, b.above) && left() > 0 {
+	if !sub && in.partners == nil && in.far(res.Peak, b.above) && left() > 0 {
 		spent += blocks(in, o, left()*3/4, res)
 	}
 	if sky != nil && res.Peak > in.goal {
