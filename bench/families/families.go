@@ -239,16 +239,18 @@ func Transformer(layers int, seed uint64) (*dsa.Instance, error) {
 			}
 			return k * (b[i] + 1)
 		}
-		align := func(v uint64) uint64 { return (v + 511) / 512 * 512 }
+		// workspace is a GEMM's: split-K partials, a quarter to all of
+		// its output, 512-byte aligned.
+		workspace := func() uint64 { return (out/4 + uint64(r.IntN(4))*out/4 + 511) / 512 * 512 }
 		switch {
 		case op == "matmul" && g.Nodes[n].Phase.Norm() == ir.Forward:
-			add(id("ws"), t0, t0+1, align(out/4+uint64(r.IntN(4))*out/4))
+			add(id("ws"), t0, t0+1, workspace())
 			if r.IntN(2) == 0 {
 				add(id("raw"), t0, t0+2, out)
 			}
 		case op == "matmul":
 			add(id("tr"), t0, t0+2, in0)
-			add(id("ws"), t0+1, t0+2, align(out/4+uint64(r.IntN(4))*out/4))
+			add(id("ws"), t0+1, t0+2, workspace())
 			add(id("dw"), t0+2, t0+4, out)
 		case op == "causal_attention":
 			add(id("scores"), t0, t0+2, scores*elt)
@@ -272,7 +274,7 @@ func Transformer(layers int, seed uint64) (*dsa.Instance, error) {
 				add(id("softmax"), t0, end, in0)
 			}
 		case op == "embedding":
-			add(id("ws"), t0, t0+1, align(out/4+uint64(r.IntN(4))*out/4))
+			add(id("ws"), t0, t0+1, workspace())
 		case op == "adamw":
 			if r.IntN(2) == 0 {
 				add(id("ws"), t0, t0+2, in0)
