@@ -22,13 +22,6 @@ type block struct {
 	stacked    bool // a stack
 }
 
-type ivKey struct{ s, e int32 }
-
-type edgeKey struct {
-	t    int32
-	size uint64
-}
-
 // blocker merges buffers into blocks bottom up, as the cuts of a
 // guillotine tiling are found again: blocks live over exactly the same
 // sections stack (their order inside the stack changes nothing outside
@@ -46,17 +39,15 @@ type edgeKey struct {
 // runs the blocker in several.
 type blocker struct {
 	blocks []block
-	// Live blocks by lifetime, by start and size, by end and size, and by
-	// start or end alone; dead entries are dropped as lists are read.
-	byLife           map[ivKey][]int32
-	byStart, byEnd   map[edgeKey][]int32
-	starting, ending map[int32][]int32
+	// Live blocks by the section they start at and the one they end at;
+	// dead entries are dropped as lists are read.
+	starting, ending [][]int32
 	alive, work      int64
 }
 
 func newBlocker(in *instance) *blocker {
-	k := &blocker{byLife: map[ivKey][]int32{}, byStart: map[edgeKey][]int32{}, byEnd: map[edgeKey][]int32{},
-		starting: map[int32][]int32{}, ending: map[int32][]int32{}}
+	k := &blocker{blocks: make([]block, 0, 2*len(in.bufs)),
+		starting: make([][]int32, in.positions+1), ending: make([][]int32, in.positions+1)}
 	for i := range in.bufs {
 		k.add(block{start: in.start[i], end: in.end[i], size: in.bufs[i].Size, align: in.bufs[i].align(), buf: int32(i)})
 	}
@@ -67,37 +58,46 @@ func newBlocker(in *instance) *blocker {
 func (k *blocker) add(b block) int32 {
 	id := int32(len(k.blocks))
 	k.blocks = append(k.blocks, b)
-	k.byLife[ivKey{b.start, b.end}] = append(k.byLife[ivKey{b.start, b.end}], id)
-	k.byStart[edgeKey{b.start, b.size}] = append(k.byStart[edgeKey{b.start, b.size}], id)
-	k.byEnd[edgeKey{b.end, b.size}] = append(k.byEnd[edgeKey{b.end, b.size}], id)
-	k.ending[b.end] = append(k.ending[b.end], id)
 	k.starting[b.start] = append(k.starting[b.start], id)
+	k.ending[b.end] = append(k.ending[b.end], id)
 	k.alive++
 	return id
 }
 
-// endsAt and startsAt return the live blocks ending or starting at
-// section t.
-func (k *blocker) endsAt(t int32) []int32 { return liveAt(k, k.ending, t, -1) }
+// The lists find reads: blocks starting or ending at a section.
+const (
+	starts = iota
+	ends
+)
 
-func (k *blocker) startsAt(t int32) []int32 { return liveAt(k, k.starting, t, -1) }
-
-// liveAt returns the live blocks listed in m under key, other than not,
-// and drops the dead ones from the list.
-func liveAt[K comparable](k *blocker, m map[K][]int32, key K, not int32) []int32 {
-	l := m[key]
+// find returns the live blocks that start (side starts) or end at section
+// t, other than not, with the given end (or start) when other ≥ 0 and the
+// given size when size > 0; it drops the dead ones from the list and
+// counts every entry it reads as work.
+func (k *blocker) find(side int, t, other int32, size uint64, not int32) []int32 {
+	lists := k.starting
+	if side == ends {
+		lists = k.ending
+	}
+	l := lists[t]
 	kept := l[:0]
 	var out []int32
 	for _, id := range l {
-		if !k.blocks[id].dead {
-			kept = append(kept, id)
-			if id != not {
-				out = append(out, id)
-			}
+		x := &k.blocks[id]
+		if x.dead {
+			continue
+		}
+		kept = append(kept, id)
+		o := x.end
+		if side == ends {
+			o = x.start
+		}
+		if id != not && (other < 0 || o == other) && (size == 0 || x.size == size) {
+			out = append(out, id)
 		}
 	}
 	k.work += int64(len(l))
-	m[key] = kept
+	lists[t] = kept
 	return out
 }
 
@@ -157,9 +157,9 @@ func (k *blocker) step(id int32, anyChain bool) int32 {
 	if b.dead {
 		return -1
 	}
-	same := liveAt(k, k.byLife, ivKey{b.start, b.end}, -1)
+	same := k.find(starts, b.start, b.end, 0, -1)
 	if len(same) >= 2 {
-		if nb := k.stack(same); nb >= 0 { // same is liveAt's own copy
+		if nb := k.stack(same); nb >= 0 { // same is find's own copy
 			return nb
 		}
 	}
@@ -170,15 +170,14 @@ func (k *blocker) step(id int32, anyChain bool) int32 {
 // the other's only candidate or anyChain is set.
 func (k *blocker) chains(id int32, anyChain bool) int32 {
 	b := k.blocks[id]
-	after, before := edgeKey{b.end, b.size}, edgeKey{b.start, b.size}
-	if right := liveAt(k, k.byStart, after, id); len(right) > 0 {
-		back := liveAt(k, k.byEnd, after, -1)
+	if right := k.find(starts, b.end, -1, b.size, id); len(right) > 0 {
+		back := k.find(ends, b.end, -1, b.size, -1)
 		if len(right) == 1 && len(back) == 1 || anyChain {
 			return k.chain(id, right[0])
 		}
 	}
-	if left := liveAt(k, k.byEnd, before, id); len(left) > 0 {
-		fwd := liveAt(k, k.byStart, before, -1)
+	if left := k.find(ends, b.start, -1, b.size, id); len(left) > 0 {
+		fwd := k.find(starts, b.start, -1, b.size, -1)
 		if len(left) == 1 && len(fwd) == 1 || anyChain {
 			return k.chain(left[0], id)
 		}
@@ -233,20 +232,14 @@ func (k *blocker) run(limit int64, order int) {
 // live over its sections.
 func (k *blocker) neighbours(nb int32) []int32 {
 	b := &k.blocks[nb]
-	var out []int32
-	for _, l := range [][]int32{k.endsAt(b.start), k.startsAt(b.end), k.byLife[ivKey{b.start, b.end}]} {
-		for _, n := range l {
-			if n != nb && !k.blocks[n].dead {
-				out = append(out, n)
-			}
-		}
-	}
-	return out
+	out := k.find(ends, b.start, -1, 0, nb)
+	out = append(out, k.find(starts, b.end, -1, 0, nb)...)
+	return append(out, k.find(starts, b.start, b.end, 0, nb)...)
 }
 
 // drop frees the lookups, once no merge is left to make.
 func (k *blocker) drop() {
-	k.byLife, k.byStart, k.byEnd, k.starting, k.ending = nil, nil, nil, nil, nil
+	k.starting, k.ending = nil, nil
 }
 
 // roots returns the blocks left.
