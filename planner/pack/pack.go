@@ -250,8 +250,8 @@ func Pack(p *Problem, o Options) (*Result, error) {
 }
 
 // pack is Pack at one effort. A positive limit caps the work budget. sub
-// packs blocks' problem: it leaves blocks out and searches however close
-// to the goal the best peak is.
+// packs blocks' problem: it leaves blocks and the skyline restarts out
+// and searches however close to the goal the best peak is.
 func pack(p *Problem, o Options, limit int64, sub bool) (*Result, error) {
 	if o.Effort == "" {
 		o.Effort = Fast
@@ -323,7 +323,11 @@ func pack(p *Problem, o Options, limit int64, sub bool) (*Result, error) {
 	if !sub && in.partners == nil && in.far(res.Peak, b.above) && left() > 0 {
 		spent += blocks(in, o, left()*3/4, res)
 	}
-	if sky != nil && res.Peak > in.goal {
+	// Blocks' problem skips the restarts: on the blocks of perfect
+	// packings they took most of each packing's work, which the search
+	// puts to better use (5,000 buffers, seeds 40 to 79, fast: a mean of
+	// +1.76 % over the lower bound with them, +1.25 % without).
+	if sky != nil && res.Peak > in.goal && !sub {
 		restarts(in, sky, b, res, &spent)
 	}
 	res.Optimal = res.Peak <= in.goal
