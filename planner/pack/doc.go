@@ -53,9 +53,11 @@
 // time at the same size, by coincidence, and a merge of them hides the
 // tiling; which merges go astray depends on the order the blocker meets
 // the blocks in. So it merges in several orders (the buffers' own, then
-// deterministic shuffles; one per 2^23 units of its work, 12 to 64: a
-// dozen or a few more at the fast effort, 64 at the exact one), packs
-// each result once cheaply, and refines the ones that packed lowest.
+// deterministic shuffles; one per 640 units of its work per buffer, 12
+// to 64: about 30 at the fast effort on 5,000 buffers, 64 at the exact
+// one), packs each result once cheaply (the blocks' packings run the
+// portfolio, the dive and the canonical search, not the skyline
+// restarts), and refines the ones that packed lowest.
 // This recovers the structure of tight instances that
 // placements buffer by buffer miss: perfect packings of 1,000 to 5,000
 // buffers at or near the lower bound, where the skyline alone ended 20
