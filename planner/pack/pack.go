@@ -76,8 +76,8 @@ func budgetOf(e Effort, n int, positions int32) budget {
 	}
 }
 
-// DefaultExactBudget is the exact effort's work budget: about 15 s on one
-// core of a 2020s server for any instance, whatever its size.
+// DefaultExactBudget is the exact effort's work budget: 15 to 30 s on one
+// core of the 2-core development VM for any instance, whatever its size.
 const DefaultExactBudget = 1 << 32
 
 // Result is a placement.
