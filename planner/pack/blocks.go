@@ -185,8 +185,9 @@ func (k *blocker) step(id int32, tier chainTier) int32 {
 // ends, or ends where it starts, as sure as tier asks.
 func (k *blocker) chains(id int32, tier chainTier) int32 {
 	b := k.blocks[id]
-	// sure reports whether the pair a then c, with the candidates of
-	// their size on either side of t, is sure enough.
+	// sure reports whether a pair meeting at section t is sure enough to
+	// chain, given the blocks of their size that start there (after)
+	// and that end there (before).
 	sure := func(t int32, after, before []int32) bool {
 		switch tier {
 		case confirmed:
