@@ -13,27 +13,29 @@ import (
 // pass, ended +9.00 % and +8.15 % above it on seeds 6 and 22 of 5,000
 // buffers, and above +5 % on 6 of seeds 0 to 39.
 func TestBlocksFindTilings(t *testing.T) {
-	gap := func(n int, seed uint64) float64 {
+	// gap returns how far above the lower bound the fast effort ends,
+	// and the method that placed it.
+	gap := func(n int, seed uint64) (float64, string) {
 		r, err := pack.Pack(families.Perfect(n, seed).Problem(), pack.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		return float64(r.Peak)/float64(r.LowerBound) - 1
+		return float64(r.Peak)/float64(r.LowerBound) - 1, r.Method
 	}
 	for _, c := range []struct {
 		n    int
 		seed uint64
 	}{{300, 5}, {1000, 2}, {1000, 7}, {2000, 4}, {2000, 6}, {5000, 22}} {
-		if g := gap(c.n, c.seed); g != 0 {
-			t.Errorf("perfect %d seed %d: %.2f %% over the lower bound", c.n, c.seed, 100*g)
+		if g, method := gap(c.n, c.seed); g != 0 {
+			t.Errorf("perfect %d seed %d: %.2f %% over the lower bound (%s)", c.n, c.seed, 100*g, method)
 		}
 	}
 	// 5,000 buffers, seeds 0 to 7: each within +1 %, six at the bound.
 	at := 0
 	for seed := range uint64(8) {
-		g := gap(5000, seed)
+		g, method := gap(5000, seed)
 		if g > 0.01 {
-			t.Errorf("perfect 5000 seed %d: %.2f %% over the lower bound", seed, 100*g)
+			t.Errorf("perfect 5000 seed %d: %.2f %% over the lower bound (%s)", seed, 100*g, method)
 		}
 		if g == 0 {
 			at++
