@@ -176,27 +176,31 @@ func (t *unionTree) gatherAt(dst []rangeSet, node, lo, hi, s, e int32) []rangeSe
 	return dst
 }
 
-// unionAll returns the union of sets, merging them pairwise (a merge sort
-// of sorted runs). It may return one of sets itself, or a slice of buf.
-func unionAll(sets []rangeSet, buf *[2][]span) rangeSet {
-	for k := 0; len(sets) > 1; k ^= 1 {
-		out := buf[k][:0]
-		next := sets[:0]
-		for i := 0; i < len(sets); i += 2 {
-			if i+1 == len(sets) {
-				next = append(next, sets[i])
-				continue
-			}
-			from := len(out)
-			out = mergeUnion(out, sets[i], sets[i+1])
-			next = append(next, out[from:len(out):len(out)])
-		}
-		buf[k] = out
-		sets = next
-	}
+// unionAll returns the union of sets, merging the two shortest first
+// (the order of a Huffman code, which touches the fewest ranges when the
+// sets' lengths differ, as they do between a wide node's set and a narrow
+// one's). It may return one of sets itself, or a slice of buf.
+func unionAll(sets []rangeSet, buf *[]span) rangeSet {
 	if len(sets) == 0 {
 		return nil
 	}
+	// sets is kept sorted by length, longest first; sets are few.
+	slices.SortFunc(sets, func(a, b rangeSet) int { return len(b) - len(a) })
+	out := (*buf)[:0]
+	for len(sets) > 1 {
+		n := len(sets)
+		from := len(out)
+		out = mergeUnion(out, sets[n-1], sets[n-2])
+		m := rangeSet(out[from:len(out):len(out)])
+		sets = sets[:n-1]
+		k := n - 2
+		for k > 0 && len(sets[k-1]) < len(m) {
+			sets[k] = sets[k-1]
+			k--
+		}
+		sets[k] = m
+	}
+	*buf = out
 	return sets[0]
 }
 
@@ -270,7 +274,7 @@ type placer struct {
 	placed  []bool
 	sets    []rangeSet
 	extra   rangeSet
-	buf     [2][]span
+	buf     []span
 	peak    uint64
 	merged  int64 // byte ranges gathered into unions: the placer's work
 }
