@@ -18,7 +18,6 @@ type block struct {
 	buf        int32   // the buffer of a leaf, -1 otherwise
 	parts      []int32 // the blocks of a stack or chain
 	rel        []uint64
-	dead       bool // merged into another block
 	stacked    bool // a stack
 }
 
@@ -39,27 +38,61 @@ type block struct {
 // runs the blocker in several.
 type blocker struct {
 	blocks []block
+	dead   []bool // merged into another block, by block
 	// Live blocks by the section they start at and the one they end at;
 	// dead entries are dropped as lists are read.
-	starting, ending [][]int32
+	starting, ending [][]entry
 	alive, work      int64
+	// Scratch for find's answers: the blocks to stack, the neighbours of
+	// a merge, the candidates of a chain.
+	same, near, hits []int32
+}
+
+// entry is a block in a section's list, with what find compares, so that
+// reading a list does not visit the blocks.
+type entry struct {
+	id    int32
+	other int32 // the block's end in starting, its start in ending
+	size  uint64
 }
 
 func newBlocker(in *instance) *blocker {
-	k := &blocker{blocks: make([]block, 0, 2*len(in.bufs)),
-		starting: make([][]int32, in.positions+1), ending: make([][]int32, in.positions+1)}
+	k := &blocker{blocks: make([]block, 0, 2*len(in.bufs)), dead: make([]bool, 0, 2*len(in.bufs))}
+	// Each list is cut from one array, with room for as many blocks
+	// again as it starts with (merged blocks join the lists of their
+	// parts' sections); a list that outgrows its room moves out.
+	k.starting = lists(in.positions+1, in.start)
+	k.ending = lists(in.positions+1, in.end)
 	for i := range in.bufs {
 		k.add(block{start: in.start[i], end: in.end[i], size: in.bufs[i].Size, align: in.bufs[i].align(), buf: int32(i)})
 	}
 	return k
 }
 
+// lists returns n empty lists, the list of section t with room for
+// twice the number of times t occurs in at.
+func lists(n int32, at []int32) [][]entry {
+	room := make([]int32, n)
+	for _, t := range at {
+		room[t] += 2
+	}
+	slab := make([]entry, 2*len(at))
+	out := make([][]entry, n)
+	var from int32
+	for t, r := range room {
+		out[t] = slab[from : from : from+r]
+		from += r
+	}
+	return out
+}
+
 // add makes b a live block and indexes it.
 func (k *blocker) add(b block) int32 {
 	id := int32(len(k.blocks))
 	k.blocks = append(k.blocks, b)
-	k.starting[b.start] = append(k.starting[b.start], id)
-	k.ending[b.end] = append(k.ending[b.end], id)
+	k.dead = append(k.dead, false)
+	k.starting[b.start] = append(k.starting[b.start], entry{id, b.end, b.size})
+	k.ending[b.end] = append(k.ending[b.end], entry{id, b.start, b.size})
 	k.alive++
 	return id
 }
@@ -70,35 +103,38 @@ const (
 	ends
 )
 
-// find returns the live blocks that start (side starts) or end at section
-// t, other than not, with the given end (or start) when other ≥ 0 and the
-// given size when size > 0; it drops the dead ones from the list and
-// counts every entry it reads as work.
-func (k *blocker) find(side int, t, other int32, size uint64, not int32) []int32 {
+// find appends to dst the live blocks that start (side starts) or end at
+// section t, other than not, with the given end (or start) when other ≥ 0
+// and the given size when size > 0; it drops the dead ones from the list
+// and counts every entry it reads as work.
+func (k *blocker) find(dst []int32, side int, t, other int32, size uint64, not int32) []int32 {
 	lists := k.starting
 	if side == ends {
 		lists = k.ending
 	}
 	l := lists[t]
 	kept := l[:0]
-	var out []int32
-	for _, id := range l {
-		x := &k.blocks[id]
-		if x.dead {
+	for _, e := range l {
+		if k.dead[e.id] {
 			continue
 		}
-		kept = append(kept, id)
-		o := x.end
-		if side == ends {
-			o = x.start
-		}
-		if id != not && (other < 0 || o == other) && (size == 0 || x.size == size) {
-			out = append(out, id)
+		kept = append(kept, e)
+		if e.id != not && (other < 0 || e.other == other) && (size == 0 || e.size == size) {
+			dst = append(dst, e.id)
 		}
 	}
 	k.work += int64(len(l))
 	lists[t] = kept
-	return out
+	return dst
+}
+
+// match is find's first block (-1 if none) and how many it found.
+func (k *blocker) match(side int, t, other int32, size uint64, not int32) (first int32, n int) {
+	k.hits = k.find(k.hits[:0], side, t, other, size, not)
+	if len(k.hits) == 0 {
+		return -1, 0
+	}
+	return k.hits[0], len(k.hits)
 }
 
 // stack makes a block of ids, which live over the same sections: the
@@ -133,7 +169,7 @@ func (k *blocker) stack(ids []int32) int32 {
 	nb.size = off
 	// The parts of a stack spliced in died when it was made.
 	for _, id := range ids {
-		k.blocks[id].dead = true
+		k.dead[id] = true
 	}
 	k.alive -= int64(len(ids))
 	return k.add(nb)
@@ -144,7 +180,7 @@ func (k *blocker) chain(a, b int32) int32 {
 	x, y := &k.blocks[a], &k.blocks[b]
 	nb := block{start: x.start, end: y.end, size: x.size, align: max(x.align, y.align), buf: -1,
 		parts: []int32{a, b}, rel: []uint64{0, 0}}
-	x.dead, y.dead = true, true
+	k.dead[a], k.dead[b] = true, true
 	k.alive -= 2
 	return k.add(nb)
 }
@@ -168,13 +204,13 @@ const (
 // sections, or else chains it as sure as tier asks; it returns the new
 // block or -1.
 func (k *blocker) step(id int32, tier chainTier) int32 {
-	b := k.blocks[id]
-	if b.dead {
+	if k.dead[id] {
 		return -1
 	}
-	same := k.find(starts, b.start, b.end, 0, -1)
-	if len(same) >= 2 {
-		if nb := k.stack(same); nb >= 0 { // same is find's own copy
+	b := &k.blocks[id]
+	k.same = k.find(k.same[:0], starts, b.start, b.end, 0, -1)
+	if len(k.same) >= 2 {
+		if nb := k.stack(k.same); nb >= 0 {
 			return nb
 		}
 	}
@@ -186,27 +222,36 @@ func (k *blocker) step(id int32, tier chainTier) int32 {
 func (k *blocker) chains(id int32, tier chainTier) int32 {
 	b := k.blocks[id]
 	// sure reports whether a pair meeting at section t is sure enough to
-	// chain, given the blocks of their size that start there (after)
-	// and that end there (before).
-	sure := func(t int32, after, before []int32) bool {
+	// chain, given the first block of their size that starts there
+	// (after) and the first that ends there (before), and how many do.
+	sure := func(t, after, before int32, nAfter, nBefore int) bool {
 		switch tier {
 		case confirmed:
-			return len(after) == 1 && len(before) == 1 &&
-				(len(k.find(starts, k.blocks[before[0]].start, k.blocks[after[0]].end, 0, -1)) > 0 ||
-					len(k.find(starts, t, -1, 0, -1)) == 1 && len(k.find(ends, t, -1, 0, -1)) == 1)
+			if nAfter != 1 || nBefore != 1 {
+				return false
+			}
+			if _, n := k.match(starts, k.blocks[before].start, k.blocks[after].end, 0, -1); n > 0 {
+				return true
+			}
+			_, nStart := k.match(starts, t, -1, 0, -1)
+			if nStart != 1 {
+				return false
+			}
+			_, nEnd := k.match(ends, t, -1, 0, -1)
+			return nEnd == 1
 		case onlySize:
-			return len(after) == 1 && len(before) == 1
+			return nAfter == 1 && nBefore == 1
 		}
 		return true
 	}
-	if right := k.find(starts, b.end, -1, b.size, id); len(right) > 0 {
-		if sure(b.end, right, k.find(ends, b.end, -1, b.size, -1)) {
-			return k.chain(id, right[0])
+	if right, n := k.match(starts, b.end, -1, b.size, id); n > 0 {
+		if before, nBefore := k.match(ends, b.end, -1, b.size, -1); sure(b.end, right, before, n, nBefore) {
+			return k.chain(id, right)
 		}
 	}
-	if left := k.find(ends, b.start, -1, b.size, id); len(left) > 0 {
-		if sure(b.start, k.find(starts, b.start, -1, b.size, -1), left) {
-			return k.chain(left[0], id)
+	if left, n := k.match(ends, b.start, -1, b.size, id); n > 0 {
+		if after, nAfter := k.match(starts, b.start, -1, b.size, -1); sure(b.start, after, left, nAfter, n) {
+			return k.chain(left, id)
 		}
 	}
 	return -1
@@ -258,7 +303,7 @@ func (k *blocker) run(limit int64, order int, confirm bool) {
 			for len(later) > 0 && len(queue) == 0 && k.work < limit {
 				id := later[0]
 				later = later[1:]
-				if !k.blocks[id].dead {
+				if !k.dead[id] {
 					merged(k.chains(id, onlySize))
 				}
 			}
@@ -276,7 +321,7 @@ func (k *blocker) run(limit int64, order int, confirm bool) {
 			return
 		}
 		for i := range k.blocks {
-			if !k.blocks[i].dead {
+			if !k.dead[i] {
 				queue = append(queue, int32(i))
 			}
 		}
@@ -289,9 +334,9 @@ func (k *blocker) run(limit int64, order int, confirm bool) {
 // live over its sections.
 func (k *blocker) neighbours(nb int32) []int32 {
 	b := &k.blocks[nb]
-	out := k.find(ends, b.start, -1, 0, nb)
-	out = append(out, k.find(starts, b.end, -1, 0, nb)...)
-	return append(out, k.find(starts, b.start, b.end, 0, nb)...)
+	k.near = k.find(k.near[:0], ends, b.start, -1, 0, nb)
+	k.near = k.find(k.near, starts, b.end, -1, 0, nb)
+	return k.find(k.near, starts, b.start, b.end, 0, nb)
 }
 
 // drop frees the lookups, once no merge is left to make.
@@ -303,7 +348,7 @@ func (k *blocker) drop() {
 func (k *blocker) roots() []int32 {
 	var r []int32
 	for i := range k.blocks {
-		if !k.blocks[i].dead {
+		if !k.dead[i] {
 			r = append(r, int32(i))
 		}
 	}
