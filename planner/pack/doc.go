@@ -53,14 +53,14 @@
 // time at the same size, by coincidence, and a merge of them hides the
 // tiling; which merges go astray depends on the order the blocker meets
 // the blocks in. So it merges in several orders (the buffers' own, then
-// deterministic shuffles; one per 640 units of its work per buffer, 12
-// to 64: about 30 at the fast effort on 5,000 buffers, 64 at the exact
-// one), every other one making at first only the chains whose result
-// can stack at once (a coincidental chain is the merge that most often
-// hides a tiling, but holding chains back lets stacks take blocks from
-// theirs), packs each result once cheaply (the blocks' packings run the
-// portfolio, the dive and the canonical search, not the skyline
-// restarts), and refines the ones that packed lowest.
+// deterministic shuffles; one per 640 units of its work per buffer, 4
+// to 64: about 30 at the fast effort on 5,000 buffers, 7 on 20,000, 64
+// at the exact one), every other one making at first only the chains
+// whose result can stack at once (a coincidental chain is the merge that
+// most often hides a tiling, but holding chains back lets stacks take
+// blocks from theirs), packs each result once cheaply (the blocks'
+// packings run the portfolio, the dive and the canonical search, not the
+// skyline restarts), and refines the ones that packed lowest.
 // This recovers the structure of tight instances that
 // placements buffer by buffer miss: perfect packings of 1,000 to 5,000
 // buffers at or near the lower bound, where the skyline alone ended 20
