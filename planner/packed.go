@@ -57,7 +57,7 @@ func packArenas(g *ir.Graph, l *Liveness, o Options) (*SlotAssignment, []ArenaLa
 			page := max(uint64(cfg.PageSize), 1)
 			p.Capacity = c / page * page // reserved bytes round the peak up to a page
 			if p.Capacity == 0 {
-				return nil, nil, tooSmall(as.Name, p.Buffers, cfg, 0)
+				return nil, nil, tooSmall(as.Name, p.Buffers, cfg, 0, 0)
 			}
 		}
 		var res *pack.Result
@@ -114,7 +114,7 @@ func packArenas(g *ir.Graph, l *Liveness, o Options) (*SlotAssignment, []ArenaLa
 		}
 		switch {
 		case errors.Is(err, pack.ErrCapacity):
-			return nil, nil, tooSmall(as.Name, p.Buffers, cfg, res.Peak)
+			return nil, nil, tooSmall(as.Name, p.Buffers, cfg, res.Peak, res.LowerBound)
 		case errors.Is(err, pack.ErrOverflow):
 			return nil, nil, failure.New(failure.AllocationOverflow, OpPack,
 				fmt.Sprintf("arena %s: %v", as.Name, err), "arena", as.Name)
@@ -160,13 +160,20 @@ func timeOf(times []int64, pos int32) int64 {
 
 // tooSmall is the ARENA_TOO_SMALL failure of a packed arena: it says
 // whether the lower bound alone exceeds the capacity (no placement can
-// fit) or the best placement found does.
-func tooSmall(arena string, bufs []pack.Buffer, cfg ArenaSpec, best uint64) error {
+// fit), the packer proved that no placement fits (proven, its lower
+// bound, exceeds the capacity: conflicts or alignment padding can raise
+// it above the bytes live at once), or the best placement found does not.
+func tooSmall(arena string, bufs []pack.Buffer, cfg ArenaSpec, best, proven uint64) error {
 	capacity := uint64(cfg.CapacityBytes)
 	lb, _ := pack.LowerBound(bufs)
 	why := fmt.Sprintf("the best placement found needs %d bytes (%s)", best, FormatBytes(best))
-	if lb > capacity || best == 0 {
+	switch {
+	case lb > capacity || best == 0:
 		why = fmt.Sprintf("%d bytes (%s) are live at once, so no placement fits", lb, FormatBytes(lb))
+	case proven > capacity:
+		why = fmt.Sprintf("no placement fits: the packer proved every placement needs at least %d bytes (%s); the best found needs %d (%s)",
+			proven, FormatBytes(proven), best, FormatBytes(best))
+		lb = proven
 	}
 	return failure.New(failure.ArenaTooSmall, OpPack,
 		fmt.Sprintf("arena %s: capacity is %d bytes (%s) but %s", arena, capacity, FormatBytes(capacity), why),

@@ -74,6 +74,49 @@ func TestPackedCapacity(t *testing.T) {
 	}
 }
 
+// TestPackedCapacityProven: a must_not_alias pair never live at once
+// leaves the bytes live at once below what any placement needs; a
+// capacity between the two fails with ARENA_TOO_SMALL saying the packer
+// proved that no placement fits, with the bound it proved.
+func TestPackedCapacityProven(t *testing.T) {
+	g, err := ir.Load([]byte(`{"name":"proven","tensors":[
+	 {"id":"x","shape":[256],"dtype":"fp32","role":"input"},
+	 {"id":"a","shape":[256],"dtype":"fp32","role":"activation"},
+	 {"id":"b","shape":[256],"dtype":"fp32","role":"activation"},
+	 {"id":"c","shape":[256],"dtype":"fp32","role":"activation","must_not_alias":["a"]},
+	 {"id":"y","shape":[256],"dtype":"fp32","role":"output"}],
+	 "nodes":[{"id":"n1","op":"relu","inputs":["x"],"outputs":["a"]},
+	  {"id":"n2","op":"relu","inputs":["a"],"outputs":["b"]},
+	  {"id":"n3","op":"relu","inputs":["b"],"outputs":["c"]},
+	  {"id":"n4","op":"relu","inputs":["c"],"outputs":["y"]}],
+	 "execution_order":["n1","n2","n3","n4"]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	free, err := PlanMemory(g, DefaultOptions(g))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var acts ArenaPlan
+	for _, a := range free.Arenas {
+		if a.Name == ir.ArenaActivations {
+			acts = a
+		}
+	}
+	// a, b and c are 1 KiB each: two are live at once, all three need
+	// their own bytes.
+	if acts.LowerBoundBytes != 2048 || acts.PeakBytes != 3072 || acts.Packing == nil || !acts.Packing.Optimal {
+		t.Fatalf("activations: lower bound %d, peak %d, packing %+v; want 2048, 3072, proven optimal", acts.LowerBoundBytes, acts.PeakBytes, acts.Packing)
+	}
+	opts := DefaultOptions(g)
+	opts.Arenas = ArenaConfig{ir.ArenaActivations: {CapacityBytes: 2560}}
+	_, err = PlanMemory(g, opts)
+	var fe *failure.Error
+	if !errors.As(err, &fe) || fe.Code != failure.ArenaTooSmall || !strings.Contains(fe.Message, "packer proved") {
+		t.Fatalf("capacity 2560: %v, want ARENA_TOO_SMALL saying the packer proved no placement fits", err)
+	}
+}
+
 func slotsPeak(p *Plan, arena string) uint64 {
 	for _, a := range p.Arenas {
 		if a.Name == arena {

@@ -79,7 +79,9 @@ type Packing struct {
 	// peak meets the lower bound or a complete search proved it.
 	Optimal bool `json:"proven_optimal" cbor:"proven_optimal"`
 	// Gap bounds how far the peak is above the optimum, as a fraction of
-	// the lower bound (0 when proven optimal).
+	// the packer's lower bound (0 when proven optimal): the bytes live at
+	// once, raised by alignment padding and by what its complete searches
+	// proved (see package pack, Result.LowerBound).
 	Gap float64 `json:"gap" cbor:"gap"`
 	// Work is the work spent and Budget the work allowed after the
 	// mandatory greedy placements, in the packer's deterministic units.

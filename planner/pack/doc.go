@@ -12,6 +12,14 @@
 // instant; no placement peaks lower. Check is the obviously right
 // quadratic checker the tests hold every placement to.
 //
+// Result.LowerBound is the best bound Pack knows, often tighter: padding
+// that alignments force on the buffers live at one instant raises it, and
+// so does every capacity a complete search found no placement within
+// (conflicts can leave the bytes live at once far below what any
+// placement needs). It equals the peak exactly when the placement is
+// proven optimal, and a Capacity below it is reported as one no placement
+// fits.
+//
 //	p := &pack.Problem{Buffers: []pack.Buffer{
 //		{Start: 0, End: 2, Size: 8},
 //		{Start: 0, End: 4, Size: 2},
@@ -93,7 +101,9 @@
 // its remaining bytes are cut; a section boundary no unplaced buffer
 // crosses splits the rest into independent parts. It first asks for the
 // lower bound, then bisects between it and the best peak found. A
-// complete search below a peak proves it optimal (Result.Optimal).
+// complete search at a capacity proves that no placement fits within it
+// (Result.LowerBound is raised past it), and, just below a peak, proves
+// the peak optimal (Result.Optimal).
 //
 // # Budgets
 //

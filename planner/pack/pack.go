@@ -84,7 +84,11 @@ const DefaultExactBudget = 1 << 32
 type Result struct {
 	// Offsets is indexed like Problem.Buffers.
 	Offsets []uint64
-	// Peak is the highest end; LowerBound the most bytes live at once.
+	// Peak is the highest end. LowerBound is the best lower bound known
+	// on any placement's peak: the most bytes live at once, raised where
+	// alignment padding must add to it (see instance.goal) and to one
+	// more than every capacity a complete search found no placement
+	// within. It equals Peak exactly when Optimal.
 	Peak, LowerBound uint64
 	// Method names what produced the placement, e.g. "best-fit by
 	// conflict", "skyline dive" or "search by total,width,area".
@@ -105,8 +109,8 @@ type Result struct {
 	Optimal bool
 }
 
-// Gap is how far the peak may be above the optimum, as a fraction of the
-// lower bound: 0 when the placement is proven optimal.
+// Gap is how far the peak may be above the optimum, as a fraction of
+// LowerBound: 0 when the placement is proven optimal.
 func (r *Result) Gap() float64 {
 	if r.Optimal || r.LowerBound == 0 {
 		return 0
@@ -196,7 +200,7 @@ func GreedySize(p *Problem) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Result{Offsets: pl.offsets, Peak: peak, LowerBound: in.lb, Method: greedySize.String(), Merged: pl.merged, Optimal: peak == in.lb}, nil
+	return &Result{Offsets: pl.offsets, Peak: peak, LowerBound: in.goal, Method: greedySize.String(), Merged: pl.merged, Optimal: peak <= in.goal}, nil
 }
 
 // Pack places every buffer so that no two that are live at once, or that
@@ -240,8 +244,10 @@ func Pack(p *Problem, o Options) (*Result, error) {
 	}
 	if fast.Peak < res.Peak {
 		res.Offsets, res.Peak, res.Method = fast.Offsets, fast.Peak, fast.Method
-		err = capacityErr(p, res.Peak)
 	}
+	res.LowerBound = max(res.LowerBound, fast.LowerBound)
+	res.Optimal = res.Optimal || res.Peak <= res.LowerBound
+	err = capacityErr(p, res)
 	res.Work += fast.Work
 	res.Merged += fast.Merged
 	res.Nodes += fast.Nodes
@@ -277,7 +283,7 @@ func pack(p *Problem, o Options, limit int64, sub bool) (*Result, error) {
 	if sub {
 		b.above = 0
 	}
-	res := &Result{LowerBound: in.lb, Budget: b.work}
+	res := &Result{LowerBound: in.goal, Budget: b.work}
 	if len(in.bufs) == 0 {
 		res.Optimal = true
 		return res, nil
@@ -344,15 +350,19 @@ func pack(p *Problem, o Options, limit int64, sub bool) (*Result, error) {
 		}
 	}
 	res.Work = spent
-	return res, capacityErr(p, res.Peak)
+	return res, capacityErr(p, res)
 }
 
-// capacityErr is ErrCapacity when peak exceeds p's non-zero Capacity.
-func capacityErr(p *Problem, peak uint64) error {
-	if p.Capacity > 0 && peak > p.Capacity {
-		return fmt.Errorf("%w: the best placement found peaks at %d bytes, capacity %d", ErrCapacity, peak, p.Capacity)
+// capacityErr is ErrCapacity when res peaks above p's non-zero Capacity;
+// it says so when no placement can fit.
+func capacityErr(p *Problem, res *Result) error {
+	switch {
+	case p.Capacity == 0 || res.Peak <= p.Capacity:
+		return nil
+	case res.LowerBound > p.Capacity:
+		return fmt.Errorf("%w: no placement fits: every placement peaks at %d bytes or more (proven; the best found peaks at %d), capacity %d", ErrCapacity, res.LowerBound, res.Peak, p.Capacity)
 	}
-	return nil
+	return fmt.Errorf("%w: the best placement found peaks at %d bytes, capacity %d", ErrCapacity, res.Peak, p.Capacity)
 }
 
 // far reports whether peak is above the goal by more than ppm parts per
@@ -462,6 +472,9 @@ func improve(in *instance, adj [][]int32, f *features, nodes, work int64, target
 	// Once the peak found is proven, it is optimal.
 	proven := in.goal
 	settle := func() { res.Optimal = res.Optimal || res.Peak <= proven }
+	// What the complete searches proved is a lower bound on every
+	// placement, kept even when no placement meets it.
+	defer func() { res.LowerBound = max(res.LowerBound, proven) }()
 	lo, hi := in.goal, target-1
 	if found, complete := attempt(lo, left/2, (work-s.work)/2); found {
 		res.Optimal = true

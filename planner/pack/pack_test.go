@@ -4,6 +4,7 @@ import (
 	"errors"
 	"runtime"
 	"slices"
+	"strings"
 	"testing"
 
 	"pgregory.net/rapid"
@@ -117,11 +118,11 @@ func TestPropertyExactIsOptimal(t *testing.T) {
 		if r.Peak != opt {
 			t.Fatalf("exact peak %d, optimum %d (lower bound %d, %s)", r.Peak, opt, r.LowerBound, r.Method)
 		}
-		if !r.Optimal {
-			t.Fatalf("exact reached the optimum %d but does not claim it (lower bound %d)", opt, r.LowerBound)
+		if !r.Optimal || r.LowerBound != opt {
+			t.Fatalf("exact reached the optimum %d but claims optimal %v, lower bound %d", opt, r.Optimal, r.LowerBound)
 		}
-		if f := mustPack(t, p, Options{Effort: Fast}); f.Peak < opt || f.Optimal && f.Peak != opt {
-			t.Fatalf("fast peak %d (optimal %v), optimum %d", f.Peak, f.Optimal, opt)
+		if f := mustPack(t, p, Options{Effort: Fast}); f.Peak < opt || f.LowerBound > opt || f.Optimal != (f.Peak == f.LowerBound) {
+			t.Fatalf("fast peak %d, lower bound %d (optimal %v), optimum %d", f.Peak, f.LowerBound, f.Optimal, opt)
 		}
 	})
 }
@@ -145,8 +146,8 @@ func TestPropertyPack(t *testing.T) {
 			// A small node budget keeps the exact effort quick where it
 			// can neither reach the lower bound nor prove the optimum.
 			r := mustPack(t, p, Options{Effort: e, Nodes: 20_000})
-			if r.LowerBound != lb || r.Peak < lb {
-				t.Fatalf("%s: peak %d, lower bound %d (want %d)", e, r.Peak, r.LowerBound, lb)
+			if r.LowerBound < lb || r.Peak < r.LowerBound || r.Optimal != (r.Peak == r.LowerBound) {
+				t.Fatalf("%s: peak %d, lower bound %d (the most live %d), optimal %v", e, r.Peak, r.LowerBound, lb, r.Optimal)
 			}
 			if r.Peak > g.Peak {
 				t.Fatalf("%s: packed peaks at %d, greedy-size at %d", e, r.Peak, g.Peak)
@@ -231,6 +232,29 @@ func TestCapacity(t *testing.T) {
 		if c.ok && r.Peak != 8 {
 			t.Fatalf("capacity %d: peak %d, want 8", c.capacity, r.Peak)
 		}
+	}
+}
+
+// TestCapacityProven: a conflict makes the most bytes live at once a
+// loose bound; both efforts prove that no placement fits the capacity,
+// say so, and report the bound they proved.
+func TestCapacityProven(t *testing.T) {
+	// Never live together, but they may not share a byte: 3 + 5 bytes.
+	p := &Problem{Buffers: []Buffer{{Start: 0, End: 1, Size: 3}, {Start: 1, End: 2, Size: 5}},
+		Conflicts: [][2]int32{{0, 1}}, Capacity: 6}
+	for _, e := range Efforts {
+		r, err := Pack(p, Options{Effort: e})
+		if !errors.Is(err, ErrCapacity) || !strings.Contains(err.Error(), "no placement fits") {
+			t.Fatalf("%s: %v, want ErrCapacity saying no placement fits", e, err)
+		}
+		if r.Peak != 8 || r.LowerBound <= p.Capacity || r.LowerBound > 8 {
+			t.Fatalf("%s: peak %d, lower bound %d, want 8 and a bound above the capacity %d", e, r.Peak, r.LowerBound, p.Capacity)
+		}
+	}
+	// Without the capacity, the search proves the peak optimal.
+	p.Capacity = 0
+	if r, err := Pack(p, Options{}); err != nil || r.Peak != 8 || r.LowerBound != 8 || !r.Optimal {
+		t.Fatalf("peak %d, lower bound %d, optimal %v (%v), want 8, 8, true", r.Peak, r.LowerBound, r.Optimal, err)
 	}
 }
 
