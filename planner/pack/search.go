@@ -47,6 +47,8 @@ type searcher struct {
 	cuts     []int32 // per section boundary k|k+1: unplaced buffers crossing it
 	split    bool    // decompose at cuts (not with conflicts, which cross them)
 	pool     [][]int32
+	moved    []bool  // scratch: per buffer, its minimum offset grew (reorder)
+	rising   []int32 // scratch: those candidates, for reorder
 	// secOff and secIdx list the buffers live in each section (CSR).
 	secOff, secIdx []int32
 	keys           []key    // the preorder's keys
@@ -114,6 +116,7 @@ func newSearcher(in *instance, adj [][]int32) *searcher {
 		pre:      make([]int32, n),
 		offsets:  make([]uint64, n),
 		placed:   make([]bool, n),
+		moved:    make([]bool, n),
 		minOff:   make([]uint64, n),
 		floor:    make([]uint64, in.positions),
 		total:    make([]uint64, in.positions),
@@ -235,7 +238,7 @@ func (s *searcher) solvePart(part partition, depth int) bool {
 	cands := slices.Clone(part.bufs)
 	if depth == 0 || !s.resorted {
 		slices.SortFunc(cands, func(a, b int32) int { return cmp.Compare(s.pre[a], s.pre[b]) })
-		return s.search(part, cands, 0, -1, depth)
+		return s.search(part, cands, 0, -1, -1, depth)
 	}
 	saved := make([]int32, len(cands))
 	for k, i := range cands {
@@ -250,7 +253,7 @@ func (s *searcher) solvePart(part partition, depth int) bool {
 	for r, i := range cands {
 		s.pre[i] = int32(r)
 	}
-	ok := s.search(part, cands, 0, -1, depth)
+	ok := s.search(part, cands, 0, -1, -1, depth)
 	for k := range saved { // saved follows part.bufs, which cands was cloned from
 		s.pre[part.bufs[k]] = saved[k]
 	}
@@ -262,6 +265,49 @@ func (s *searcher) less(a, b int32) bool {
 		return s.minOff[a] < s.minOff[b]
 	}
 	return s.pre[a] < s.pre[b]
+}
+
+func (s *searcher) compare(a, b int32) int {
+	return cmp.Or(cmp.Compare(s.minOff[a], s.minOff[b]), cmp.Compare(s.pre[a], s.pre[b]))
+}
+
+// reorder restores the order of cands, sorted before the minimum offsets
+// of the buffers in ch grew: those are taken out, sorted and merged back,
+// so a placement that lifts many candidates costs their number times its
+// logarithm, not the distance each moves.
+func (s *searcher) reorder(cands []int32, ch []offChange) {
+	for _, c := range ch {
+		s.moved[c.buf] = true
+	}
+	rising := s.rising[:0]
+	w := 0
+	for _, i := range cands {
+		if s.moved[i] {
+			rising = append(rising, i)
+		} else {
+			cands[w] = i
+			w++
+		}
+	}
+	for _, c := range ch {
+		s.moved[c.buf] = false
+	}
+	s.rising = rising
+	if len(rising) == 0 {
+		return
+	}
+	slices.SortFunc(rising, s.compare)
+	// Merge from the back: cands[:w] and rising fill cands exactly.
+	i, j := w-1, len(rising)-1
+	for k := len(cands) - 1; j >= 0; k-- {
+		if i >= 0 && s.less(rising[j], cands[i]) {
+			cands[k] = cands[i]
+			i--
+		} else {
+			cands[k] = rising[j]
+			j--
+		}
+	}
 }
 
 // scratch returns an empty slice for the candidates at depth.
@@ -279,15 +325,16 @@ func (s *searcher) scratch(depth, n int) []int32 {
 // not placed before the parent node, sorted by (minOff, pre) as of then.
 // On success every buffer of part has its offset in s.offsets and the
 // search state is restored.
-func (s *searcher) search(part partition, parent []int32, lastOff uint64, lastPre int32, depth int) bool {
+func (s *searcher) search(part partition, parent []int32, lastOff uint64, lastPre int32, changed, depth int) bool {
 	if s.nodes >= s.limit || s.work >= s.maxWork {
 		s.aborted = true
 		return false
 	}
 	s.nodes++
 	s.work += int64(len(parent)) + 1
-	// Drop placed buffers, then restore the order: minimum offsets only
-	// grew, so an insertion sort is cheap.
+	// Drop placed buffers, then restore the order: parent was in order
+	// but for the buffers whose minimum offsets grew since, the changes
+	// from changed on (changed < 0: parent is in another order).
 	cands := s.scratch(depth, len(parent))
 	for _, i := range parent {
 		if !s.placed[i] {
@@ -298,10 +345,10 @@ func (s *searcher) search(part partition, parent []int32, lastOff uint64, lastPr
 	if len(cands) == 0 {
 		return true
 	}
-	for k := 1; k < len(cands); k++ {
-		for j := k; j > 0 && s.less(cands[j], cands[j-1]); j-- {
-			cands[j], cands[j-1] = cands[j-1], cands[j]
-		}
+	if changed < 0 {
+		slices.SortFunc(cands, s.compare)
+	} else {
+		s.reorder(cands, s.changes[changed:])
 	}
 	// The lowest top of an unplaced buffer at its lowest offset: a
 	// placement that puts the next buffer at or above it leaves that
@@ -343,7 +390,7 @@ func (s *searcher) search(part partition, parent []int32, lastOff uint64, lastPr
 					}
 				}
 			} else {
-				ok = s.search(part, cands, off, s.pre[i], depth+1)
+				ok = s.search(part, cands, off, s.pre[i], c0, depth+1)
 			}
 		}
 		s.unplace(i, c0, f0)
