@@ -44,12 +44,7 @@ func TestPackedCapacity(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var grads ArenaPlan
-	for _, a := range free.Arenas {
-		if a.Name == ir.ArenaGradients {
-			grads = a
-		}
-	}
+	grads := arenaOf(free, ir.ArenaGradients)
 	slots, err := plan(Slots, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -64,7 +59,7 @@ func TestPackedCapacity(t *testing.T) {
 	if err := Verify(g, p); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := plan(Slots, grads.PeakBytes); grads.PeakBytes < slotsPeak(slots, ir.ArenaGradients) && !errors.Is(err, failure.ArenaTooSmall) {
+	if _, err := plan(Slots, grads.PeakBytes); grads.PeakBytes < arenaOf(slots, ir.ArenaGradients).PeakBytes && !errors.Is(err, failure.ArenaTooSmall) {
 		t.Fatalf("slots within packed's peak: %v, want ARENA_TOO_SMALL", err)
 	}
 	_, err = plan(Packed, grads.LowerBoundBytes-1)
@@ -97,12 +92,7 @@ func TestPackedCapacityProven(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var acts ArenaPlan
-	for _, a := range free.Arenas {
-		if a.Name == ir.ArenaActivations {
-			acts = a
-		}
-	}
+	acts := arenaOf(free, ir.ArenaActivations)
 	// a, b and c are 1 KiB each: two are live at once, all three need
 	// their own bytes.
 	if acts.LowerBoundBytes != 2048 || acts.PeakBytes != 3072 || acts.Packing == nil || !acts.Packing.Optimal {
@@ -117,13 +107,14 @@ func TestPackedCapacityProven(t *testing.T) {
 	}
 }
 
-func slotsPeak(p *Plan, arena string) uint64 {
+// arenaOf returns p's arena of that name (the zero ArenaPlan if none).
+func arenaOf(p *Plan, arena string) ArenaPlan {
 	for _, a := range p.Arenas {
 		if a.Name == arena {
-			return a.PeakBytes
+			return a
 		}
 	}
-	return 0
+	return ArenaPlan{}
 }
 
 // TestPackedSavingOnGeneratedGraphs: on GPT-2 and Llama-style graphs in
@@ -161,7 +152,7 @@ func TestPackedSavingOnGeneratedGraphs(t *testing.T) {
 				}
 			}
 			for _, a := range plans[Packed].Arenas {
-				if s := slotsPeak(plans[Slots], a.Name); a.PeakBytes > s {
+				if s := arenaOf(plans[Slots], a.Name).PeakBytes; a.PeakBytes > s {
 					t.Errorf("%s, arena %s: packed %d bytes > slots %d", m.Name, a.Name, a.PeakBytes, s)
 				}
 			}
