@@ -322,9 +322,11 @@ func (s *searcher) scratch(depth, n int) []int32 {
 }
 
 // search extends the partial placement of part. parent lists its buffers
-// not placed before the parent node, sorted by (minOff, pre) as of then.
-// On success every buffer of part has its offset in s.offsets and the
-// search state is restored.
+// not placed before the parent node, sorted by (minOff, pre) as of then
+// when changed ≥ 0: the minimum offsets that grew since are those of
+// s.changes[changed:]. With changed < 0, parent is in another order. On
+// success every buffer of part has its offset in s.offsets and the search
+// state is restored.
 func (s *searcher) search(part partition, parent []int32, lastOff uint64, lastPre int32, changed, depth int) bool {
 	if s.nodes >= s.limit || s.work >= s.maxWork {
 		s.aborted = true
@@ -332,9 +334,7 @@ func (s *searcher) search(part partition, parent []int32, lastOff uint64, lastPr
 	}
 	s.nodes++
 	s.work += int64(len(parent)) + 1
-	// Drop placed buffers, then restore the order: parent was in order
-	// but for the buffers whose minimum offsets grew since, the changes
-	// from changed on (changed < 0: parent is in another order).
+	// Drop placed buffers, then order the rest.
 	cands := s.scratch(depth, len(parent))
 	for _, i := range parent {
 		if !s.placed[i] {
