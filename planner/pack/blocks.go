@@ -480,8 +480,9 @@ func packBlocks(in *instance, k *blocker, roots []int32, o Options, work int64, 
 }
 
 // refine packs t's blocks within work and, while the peak stays above
-// the goal, takes the blocks placed above it apart one level and packs
-// the rest again. It returns the work spent.
+// the goal, takes the blocks placed above it apart one level (and, after
+// the first packing, every stack) and packs the rest again. It returns
+// the work spent.
 func refine(in *instance, t trial, o Options, work int64, res *Result) int64 {
 	var spent int64
 	roots := t.roots
@@ -491,9 +492,15 @@ func refine(in *instance, t trial, o Options, work int64, res *Result) int64 {
 			break
 		}
 		spent += w
+		// After the first packing, the stacks are taken apart too,
+		// wherever they sit: a stack can hold a block of another part of
+		// the tiling that lives over the same sections by chance, and no
+		// placement of the blocks then meets the bound. On perfect
+		// packings of 5,000 buffers about 25 of 80 blocks were not
+		// rectangles of the tiling, nearly all of them such stacks.
 		var next []int32
 		for j, id := range roots {
-			if x := &t.k.blocks[id]; r.Offsets[j]+x.size > in.goal && x.buf < 0 {
+			if x := &t.k.blocks[id]; x.buf < 0 && (r.Offsets[j]+x.size > in.goal || round == 0 && x.stacked) {
 				next = append(next, x.parts...)
 			} else {
 				next = append(next, id)
