@@ -405,7 +405,7 @@ type trial struct {
 // (+5.53 %); with every other order confirming chains first, on 31, and
 // at most +2.66 % above it: the tiling is found again when no merge goes
 // astray, and each order goes astray elsewhere.
-func blocks(in *instance, o Options, work int64, res *Result) int64 {
+func blocks(in *instance, o Options, work int64, res *Result, sc scope) int64 {
 	n := int64(len(in.bufs))
 	orders := int(min(max(work/(orderCost*n), minOrders), maxOrders))
 	probe := work / 4 / int64(orders)
@@ -430,7 +430,7 @@ func blocks(in *instance, o Options, work int64, res *Result) int64 {
 			}
 			continue
 		}
-		if r, w := packBlocks(in, k, roots, o, probe-k.work, res); r != nil {
+		if r, w := packBlocks(in, k, roots, o, probe-k.work, res, inner); r != nil {
 			spent += w
 			k.drop()
 			t := trial{k: k, roots: roots, peak: r.Peak}
@@ -445,15 +445,15 @@ func blocks(in *instance, o Options, work int64, res *Result) int64 {
 		if res.Peak <= in.goal || spent >= work {
 			break
 		}
-		spent += refine(in, t, o, (work-spent)/int64(len(best)-j), res)
+		spent += refine(in, t, o, (work-spent)/int64(len(best)-j), res, sc)
 	}
 	return spent
 }
 
-// packBlocks packs the blocks roots of k as buffers within work and keeps
-// the placement in res when it is lower. It returns the packing (nil if
-// none fits in work) and the work spent.
-func packBlocks(in *instance, k *blocker, roots []int32, o Options, work int64, res *Result) (*Result, int64) {
+// packBlocks packs the blocks roots of k as buffers, a problem of scope
+// sc, within work and keeps the placement in res when it is lower. It
+// returns the packing (nil if none fits in work) and the work spent.
+func packBlocks(in *instance, k *blocker, roots []int32, o Options, work int64, res *Result, sc scope) (*Result, int64) {
 	// The packing's mandatory members run whatever its budget: they are
 	// paid for ahead, at the whole instance's cost per buffer.
 	reserve := mergeCost * res.mandatory * int64(len(roots)) / int64(len(in.bufs))
@@ -465,7 +465,7 @@ func packBlocks(in *instance, k *blocker, roots []int32, o Options, work int64, 
 		x := &k.blocks[id]
 		sub.Buffers[j] = Buffer{Start: int64(x.start), End: int64(x.end), Size: x.size, Align: x.align}
 	}
-	r, err := pack(sub, Options{Effort: o.Effort, Nodes: o.Nodes}, work-reserve, true)
+	r, err := pack(sub, Options{Effort: o.Effort, Nodes: o.Nodes}, work-reserve, sc)
 	if err != nil {
 		return nil, 0
 	}
@@ -481,13 +481,29 @@ func packBlocks(in *instance, k *blocker, roots []int32, o Options, work int64, 
 
 // refine packs t's blocks within work and, while the peak stays above
 // the goal, takes the blocks placed above it apart one level (and, after
-// the first packing, every stack) and packs the rest again. It returns
-// the work spent.
-func refine(in *instance, t trial, o Options, work int64, res *Result) int64 {
+// the first packing, every stack) and packs the rest again, letting
+// blocks merge what is left anew when refine runs on a problem of scope
+// whole. It returns the work spent.
+func refine(in *instance, t trial, o Options, work int64, res *Result, sc scope) int64 {
 	var spent int64
 	roots := t.roots
+	// The first packing is of the blocks as they are; the later ones, once
+	// the stacks are apart, let blocks merge the rest again, in orders of
+	// their own: a block that a stack took by chance from its own part
+	// is merged into that part then (perfect packings of 5,000 buffers,
+	// seeds 0 to 39, fast: 32 at the lower bound and up to +2.80 % above
+	// it without, 37 and +1.36 % with; of 10,000, seed 0: +13.64 % and
+	// +2.64 %).
+	again := inner
+	if sc == whole {
+		again = nested
+	}
 	for round := 0; res.Peak > in.goal && spent < work; round++ {
-		r, w := packBlocks(in, t.k, roots, o, work-spent, res)
+		sub := inner
+		if round > 0 {
+			sub = again
+		}
+		r, w := packBlocks(in, t.k, roots, o, work-spent, res, sub)
 		if r == nil {
 			break
 		}

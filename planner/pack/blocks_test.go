@@ -65,7 +65,7 @@ func TestPropertyBlocks(t *testing.T) {
 			t.Fatal(err)
 		}
 		res := &Result{Offsets: append([]uint64(nil), g.Offsets...), Peak: g.Peak}
-		blocks(in, Options{Effort: Fast}, 1<<20, res)
+		blocks(in, Options{Effort: Fast}, 1<<20, res, whole)
 		if peak, err := Check(p, res.Offsets); err != nil || peak != res.Peak {
 			t.Fatalf("blocks: peak %d, checked %d: %v", res.Peak, peak, err)
 		}

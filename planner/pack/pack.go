@@ -223,13 +223,13 @@ func GreedySize(p *Problem) (*Result, error) {
 // default budget, exact is never worse than fast.
 func Pack(p *Problem, o Options) (*Result, error) {
 	if o.Effort != Exact {
-		return pack(p, o, 0, false)
+		return pack(p, o, 0, whole)
 	}
 	total := o.Budget
 	if total <= 0 {
 		total = DefaultExactBudget
 	}
-	fast, err := pack(p, Options{Effort: Fast, Nodes: o.Nodes}, total/2, false)
+	fast, err := pack(p, Options{Effort: Fast, Nodes: o.Nodes}, total/2, whole)
 	if err != nil && !errors.Is(err, ErrCapacity) {
 		return nil, err
 	}
@@ -238,7 +238,7 @@ func Pack(p *Problem, o Options) (*Result, error) {
 		return fast, err
 	}
 	o.Budget = total - fast.Work
-	res, err := pack(p, o, 0, false)
+	res, err := pack(p, o, 0, whole)
 	if err != nil && !errors.Is(err, ErrCapacity) {
 		return nil, err
 	}
@@ -255,10 +255,24 @@ func Pack(p *Problem, o Options) (*Result, error) {
 	return res, err
 }
 
-// pack is Pack at one effort. A positive limit caps the work budget. sub
-// packs blocks' problem: it leaves blocks and the skyline restarts out
-// and searches however close to the goal the best peak is.
-func pack(p *Problem, o Options, limit int64, sub bool) (*Result, error) {
+// scope is the problem a pack runs on.
+type scope uint8
+
+const (
+	// whole is the caller's problem: every step runs.
+	whole scope = iota
+	// nested is blocks' problem that blocks may merge again, as refine
+	// packs it once the stacks are taken apart: the skyline restarts are
+	// left out, and the search runs however close to the goal the best
+	// peak is.
+	nested
+	// inner is blocks' problem packed as it is: blocks are left out too.
+	inner
+)
+
+// pack is Pack at one effort on the problem of scope sc. A positive limit
+// caps the work budget.
+func pack(p *Problem, o Options, limit int64, sc scope) (*Result, error) {
 	if o.Effort == "" {
 		o.Effort = Fast
 	}
@@ -280,7 +294,7 @@ func pack(p *Problem, o Options, limit int64, sub bool) (*Result, error) {
 	if limit > 0 {
 		b.work, b.sky = min(b.work, limit), min(b.sky, limit)
 	}
-	if sub {
+	if sc != whole {
 		b.above = 0
 	}
 	res := &Result{LowerBound: in.goal, Budget: b.work}
@@ -326,14 +340,14 @@ func pack(p *Problem, o Options, limit int64, sub bool) (*Result, error) {
 	if in.partners == nil && res.Peak > in.goal {
 		sky = dive(in, b, res, &spent)
 	}
-	if !sub && in.partners == nil && in.far(res.Peak, b.above) && left() > 0 {
-		spent += blocks(in, o, left()*3/4, res)
+	if sc != inner && in.partners == nil && in.far(res.Peak, b.above) && left() > 0 {
+		spent += blocks(in, o, left()*3/4, res, sc)
 	}
 	// Blocks' problem skips the restarts: on the blocks of perfect
 	// packings they took most of each packing's work, which the search
 	// puts to better use (5,000 buffers, seeds 40 to 79, fast: a mean of
 	// +1.76 % over the lower bound with them, +1.25 % without).
-	if sky != nil && res.Peak > in.goal && !sub {
+	if sky != nil && res.Peak > in.goal && sc == whole {
 		restarts(in, sky, b, res, &spent)
 	}
 	res.Optimal = res.Peak <= in.goal

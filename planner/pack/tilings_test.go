@@ -30,21 +30,21 @@ func TestBlocksFindTilings(t *testing.T) {
 			t.Errorf("perfect %d seed %d: %.2f %% over the lower bound (%s)", c.n, c.seed, 100*g, method)
 		}
 	}
-	// 5,000 buffers, seeds 0 to 15: each within +1.5 %, 13 at the bound.
-	// Before refine took the stacks apart, 12 were, and seed 13 ended
-	// +2.79 % above it.
+	// 5,000 buffers, seeds 0 to 15: each within +0.5 %, 15 at the bound.
+	// Before refine took the stacks apart and merged the rest again, 12
+	// were, and seed 13 ended +2.79 % above it.
 	at := 0
 	for seed := range uint64(16) {
 		g, method := gap(5000, seed)
-		if g > 0.015 {
+		if g > 0.005 {
 			t.Errorf("perfect 5000 seed %d: %.2f %% over the lower bound (%s)", seed, 100*g, method)
 		}
 		if g == 0 {
 			at++
 		}
 	}
-	if at < 13 {
-		t.Errorf("perfect 5000 seeds 0 to 15: %d at the lower bound, want at least 13", at)
+	if at < 15 {
+		t.Errorf("perfect 5000 seeds 0 to 15: %d at the lower bound, want at least 15", at)
 	}
 }
 
@@ -55,7 +55,7 @@ func TestExactNoWorseThanFast(t *testing.T) {
 	for _, c := range []struct {
 		n    int
 		seed uint64
-	}{{5000, 6}, {5000, 15}} {
+	}{{5000, 7}, {5000, 18}} {
 		p := families.Perfect(c.n, c.seed).Problem()
 		fast, err := pack.Pack(p, pack.Options{})
 		if err != nil {
