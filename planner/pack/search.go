@@ -260,13 +260,7 @@ func (s *searcher) solvePart(part partition, depth int) bool {
 	return ok
 }
 
-func (s *searcher) less(a, b int32) bool {
-	if s.minOff[a] != s.minOff[b] {
-		return s.minOff[a] < s.minOff[b]
-	}
-	return s.pre[a] < s.pre[b]
-}
-
+// compare orders candidates by their lowest offset, then their rank.
 func (s *searcher) compare(a, b int32) int {
 	return cmp.Or(cmp.Compare(s.minOff[a], s.minOff[b]), cmp.Compare(s.pre[a], s.pre[b]))
 }
@@ -300,7 +294,7 @@ func (s *searcher) reorder(cands []int32, ch []offChange) {
 	// Merge from the back: cands[:w] and rising fill cands exactly.
 	i, j := w-1, len(rising)-1
 	for k := len(cands) - 1; j >= 0; k-- {
-		if i >= 0 && s.less(rising[j], cands[i]) {
+		if i >= 0 && s.compare(rising[j], cands[i]) < 0 {
 			cands[k] = cands[i]
 			i--
 		} else {
