@@ -325,6 +325,14 @@ func (w *run) write(ctx context.Context, j shardJob) error {
 		}
 	}
 	took := time.Since(j.began)
+	// The shard is logged before it is reported: once reported it can be
+	// committed, and a worker killed while the report is in flight must
+	// still have logged what it committed to.
+	attrs := []any{"step", step, "epoch", j.epoch, "digest", digest.Short(), "state_hash", s.StateHash.Short(), "bytes", len(data), "took", took.Round(time.Microsecond)}
+	if j.stats.HasLoss {
+		attrs = append(attrs, "loss", j.stats.Loss)
+	}
+	w.log.Info("checkpoint stored", attrs...)
 	r := transport.CheckpointReport{Job: w.cfg.Job, Step: step, Epoch: j.epoch, Rank: j.rank, Identity: w.cfg.Identity,
 		Digest: digest, StateHash: s.StateHash, Bytes: uint64(len(data)), Nanos: took.Nanoseconds(), ClaimRevision: w.claimRevision()}
 	if err := w.retry(ctx, "reporting a checkpoint", func(c context.Context) error { return w.cfg.Transport.PutCheckpoint(c, r) }); err != nil {
@@ -348,11 +356,6 @@ func (w *run) write(ctx context.Context, j shardJob) error {
 	if w.cfg.Stats != nil {
 		w.cfg.Stats.Checkpointed(step, uint64(len(data)), took)
 	}
-	attrs := []any{"step", step, "epoch", j.epoch, "digest", digest.Short(), "state_hash", s.StateHash.Short(), "bytes", len(data), "took", took.Round(time.Microsecond)}
-	if j.stats.HasLoss {
-		attrs = append(attrs, "loss", j.stats.Loss)
-	}
-	w.log.Info("checkpoint stored", attrs...)
 	return nil
 }
 

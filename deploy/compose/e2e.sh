@@ -238,7 +238,8 @@ every=10
 target=$(( ($(last_step) / every + 2) * every ))
 advanced "$((target - 3))" 240 >/dev/null || fail "the job did not reach step $target"
 # The committed checkpoints first, then the logs: a rank logs its shard
-# right after reporting it, before the leader can commit it.
+# once it is stored, before it reports it, so every committed shard was
+# logged, also by a worker killed while its report was in flight.
 committed=$(history | jq -c '[.checkpoints[] | {step, hashes: [.state_hashes[] | .[0:12]]}]')
 sleep 2
 for w in w0 w1 w2 w3; do save_logs "$w"; done
