@@ -1,7 +1,6 @@
 package pack
 
 import (
-	"cmp"
 	"fmt"
 	"math/bits"
 	"slices"
@@ -206,50 +205,78 @@ func unionAll(sets []rangeSet, buf *[]span) rangeSet {
 
 // mergeUnion appends the union of the sets a and b to dst.
 func mergeUnion(dst []span, a, b rangeSet) []span {
-	start := len(dst)
-	push := func(r span) {
-		if n := len(dst); n > start && r.off <= dst[n-1].end {
-			dst[n-1].end = max(dst[n-1].end, r.end)
-			return
-		}
-		dst = append(dst, r)
+	if len(a) == 0 || len(b) == 0 {
+		return append(append(dst, a...), b...)
 	}
-	i, j := 0, 0
-	for i < len(a) && j < len(b) {
-		if a[i].off <= b[j].off {
-			push(a[i])
-			i++
+	// cur is the range being extended; it is appended once the next
+	// range starts past its end.
+	var cur span
+	if a[0].off <= b[0].off {
+		cur, a = a[0], a[1:]
+	} else {
+		cur, b = b[0], b[1:]
+	}
+	for len(a) > 0 && len(b) > 0 {
+		var r span
+		if a[0].off <= b[0].off {
+			r, a = a[0], a[1:]
 		} else {
-			push(b[j])
-			j++
+			r, b = b[0], b[1:]
+		}
+		if r.off <= cur.end {
+			cur.end = max(cur.end, r.end)
+		} else {
+			dst = append(dst, cur)
+			cur = r
 		}
 	}
-	for ; i < len(a); i++ {
-		push(a[i])
+	if len(a) == 0 {
+		a = b
 	}
-	for ; j < len(b); j++ {
-		push(b[j])
+	for len(a) > 0 && a[0].off <= cur.end {
+		cur.end = max(cur.end, a[0].end)
+		a = a[1:]
 	}
-	return dst
+	return append(append(dst, cur), a...)
 }
 
 // rangeSet is a sorted set of disjoint, non-touching byte ranges.
 type rangeSet []span
 
-// add returns the set with r merged in.
+// add returns the set with r merged in. It is the placer's hot path
+// with mergeUnion, so it searches and moves by hand: most adds replace
+// one range in place or insert one.
 func (rs rangeSet) add(r span) rangeSet {
 	// i: first range that ends at or after r starts (touching merges);
 	// j: first range that starts after r ends.
-	i, _ := slices.BinarySearchFunc(rs, r.off, func(x span, off uint64) int { return cmp.Compare(x.end, off) })
+	n := len(rs)
+	i, hi := 0, n
+	for i < hi {
+		m := int(uint(i+hi) >> 1)
+		if rs[m].end < r.off {
+			i = m + 1
+		} else {
+			hi = m
+		}
+	}
 	j := i
-	for j < len(rs) && rs[j].off <= r.end {
+	for j < n && rs[j].off <= r.end {
 		j++
 	}
-	if i < j {
-		r.off = min(r.off, rs[i].off)
-		r.end = max(r.end, rs[j-1].end)
+	switch {
+	case i == j: // a new range
+		rs = append(rs, span{})
+		copy(rs[i+1:], rs[i:n])
+		rs[i] = r
+		return rs
+	case j == i+1: // merged into one range
+		rs[i] = span{min(r.off, rs[i].off), max(r.end, rs[i].end)}
+		return rs
 	}
-	return slices.Replace(rs, i, j, r)
+	r.off = min(r.off, rs[i].off)
+	r.end = max(r.end, rs[j-1].end)
+	rs[i] = r
+	return append(rs[:i+1], rs[j:]...)
 }
 
 // fit selects a gap for a buffer among the occupied ranges below.
