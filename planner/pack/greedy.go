@@ -114,6 +114,7 @@ type unionTree struct {
 	size  int32 // leaves, a power of two
 	held  []rangeSet
 	below []rangeSet
+	free  []span // see slab
 }
 
 func newUnionTree(positions int32) *unionTree {
@@ -134,9 +135,9 @@ func (t *unionTree) reset() {
 func (t *unionTree) insert(s, e int32, r span) { t.insertAt(1, 0, t.size, s, e, r) }
 
 func (t *unionTree) insertAt(node, lo, hi, s, e int32, r span) {
-	t.below[node] = t.below[node].add(r)
+	t.below[node] = t.slab(t.below[node]).add(r)
 	if s <= lo && hi <= e {
-		t.held[node] = t.held[node].add(r)
+		t.held[node] = t.slab(t.held[node]).add(r)
 		return
 	}
 	mid := (lo + hi) / 2
@@ -146,6 +147,21 @@ func (t *unionTree) insertAt(node, lo, hi, s, e int32, r span) {
 	if e > mid {
 		t.insertAt(2*node+1, mid, hi, s, e, r)
 	}
+}
+
+// slab gives a set that has never held a range room for a few, cut from
+// one shared array: sets start near each other and without a chain of
+// small allocations.
+func (t *unionTree) slab(rs rangeSet) rangeSet {
+	const room = 4
+	if cap(rs) > 0 {
+		return rs
+	}
+	if len(t.free) < room {
+		t.free = make([]span, 1024*room)
+	}
+	rs, t.free = t.free[:0:room], t.free[room:]
+	return rs
 }
 
 // gather appends to dst the sets whose union is the bytes taken by placed
