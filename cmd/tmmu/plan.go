@@ -32,7 +32,7 @@ func runPlan(c *command, e *env, args []string) error {
 	mode := fs.String("mode", "", "inference, forward, backward or train_full (default: train_full if the graph has backward nodes, else inference)")
 	strategy := fs.String("strategy", string(planner.Packed), "placement strategy: "+strategyList()+" (packed aims at the lower bound; slots is the spec's layout; greedy-size the classic baseline)")
 	effort := fs.String("effort", string(pack.Fast), "packed strategy effort: fast, or exact (starts with fast, then searches until it proves the peak optimal or spends its work budget, and never ends above fast at its default budget; reports the gap)")
-	budget := fs.Int64("budget", 0, "packed strategy: work budget in deterministic units, instead of the effort's (exact: 4294967296, 15 to 30 s here); 0 keeps the effort's")
+	budget := fs.Int64("budget", 0, "packed strategy: work budget in deterministic units, instead of the effort's (exact: 4294967296, 15 to 50 s here); 0 keeps the effort's")
 	arenaFile := fs.String("arena-config", "", "JSON file {arena: {capacity_bytes, alignment_bytes, page_size}}; sizes may be numbers or strings like \"80GiB\"")
 	token := fs.String("replay-token", "", "replay token, 64 hex digits (default all zeros)")
 	out := fs.String("o", "text", "output: text, json, cbor (the CBOR plan is the checkpoint form), or csv for a DSA instance (id,lower,upper,size,offset); JSON of a DSA instance lists offsets by buffer id")

@@ -60,10 +60,7 @@
 // Blocks of different parts can live over the same sections, or meet in
 // time at the same size, by coincidence, and a merge of them hides the
 // tiling; which merges go astray depends on the order the blocker meets
-// the blocks in. Most of those that go astray are stacks, so after the
-// first packing every stack is taken apart too, and blocks merge what is
-// left again (once, one level down) before it is packed: the block a
-// stack took by chance goes back to its own part. So it merges in several orders (the buffers' own, then
+// the blocks in, so it merges in several orders (the buffers' own, then
 // deterministic shuffles; one per 640 units of its work per buffer, 4
 // to 64: about 30 at the fast effort on 5,000 buffers, 7 on 20,000, 64
 // at the exact one), every other one making at first only the chains
@@ -71,13 +68,20 @@
 // most often hides a tiling, but holding chains back lets stacks take
 // blocks from theirs), packs each result once cheaply (the blocks'
 // packings run the portfolio, the dive and the canonical search, not the
-// skyline restarts), and refines the ones that packed lowest.
-// This recovers the structure of tight instances that
-// placements buffer by buffer miss: perfect packings of 1,000 to 5,000
-// buffers at or near the lower bound (at the fast effort, 112 of 120
-// seeds of 5,000 buffers at it and none above +1.54 %), where the skyline
-// alone ended 20 to 30 % above it, and MiniMalloc's A, D and E at the
-// lower bound at the fast effort.
+// skyline restarts), and refines the ones that packed lowest. Most of
+// the merges that go astray are stacks, so after the first packing every
+// stack is taken apart too, and blocks merge what is left again (once,
+// one level down) before it is packed: the block a stack took by chance
+// goes back to its own part. Each of refine's rounds, at most 9, may
+// spend an even share of what is left to the rounds that can still come,
+// so the later ones, where the tiling is found, are not starved by the
+// first (at the exact effort a packing spends whatever it is given).
+// This recovers the structure of tight instances that placements buffer
+// by buffer miss: perfect packings of 1,000 to 10,000 buffers at or near
+// the lower bound (at the fast effort, 116 of 120 seeds of 5,000 buffers
+// at it and none above +1.54 %; at the exact effort, 5 of 6 seeds of
+// 10,000), where the skyline alone ended 20 to 30 % above it, and
+// MiniMalloc's A, D and E at the lower bound at the fast effort.
 //
 // # Skyline
 //
@@ -120,7 +124,7 @@
 // portfolio and the dive leave, the skyline restarts 2^23 plus 1,024 per
 // buffer and section, and the canonical search 20,000 nodes on instances
 // of up to 1,024 buffers that are more than 1 % above the lower bound;
-// Exact allows DefaultExactBudget (2^32 units, 15 to 30 s here): it first
+// Exact allows DefaultExactBudget (2^32 units, 15 to 50 s here): it first
 // runs the fast effort (within at most half of it) and stops there if
 // that reached the lower bound; otherwise it runs its own steps with the
 // rest (blocks three quarters of what the portfolio and the dive leave,

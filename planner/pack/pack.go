@@ -76,7 +76,7 @@ func budgetOf(e Effort, n int, positions int32) budget {
 	}
 }
 
-// DefaultExactBudget is the exact effort's work budget: 15 to 30 s on one
+// DefaultExactBudget is the exact effort's work budget: 15 to 50 s on one
 // core of the 2-core development VM for any instance, whatever its size.
 const DefaultExactBudget = 1 << 32
 

@@ -30,9 +30,9 @@ func TestBlocksFindTilings(t *testing.T) {
 			t.Errorf("perfect %d seed %d: %.2f %% over the lower bound (%s)", c.n, c.seed, 100*g, method)
 		}
 	}
-	// 5,000 buffers, seeds 0 to 15: each within +0.5 %, 15 at the bound.
-	// Before refine took the stacks apart and merged the rest again, 12
-	// were, and seed 13 ended +2.79 % above it.
+	// 5,000 buffers, seeds 0 to 15: all at the bound. Before refine took
+	// the stacks apart and merged the rest again, 12 were, and seed 13
+	// ended +2.79 % above it; before its rounds shared its work, 15.
 	at := 0
 	for seed := range uint64(16) {
 		g, method := gap(5000, seed)
@@ -43,8 +43,8 @@ func TestBlocksFindTilings(t *testing.T) {
 			at++
 		}
 	}
-	if at < 15 {
-		t.Errorf("perfect 5000 seeds 0 to 15: %d at the lower bound, want at least 15", at)
+	if at < 16 {
+		t.Errorf("perfect 5000 seeds 0 to 15: %d at the lower bound, want 16", at)
 	}
 }
 
@@ -55,7 +55,7 @@ func TestExactNoWorseThanFast(t *testing.T) {
 	for _, c := range []struct {
 		n    int
 		seed uint64
-	}{{5000, 7}, {5000, 18}} {
+	}{{5000, 43}, {5000, 72}} {
 		p := families.Perfect(c.n, c.seed).Problem()
 		fast, err := pack.Pack(p, pack.Options{})
 		if err != nil {
