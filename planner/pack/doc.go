@@ -72,16 +72,18 @@
 // the merges that go astray are stacks, so after the first packing every
 // stack is taken apart too, and blocks merge what is left again (once,
 // one level down) before it is packed: the block a stack took by chance
-// goes back to its own part. Each of refine's rounds, at most 9, may
-// spend an even share of what is left to the rounds that can still come,
-// so the later ones, where the tiling is found, are not starved by the
-// first (at the exact effort a packing spends whatever it is given).
+// goes back to its own part. So is every chain that meets where a chain
+// chosen among several candidates of its size (a guess) met, at that
+// size: blocks may pair them anew. Each of refine's rounds, at most 9,
+// may spend an even share of what is left to the rounds that can still
+// come, so the later ones, where the tiling is found, are not starved by
+// the first (at the exact effort a packing spends whatever it is given).
 // This recovers the structure of tight instances that placements buffer
 // by buffer miss: perfect packings of 1,000 to 10,000 buffers at or near
-// the lower bound (at the fast effort, 116 of 120 seeds of 5,000 buffers
-// at it and none above +1.54 %; at the exact effort, 5 of 6 seeds of
-// 10,000), where the skyline alone ended 20 to 30 % above it, and
-// MiniMalloc's A, D and E at the lower bound at the fast effort.
+// the lower bound (at the fast effort, all 120 seeds of 5,000 buffers
+// tried at it; at the exact effort, the 9 seeds of 10,000 tried), where
+// the skyline alone ended 20 to 30 % above it, and MiniMalloc's A, D and
+// E at the lower bound at the fast effort.
 //
 // # Skyline
 //
