@@ -11,7 +11,8 @@ import (
 // hold (other seeds of its generator) are packed at or near their lower
 // bound by the fast effort. Blocks merging in one order, with a repair
 // pass, ended +9.00 % and +8.15 % above it on seeds 6 and 22 of 5,000
-// buffers, and above +5 % on 6 of seeds 0 to 39.
+// buffers, and above +5 % on 6 of seeds 0 to 39; seeds 43 and 114 ended
+// +1.20 % and +1.54 % above it before refine took guessed chains apart.
 func TestBlocksFindTilings(t *testing.T) {
 	// gap returns how far above the lower bound the fast effort ends,
 	// and the method that placed it.
@@ -25,7 +26,7 @@ func TestBlocksFindTilings(t *testing.T) {
 	for _, c := range []struct {
 		n    int
 		seed uint64
-	}{{300, 5}, {1000, 2}, {1000, 7}, {2000, 4}, {2000, 6}, {5000, 22}} {
+	}{{300, 5}, {1000, 2}, {1000, 7}, {2000, 4}, {2000, 6}, {5000, 22}, {5000, 43}, {5000, 114}} {
 		if g, method := gap(c.n, c.seed); g != 0 {
 			t.Errorf("perfect %d seed %d: %.2f %% over the lower bound (%s)", c.n, c.seed, 100*g, method)
 		}
