@@ -199,8 +199,13 @@ func unionAll(sets []rangeSet, buf *[]span) rangeSet {
 	if len(sets) == 0 {
 		return nil
 	}
-	// sets is kept sorted by length, longest first; sets are few.
-	slices.SortFunc(sets, func(a, b rangeSet) int { return len(b) - len(a) })
+	// sets is kept sorted by length, longest first; sets are few, so an
+	// insertion sort.
+	for i := 1; i < len(sets); i++ {
+		for k := i; k > 0 && len(sets[k-1]) < len(sets[k]); k-- {
+			sets[k-1], sets[k] = sets[k], sets[k-1]
+		}
+	}
 	out := (*buf)[:0]
 	for len(sets) > 1 {
 		n := len(sets)
