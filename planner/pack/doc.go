@@ -81,7 +81,7 @@
 // This recovers the structure of tight instances that placements buffer
 // by buffer miss: perfect packings of 1,000 to 10,000 buffers at or near
 // the lower bound (at the fast effort, all 120 seeds of 5,000 buffers
-// tried at it; at the exact effort, the 9 seeds of 10,000 tried), where
+// tried at it; at the exact effort, all 15 seeds of 10,000 tried), where
 // the skyline alone ended 20 to 30 % above it, and MiniMalloc's A, D and
 // E at the lower bound at the fast effort.
 //
