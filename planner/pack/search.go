@@ -463,18 +463,28 @@ func (s *searcher) place(i int32, off uint64) (int, int) {
 	// buffers all met i, so they now start at end or above (their
 	// alignment may lift them further); a floor already at end cannot
 	// rise to a minimum of theirs. The sections they cover are swept once.
+	//
+	// A section's floor matters only where it may fail the inference
+	// check (see feasible): with the section's unplaced bytes, which
+	// only shrink down the tree, above the capacity. The new floor is at
+	// most the highest minimum offset of those buffers (each is live in
+	// some of the sections swept, and a floor is at most the minimum
+	// offset of any buffer live there), so sections where even that
+	// fits are not scanned.
 	lo, hi := s.in.positions, int32(0)
+	var highest uint64
 	for _, ch := range s.changes[c0:] {
 		j := ch.buf
 		s.cover[s.in.start[j]]++
 		s.cover[s.in.end[j]]--
 		lo, hi = min(lo, s.in.start[j]), max(hi, s.in.end[j])
+		highest = max(highest, s.minOff[j])
 	}
 	depth := int32(0)
 	for p := lo; p < hi; p++ {
 		depth += s.cover[p]
 		s.cover[p] = 0
-		if depth > 0 && s.floor[p] < end {
+		if depth > 0 && s.floor[p] < end && highest+s.total[p] > s.capacity {
 			s.raiseFloor(p)
 		}
 	}
