@@ -152,7 +152,7 @@ func Suite(dir string) ([]Instance, error) {
 // FamiliesSuite is the name Suite takes for the generated families.
 const FamiliesSuite = "families"
 
-// Families returns the instances of families.Suite: perfect packings,
+// Families returns the instances of families.Suite: perfect and halving packings,
 // transformer training steps as a compiler's memory pass sees them and
 // mixed training-step instances, each planned as a DSA instance.
 func Families() ([]Instance, error) {

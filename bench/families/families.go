@@ -8,6 +8,10 @@
 //     The pieces tile the box, so H bytes are live at every tick: the
 //     lower bound is H and a placement at the lower bound exists (the
 //     box itself). Greedy placers end 20 % to 60 % above it.
+//   - halving: the same, with every cut in bytes at the middle of its
+//     piece, so every size is a power of two: many pieces share a size
+//     and meet in time by chance, which misleads a packer that rebuilds
+//     the tiling from pieces of one size meeting.
 //   - transformer: the training step of GPT-2-shaped and Llama-shaped
 //     models with 1 to 96 layers, in train_full under the planner's own
 //     schedule and liveness, as a compiler's memory pass (MindSpore's
@@ -42,7 +46,7 @@ import (
 )
 
 // Names lists the families.
-var Names = []string{"perfect", "transformer", "mixed"}
+var Names = []string{"perfect", "halving", "transformer", "mixed"}
 
 // rng returns the generator of one instance: PCG seeded by the family and
 // the seed, so instances of different families never share a stream.
@@ -68,8 +72,19 @@ const perfectGrain = 64
 // relative to the box, so pieces stay of every shape); a piece too thin to
 // split in the chosen direction is split in the other one, or left whole.
 // The optimum is PerfectHeight, the lower bound.
-func Perfect(n int, seed uint64) *dsa.Instance {
-	r := rng("perfect", seed)
+func Perfect(n int, seed uint64) *dsa.Instance { return tiling("perfect", n, seed, false) }
+
+// Halving is Perfect with every cut in bytes at the middle of its piece:
+// every size is PerfectHeight over a power of two, so many pieces have
+// the same size and meet in time where no cut of the tiling put them
+// together, as tensors of power-of-two shapes do. The optimum is
+// PerfectHeight, the lower bound.
+func Halving(n int, seed uint64) *dsa.Instance { return tiling("halving", n, seed, true) }
+
+// tiling cuts n pieces from the box of family (perfect or halving); see
+// Perfect.
+func tiling(family string, n int, seed uint64, halve bool) *dsa.Instance {
+	r := rng(family, seed)
 	type rect struct {
 		t0, t1 int64  // ticks
 		b0, b1 uint64 // bytes
@@ -103,6 +118,9 @@ func Perfect(n int, seed uint64) *dsa.Instance {
 		} else {
 			grains := (x.b1 - x.b0) / perfectGrain
 			cut := x.b0 + perfectGrain*(1+r.Uint64N(grains-1))
+			if halve {
+				cut = x.b0 + perfectGrain*(grains/2)
+			}
 			if x.b1-cut < perfectGrain {
 				cut = x.b1 - perfectGrain
 			}
@@ -113,7 +131,7 @@ func Perfect(n int, seed uint64) *dsa.Instance {
 	}
 	// Shuffle, so that file order says nothing about the tiling.
 	r.Shuffle(len(rects), func(i, j int) { rects[i], rects[j] = rects[j], rects[i] })
-	in := &dsa.Instance{Name: fmt.Sprintf("perfect-%d-s%d", n, seed), Buffers: make([]dsa.Buffer, len(rects))}
+	in := &dsa.Instance{Name: fmt.Sprintf("%s-%d-s%d", family, n, seed), Buffers: make([]dsa.Buffer, len(rects))}
 	for i, x := range rects {
 		in.Buffers[i] = dsa.Buffer{ID: strconv.Itoa(i), Lower: x.t0, Upper: x.t1, Size: x.b1 - x.b0}
 	}
@@ -375,6 +393,11 @@ func Generate(s Spec) (*dsa.Instance, error) {
 			return nil, fmt.Errorf("families: perfect needs at least 1 buffer, not %d", s.Size)
 		}
 		return Perfect(s.Size, s.Seed), nil
+	case "halving":
+		if s.Size < 1 {
+			return nil, fmt.Errorf("families: halving needs at least 1 buffer, not %d", s.Size)
+		}
+		return Halving(s.Size, s.Seed), nil
 	case "transformer":
 		return Transformer(s.Size, s.Seed)
 	case "mixed":
@@ -383,21 +406,29 @@ func Generate(s Spec) (*dsa.Instance, error) {
 		}
 		return Mixed(s.Size, s.Seed), nil
 	}
-	return nil, fmt.Errorf("families: unknown family %q (families: perfect, transformer, mixed)", s.Family)
+	return nil, fmt.Errorf("families: unknown family %q (families: perfect, halving, transformer, mixed)", s.Family)
 }
 
 // Suite lists the bench's family instances: perfect packings of 100 to
-// 10,000 buffers and mixed instances of 300 to 20,000 buffers, two seeds
-// each, and transformers of 1 to 96 layers, four seeds each (both shapes,
-// with one micro-batch and two). maxBuffers > 0 leaves out perfect and
-// mixed instances larger than it (transformers are kept: their buffer
-// count depends on the shape the seed picks).
+// 10,000 buffers, halving ones of 100 to 5,000 and mixed instances of 300
+// to 20,000 buffers, two seeds each, and transformers of 1 to 96 layers,
+// four seeds each (both shapes, with one micro-batch and two).
+// maxBuffers > 0 leaves out perfect, halving and mixed instances larger
+// than it (transformers are kept: their buffer count depends on the shape
+// the seed picks).
 func Suite(maxBuffers int) []Spec {
 	var out []Spec
 	for _, n := range []int{100, 300, 1000, 2000, 5000, 10000} {
 		for seed := range uint64(2) {
 			if maxBuffers <= 0 || n <= maxBuffers {
 				out = append(out, Spec{"perfect", n, seed})
+			}
+		}
+	}
+	for _, n := range []int{100, 300, 1000, 2000, 5000} {
+		for seed := range uint64(2) {
+			if maxBuffers <= 0 || n <= maxBuffers {
+				out = append(out, Spec{"halving", n, seed})
 			}
 		}
 	}

@@ -96,6 +96,10 @@ func ExampleSuite() {
 	// perfect-100-s1
 	// perfect-300-s0
 	// perfect-300-s1
+	// halving-100-s0
+	// halving-100-s1
+	// halving-300-s0
+	// halving-300-s1
 	// mixed-300-s0
 	// mixed-300-s1
 }
