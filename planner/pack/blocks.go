@@ -285,6 +285,7 @@ func (k *blocker) run(limit int64, order int, confirm bool) {
 	}
 	// Blocks met in the queue that no merge took, for the sure chains.
 	var later []int32
+	cursor := 0 // where the next guess is looked for
 	merged := func(nb int32) bool {
 		if nb < 0 {
 			return false
@@ -311,24 +312,42 @@ func (k *blocker) run(limit int64, order int, confirm bool) {
 			}
 			continue
 		}
-		done := false
-		for i := range k.blocks {
-			if done || k.work >= limit {
-				break
+		// A guess: the next block, from where the last guess was made,
+		// that merges at all. Only the blocks it may have made mergeable
+		// are met again: those starting or ending where the merge
+		// changed a list.
+		nb := int32(-1)
+		for tried := 0; nb < 0 && tried < len(k.blocks) && k.work < limit; tried++ {
+			if cursor >= len(k.blocks) {
+				cursor = 0
 			}
-			done = k.step(int32(i), anySize) >= 0
+			nb = k.step(int32(cursor), anySize)
+			cursor++
 			k.work++
 		}
-		if !done {
+		if nb < 0 {
 			return
 		}
-		for i := range k.blocks {
-			if !k.dead[i] {
-				queue = append(queue, int32(i))
-			}
-		}
-		k.work += int64(len(k.blocks))
+		queue = append(queue, nb)
+		queue = append(queue, k.touched(nb)...)
 	}
+}
+
+// touched returns the live blocks, other than nb, that start or end at a
+// section whose lists the merge into nb changed: its start, its end and,
+// for a chain, where its parts meet.
+func (k *blocker) touched(nb int32) []int32 {
+	b := &k.blocks[nb]
+	at := []int32{b.start, b.end}
+	if b.buf < 0 && !b.stacked {
+		at = append(at, k.blocks[b.parts[1]].start)
+	}
+	k.near = k.near[:0]
+	for _, t := range at {
+		k.near = k.find(k.near, starts, t, -1, 0, nb)
+		k.near = k.find(k.near, ends, t, -1, 0, nb)
+	}
+	return k.near
 }
 
 // neighbours returns the live blocks that a merge into nb may have made
