@@ -185,7 +185,8 @@ var preorders = []preorder{
 // planner of TensorFlow Lite Micro).
 var greedySize = member{[]key{bySize, byLength}, firstFit}
 
-// mandatory is how many members of portfolio run whatever the budget.
+// mandatory is how many members of portfolio run whatever the budget
+// (unless the first reaches the goal: nothing places lower).
 const mandatory = 2
 
 // GreedySize places the buffers largest first, each at the lowest offset
@@ -309,7 +310,12 @@ func pack(p *Problem, o Options, limit int64, sc scope) (*Result, error) {
 	for k, m := range portfolio {
 		// An optional member runs when it is expected to fit: a member
 		// costs about what the mandatory ones cost each.
-		if k >= mandatory && (res.Peak <= in.goal || pl.merged >= b.portfolio || mergeCost*pl.merged/mandatory > left()) {
+		// Once a member reaches the goal no placement is lower, so the
+		// rest are skipped, greedy-size too: it cannot win.
+		if res.Offsets != nil && res.Peak <= in.goal {
+			break
+		}
+		if k >= mandatory && (pl.merged >= b.portfolio || mergeCost*pl.merged/mandatory > left()) {
 			break
 		}
 		before := pl.merged
