@@ -38,7 +38,8 @@
 // (best fit) or the lowest (first fit) among the buffers already placed
 // that it meets. Two members always run: best fit by conflict pressure
 // and GreedySize, so packed is never worse than the baseline, on any
-// instance and at any effort. Finding those gaps is the hot path: a
+// instance and at any effort (GreedySize is skipped only when the first
+// reached the lower bound: it cannot do better). Finding those gaps is the hot path: a
 // segment tree over time keeps, per node, the merged byte ranges of the
 // buffers placed in its subtree and of those covering it, so a query
 // merges O(log T) short sets instead of visiting every buffer met (28,526
@@ -126,7 +127,7 @@
 // portfolio and the dive leave, the skyline restarts 2^23 plus 1,024 per
 // buffer and section, and the canonical search 20,000 nodes on instances
 // of up to 1,024 buffers that are more than 1 % above the lower bound;
-// Exact allows DefaultExactBudget (2^32 units, 15 to 50 s here): it first
+// Exact allows DefaultExactBudget (2^32 units, 5 to 20 s here): it first
 // runs the fast effort (within at most half of it) and stops there if
 // that reached the lower bound; otherwise it runs its own steps with the
 // rest (blocks three quarters of what the portfolio and the dive leave,
