@@ -467,10 +467,11 @@ func (s *searcher) place(i int32, off uint64) (int, int) {
 	// A section's floor matters only where it may fail the inference
 	// check (see feasible): with the section's unplaced bytes, which
 	// only shrink down the tree, above the capacity. The new floor is at
-	// most the highest minimum offset of those buffers (each is live in
-	// some of the sections swept, and a floor is at most the minimum
-	// offset of any buffer live there), so sections where even that
-	// fits are not scanned.
+	// most the highest minimum offset of those buffers (each section
+	// swept is in the lifetime of one of them, and a floor is at most the
+	// minimum offset of any unplaced buffer live there), so sections
+	// where even that fits are not scanned. Skipping a raise only weakens
+	// the check where it cannot fail, so the search stays complete.
 	lo, hi := s.in.positions, int32(0)
 	var highest uint64
 	for _, ch := range s.changes[c0:] {
