@@ -356,12 +356,14 @@ func (k *blocker) run(limit int64, order int, confirm bool) {
 // for a chain, where its parts meet.
 func (k *blocker) touched(nb int32) []int32 {
 	b := &k.blocks[nb]
-	at := []int32{b.start, b.end}
+	at := [3]int32{b.start, b.end}
+	n := 2
 	if b.buf < 0 && !b.stacked {
-		at = append(at, k.blocks[b.parts[1]].start)
+		at[n] = k.blocks[b.parts[1]].start
+		n++
 	}
 	k.near = k.near[:0]
-	for _, t := range at {
+	for _, t := range at[:n] {
 		k.near = k.find(k.near, starts, t, -1, 0, nb)
 		k.near = k.find(k.near, ends, t, -1, 0, nb)
 	}

@@ -310,13 +310,13 @@ func pack(p *Problem, o Options, limit int64, sc scope) (*Result, error) {
 	var spent int64 // work after the mandatory members
 	left := func() int64 { return b.work - spent }
 	for k, m := range portfolio {
-		// An optional member runs when it is expected to fit: a member
-		// costs about what the mandatory ones cost each.
 		// Once a member reaches the goal no placement is lower, so the
 		// rest are skipped, greedy-size too: it cannot win.
 		if res.Offsets != nil && res.Peak <= in.goal {
 			break
 		}
+		// An optional member runs when it is expected to fit: a member
+		// costs about what the mandatory ones cost each.
 		if k >= mandatory && (pl.merged >= b.portfolio || mergeCost*pl.merged/mandatory > left()) {
 			break
 		}
