@@ -56,7 +56,10 @@
 // blocks live over exactly the same sections are stacked, and a block
 // whose end meets the start of the only block of its size starting
 // there (and that block's only candidate) is chained with it, sharing
-// its bytes. The blocks left are packed as buffers of their own by the
+// its bytes, as is one whose chain with a block of its size meeting it
+// would live over the same sections as another block, however many
+// candidates there are (so that it can stack at once: where sizes
+// repeat, that is what tells the pairs apart). The blocks left are packed as buffers of their own by the
 // same steps, and, while the peak stays above the goal, the blocks
 // placed above it are taken apart one level and the rest packed again.
 // Blocks of different parts can live over the same sections, or meet in

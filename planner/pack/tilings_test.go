@@ -55,14 +55,14 @@ func TestBlocksFindTilings(t *testing.T) {
 // TestExactNoWorseThanFast: the exact effort starts with the fast one, so
 // with a budget that leaves fast its own (at least twice fast's) it ends
 // no higher, on instances fast leaves above their lower bound (fast
-// reaches it on every perfect packing of 5,000 buffers tried, and of
-// 10,000 in seeds 100 to 115).
+// reaches it on every perfect packing of 5,000 buffers tried, of 10,000
+// in seeds 100 to 115, and on halving ones of 5,000 in seeds 0 to 5).
 func TestExactNoWorseThanFast(t *testing.T) {
 	for _, c := range []struct {
 		name string
 		p    *pack.Problem
 	}{
-		{"halving 2000 seed 2", families.Halving(2000, 2).Problem()},
+		{"halving 10000 seed 2", families.Halving(10000, 2).Problem()},
 		{"mixed 2000 seed 1", families.Mixed(2000, 1).Problem()},
 	} {
 		fast, err := pack.Pack(c.p, pack.Options{})
@@ -83,12 +83,15 @@ func TestExactNoWorseThanFast(t *testing.T) {
 }
 
 // TestBlocksOnHalving: on tilings whose cuts in bytes halve their piece,
-// pieces of one size meet in time by chance everywhere, and the blocker
-// must guess often. Each guess used to make it meet every block again;
-// on 5,000 buffers that spent every order's share before any packing of
-// its blocks, so blocks placed nothing and the fast effort ended +16.0 to
-// +21.1 % above the lower bound (seeds 0 to 2). Meeting again only the
-// blocks the guess touched leaves blocks their packings: now within +15 %.
+// pieces of one size meet in time by chance everywhere. Each guess used
+// to make the blocker meet every block again; on 5,000 buffers that spent
+// every order's share before any packing of its blocks, so blocks placed
+// nothing and the fast effort ended +16.0 to +21.1 % above the lower
+// bound (seeds 0 to 2). Meeting again only the blocks the guess touched
+// left blocks their packings (+9.4 to +13.3 %); chaining, among
+// several candidates, the pair whose chain stacks at once leaves few
+// guesses to go astray: now all three at the bound (the test allows
+// +2 %).
 func TestBlocksOnHalving(t *testing.T) {
 	for seed := range uint64(3) {
 		r, err := pack.Pack(families.Halving(5000, seed).Problem(), pack.Options{})
@@ -96,7 +99,7 @@ func TestBlocksOnHalving(t *testing.T) {
 			t.Fatal(err)
 		}
 		g := float64(r.Peak)/float64(r.LowerBound) - 1
-		if !strings.HasPrefix(r.Method, "blocks") || g > 0.15 {
+		if !strings.HasPrefix(r.Method, "blocks") || g > 0.02 {
 			t.Errorf("halving 5000 seed %d: %.2f %% over the lower bound (%s)", seed, 100*g, r.Method)
 		}
 	}
