@@ -12,6 +12,10 @@
 //     piece, so every size is a power of two: many pieces share a size
 //     and meet in time by chance, which misleads a packer that rebuilds
 //     the tiling from pieces of one size meeting.
+//   - sliced: the same box, each cut taking any piece with even odds,
+//     whatever its area, in time or in bytes: slivers one tick wide or
+//     one grain tall, many of which live over the same sections by
+//     chance, which misleads a packer that stacks such pieces.
 //   - transformer: the training step of GPT-2-shaped and Llama-shaped
 //     models with 1 to 96 layers, in train_full under the planner's own
 //     schedule and liveness, as a compiler's memory pass (MindSpore's
@@ -46,7 +50,7 @@ import (
 )
 
 // Names lists the families.
-var Names = []string{"perfect", "halving", "transformer", "mixed"}
+var Names = []string{"perfect", "halving", "sliced", "transformer", "mixed"}
 
 // rng returns the generator of one instance: PCG seeded by the family and
 // the seed, so instances of different families never share a stream.
@@ -72,18 +76,35 @@ const perfectGrain = 64
 // relative to the box, so pieces stay of every shape); a piece too thin to
 // split in the chosen direction is split in the other one, or left whole.
 // The optimum is PerfectHeight, the lower bound.
-func Perfect(n int, seed uint64) *dsa.Instance { return tiling("perfect", n, seed, false) }
+func Perfect(n int, seed uint64) *dsa.Instance { return tiling("perfect", n, seed, perfectCuts) }
 
 // Halving is Perfect with every cut in bytes at the middle of its piece:
 // every size is PerfectHeight over a power of two, so many pieces have
 // the same size and meet in time where no cut of the tiling put them
 // together, as tensors of power-of-two shapes do. The optimum is
 // PerfectHeight, the lower bound.
-func Halving(n int, seed uint64) *dsa.Instance { return tiling("halving", n, seed, true) }
+func Halving(n int, seed uint64) *dsa.Instance { return tiling("halving", n, seed, halvingCuts) }
 
-// tiling cuts n pieces from the box of family (perfect or halving); see
-// Perfect.
-func tiling(family string, n int, seed uint64, halve bool) *dsa.Instance {
+// Sliced cuts n pieces from the box of Perfect, but each cut takes a
+// piece chosen uniformly, whatever its area, and splits it in time or in
+// bytes with even odds: pieces are cut again long after they are thin,
+// so the box fills with slivers one tick wide or one grain tall, many of
+// which live over the same sections or meet at one instant by chance.
+// The optimum is PerfectHeight, the lower bound.
+func Sliced(n int, seed uint64) *dsa.Instance { return tiling("sliced", n, seed, slicedCuts) }
+
+// How a tiling chooses its cuts.
+type cuts uint8
+
+const (
+	perfectCuts cuts = iota // a piece by area, the longer side, anywhere
+	halvingCuts             // the same, bytes cut at the middle
+	slicedCuts              // any piece, either side, anywhere
+)
+
+// tiling cuts n pieces from the box of family (perfect, halving or
+// sliced); see Perfect.
+func tiling(family string, n int, seed uint64, how cuts) *dsa.Instance {
 	r := rng(family, seed)
 	type rect struct {
 		t0, t1 int64  // ticks
@@ -94,16 +115,24 @@ func tiling(family string, n int, seed uint64, halve bool) *dsa.Instance {
 	area := func(x rect) float64 { return float64(x.t1-x.t0) * float64(x.b1-x.b0) }
 	total := area(rects[0])
 	for len(rects) < n {
-		// Pick a piece with probability proportional to its area.
-		at, k := r.Float64()*total, 0
-		for k < len(rects)-1 && at >= area(rects[k]) {
-			at -= area(rects[k])
-			k++
+		var k int
+		var inTime bool
+		if how == slicedCuts {
+			k = r.IntN(len(rects))
+			inTime = r.IntN(2) == 0
+		} else {
+			// Pick a piece with probability proportional to its area,
+			// and its longer side relative to the box.
+			at := r.Float64() * total
+			for k < len(rects)-1 && at >= area(rects[k]) {
+				at -= area(rects[k])
+				k++
+			}
+			relT := float64(rects[k].t1-rects[k].t0) / float64(width)
+			relB := float64(rects[k].b1-rects[k].b0) / PerfectHeight
+			inTime = r.Float64()*(relT+relB) < relT
 		}
 		x := rects[k]
-		relT := float64(x.t1-x.t0) / float64(width)
-		relB := float64(x.b1-x.b0) / PerfectHeight
-		inTime := r.Float64()*(relT+relB) < relT
 		canT, canB := x.t1-x.t0 >= 2, x.b1-x.b0 >= 2*perfectGrain
 		if inTime && !canT || !inTime && !canB {
 			inTime = !inTime
@@ -118,7 +147,7 @@ func tiling(family string, n int, seed uint64, halve bool) *dsa.Instance {
 		} else {
 			grains := (x.b1 - x.b0) / perfectGrain
 			cut := x.b0 + perfectGrain*(1+r.Uint64N(grains-1))
-			if halve {
+			if how == halvingCuts {
 				cut = x.b0 + perfectGrain*(grains/2)
 			}
 			if x.b1-cut < perfectGrain {
@@ -398,6 +427,11 @@ func Generate(s Spec) (*dsa.Instance, error) {
 			return nil, fmt.Errorf("families: halving needs at least 1 buffer, not %d", s.Size)
 		}
 		return Halving(s.Size, s.Seed), nil
+	case "sliced":
+		if s.Size < 1 {
+			return nil, fmt.Errorf("families: sliced needs at least 1 buffer, not %d", s.Size)
+		}
+		return Sliced(s.Size, s.Seed), nil
 	case "transformer":
 		return Transformer(s.Size, s.Seed)
 	case "mixed":
@@ -406,16 +440,16 @@ func Generate(s Spec) (*dsa.Instance, error) {
 		}
 		return Mixed(s.Size, s.Seed), nil
 	}
-	return nil, fmt.Errorf("families: unknown family %q (families: perfect, halving, transformer, mixed)", s.Family)
+	return nil, fmt.Errorf("families: unknown family %q (families: perfect, halving, sliced, transformer, mixed)", s.Family)
 }
 
 // Suite lists the bench's family instances: perfect packings of 100 to
-// 10,000 buffers, halving ones of 100 to 5,000 and mixed instances of 300
-// to 20,000 buffers, two seeds each, and transformers of 1 to 96 layers,
-// four seeds each (both shapes, with one micro-batch and two).
-// maxBuffers > 0 leaves out perfect, halving and mixed instances larger
-// than it (transformers are kept: their buffer count depends on the shape
-// the seed picks).
+// 10,000 buffers, halving and sliced ones of 100 to 5,000 and mixed
+// instances of 300 to 20,000 buffers, two seeds each, and transformers of
+// 1 to 96 layers, four seeds each (both shapes, with one micro-batch and
+// two). maxBuffers > 0 leaves out perfect, halving, sliced and mixed
+// instances larger than it (transformers are kept: their buffer count
+// depends on the shape the seed picks).
 func Suite(maxBuffers int) []Spec {
 	var out []Spec
 	for _, n := range []int{100, 300, 1000, 2000, 5000, 10000} {
@@ -425,10 +459,12 @@ func Suite(maxBuffers int) []Spec {
 			}
 		}
 	}
-	for _, n := range []int{100, 300, 1000, 2000, 5000} {
-		for seed := range uint64(2) {
-			if maxBuffers <= 0 || n <= maxBuffers {
-				out = append(out, Spec{"halving", n, seed})
+	for _, family := range []string{"halving", "sliced"} {
+		for _, n := range []int{100, 300, 1000, 2000, 5000} {
+			for seed := range uint64(2) {
+				if maxBuffers <= 0 || n <= maxBuffers {
+					out = append(out, Spec{family, n, seed})
+				}
 			}
 		}
 	}

@@ -8,38 +8,51 @@ import (
 	"testing"
 
 	"github.com/tmmu/tmmu/bench/families"
+	"github.com/tmmu/tmmu/dsa"
 	"github.com/tmmu/tmmu/planner/pack"
 )
 
-// TestPerfectIsTight: the pieces tile the box, so the lower bound is the
-// box's height, and the same seed gives the same instance.
+// TestPerfectIsTight: the pieces of every tiling family tile the box, so
+// the lower bound is the box's height, and the same seed gives the same
+// instance.
 func TestPerfectIsTight(t *testing.T) {
-	for _, n := range []int{1, 2, 100, 1000} {
-		in := families.Perfect(n, 7)
-		if len(in.Buffers) != n {
-			t.Fatalf("perfect %d: %d buffers", n, len(in.Buffers))
-		}
-		p := in.Problem()
-		lb, _ := pack.LowerBound(p.Buffers)
-		if lb != families.PerfectHeight {
-			t.Fatalf("perfect %d: lower bound %d, want the box height %d", n, lb, families.PerfectHeight)
-		}
-		// Every tick of the box is full: the live bytes never dip.
-		var area float64
-		for _, b := range p.Buffers {
-			area += float64(b.End-b.Start) * float64(b.Size)
-		}
-		if want := float64(4*n) * families.PerfectHeight; area != want {
-			t.Fatalf("perfect %d: pieces cover %.0f byte-ticks, the box %.0f", n, area, want)
-		}
-		if again := families.Perfect(n, 7); !reflect.DeepEqual(in, again) {
-			t.Fatalf("perfect %d: two runs with one seed differ", n)
+	for _, c := range []struct {
+		family string
+		tiling func(int, uint64) *dsa.Instance
+	}{{"perfect", families.Perfect}, {"halving", families.Halving}, {"sliced", families.Sliced}} {
+		for _, n := range []int{1, 2, 100, 1000} {
+			checkTiling(t, c.family, c.tiling, n)
 		}
 	}
 }
 
+// checkTiling checks the instance tiling cuts into n pieces from the box.
+func checkTiling(t *testing.T, family string, tiling func(int, uint64) *dsa.Instance, n int) {
+	t.Helper()
+	in := tiling(n, 7)
+	if len(in.Buffers) != n {
+		t.Fatalf("%s %d: %d buffers", family, n, len(in.Buffers))
+	}
+	p := in.Problem()
+	lb, _ := pack.LowerBound(p.Buffers)
+	if lb != families.PerfectHeight {
+		t.Fatalf("%s %d: lower bound %d, want the box height %d", family, n, lb, families.PerfectHeight)
+	}
+	// Every tick of the box is full: the live bytes never dip.
+	var area float64
+	for _, b := range p.Buffers {
+		area += float64(b.End-b.Start) * float64(b.Size)
+	}
+	if want := float64(4*n) * families.PerfectHeight; area != want {
+		t.Fatalf("%s %d: pieces cover %.0f byte-ticks, the box %.0f", family, n, area, want)
+	}
+	if again := tiling(n, 7); !reflect.DeepEqual(in, again) {
+		t.Fatalf("%s %d: two runs with one seed differ", family, n)
+	}
+}
+
 func TestGenerateRejects(t *testing.T) {
-	for _, s := range []families.Spec{{Family: "perfect", Size: 0}, {Family: "transformer", Size: 97}, {Family: "mixed", Size: 3}, {Family: "nope", Size: 10}} {
+	for _, s := range []families.Spec{{Family: "perfect", Size: 0}, {Family: "sliced", Size: 0}, {Family: "transformer", Size: 97}, {Family: "mixed", Size: 3}, {Family: "nope", Size: 10}} {
 		if _, err := families.Generate(s); err == nil {
 			t.Errorf("%v: no error", s)
 		}
@@ -100,6 +113,10 @@ func ExampleSuite() {
 	// halving-100-s1
 	// halving-300-s0
 	// halving-300-s1
+	// sliced-100-s0
+	// sliced-100-s1
+	// sliced-300-s0
+	// sliced-300-s1
 	// mixed-300-s0
 	// mixed-300-s1
 }
