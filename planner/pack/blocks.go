@@ -567,8 +567,9 @@ func blocks(in *instance, o Options, work int64, res *Result, sc scope) int64 {
 			}
 			continue
 		}
-		if r, w := packBlocks(in, k, roots, o, probe-k.work, res, inner); r != nil {
-			spent += w
+		r, w := packBlocks(in, k, roots, o, probe-k.work, res, inner)
+		spent += w
+		if r != nil {
 			k.drop()
 			t := trial{k: k, roots: roots, peak: r.Peak}
 			at := len(best)
@@ -591,10 +592,7 @@ func blocks(in *instance, o Options, work int64, res *Result, sc scope) int64 {
 // sc, within work and keeps the placement in res when it is lower. It
 // returns the packing (nil if none fits in work) and the work spent.
 func packBlocks(in *instance, k *blocker, roots []int32, o Options, work int64, res *Result, sc scope) (*Result, int64) {
-	// The packing's mandatory members run whatever its budget: they are
-	// paid for ahead, at the whole instance's cost per buffer.
-	reserve := mergeCost * res.mandatory * int64(len(roots)) / int64(len(in.bufs))
-	if reserve >= work {
+	if work <= 0 {
 		return nil, 0
 	}
 	sub := &Problem{Buffers: make([]Buffer, len(roots))}
@@ -602,9 +600,12 @@ func packBlocks(in *instance, k *blocker, roots []int32, o Options, work int64, 
 		x := &k.blocks[id]
 		sub.Buffers[j] = Buffer{Start: int64(x.start), End: int64(x.end), Size: x.size, Align: x.align}
 	}
-	r, err := pack(sub, Options{Effort: o.Effort, Nodes: o.Nodes}, work-reserve, sc)
+	r, err := pack(sub, Options{Effort: o.Effort, Nodes: o.Nodes}, work, sc)
 	if err != nil {
 		return nil, 0
+	}
+	if r.Offsets == nil {
+		return nil, r.Work
 	}
 	res.Nodes += r.Nodes
 	if r.Peak < res.Peak {
@@ -613,7 +614,7 @@ func packBlocks(in *instance, k *blocker, roots []int32, o Options, work int64, 
 		}
 		res.Peak, res.Method = r.Peak, "blocks, then "+r.Method
 	}
-	return r, r.Work + mergeCost*r.mandatory
+	return r, r.Work
 }
 
 // refine packs t's blocks within work and, while the peak stays above
@@ -645,10 +646,10 @@ func refine(in *instance, t trial, o Options, work int64, res *Result, sc scope)
 		// the lower bound and up to +2.91 % without, all 5 with).
 		share := (work - spent) / int64(blockRounds+1-round)
 		r, w := packBlocks(in, t.k, roots, o, share, res, sub)
+		spent += w
 		if r == nil {
 			break
 		}
-		spent += w
 		// After the first packing, the stacks are taken apart too,
 		// wherever they sit: a stack can hold a block of another part of
 		// the tiling that lives over the same sections by chance, and no

@@ -138,7 +138,12 @@
 // the skyline restarts up to a sixteenth of the total and the rest to the
 // canonical search on any instance whose overlapping pairs fit in memory,
 // 2^24) and keeps the lower of the two, so with its default budget it
-// never ends above fast.
+// never ends above fast. A packing of blocks counts its greedy members
+// as work like the rest, within its share, and is given up when they
+// pass it (the guarantee against greedy-size is owed to the caller's
+// problem, not to blocks'); their cost used to be reserved ahead at the
+// whole instance's cost per buffer, which on tilings of thin pieces was
+// several times what they cost, so that blocks packed nothing.
 // Options.Budget replaces either effort's total. Pack stops within one
 // search node of the budget and returns the best placement found, its
 // lower bound, Result.Gap and whether it proved optimality.

@@ -103,9 +103,6 @@ type Result struct {
 	// range merged by a placer counts mergeCost); Budget is what was
 	// allowed. Work passes Budget by at most one search node's worth.
 	Work, Budget int64
-	// mandatory counts the byte ranges the mandatory members merged (their
-	// work is outside Work).
-	mandatory int64
 	// Optimal is true when no placement has a smaller peak: Peak equals
 	// LowerBound, or the search explored every placement below Peak.
 	Optimal bool
@@ -307,7 +304,11 @@ func pack(p *Problem, o Options, limit int64, sc scope) (*Result, error) {
 	}
 	f := in.features()
 	pl := newPlacer(in)
-	var spent int64 // work after the mandatory members
+	// On blocks' problems the mandatory members are work like the rest,
+	// within the budget: no guarantee is owed there, and what they will
+	// cost is known only once they ran.
+	capped := sc != whole
+	var spent int64 // work after the mandatory members (on blocks' problems, with them)
 	left := func() int64 { return b.work - spent }
 	for k, m := range portfolio {
 		// Once a member reaches the goal no placement is lower, so the
@@ -326,17 +327,15 @@ func pack(p *Problem, o Options, limit int64, sc scope) (*Result, error) {
 		// lower, so the best stays no worse than every member. An
 		// optional one is also abandoned once it has spent what is left.
 		var most int64
-		if k >= mandatory {
+		if k >= mandatory || capped {
 			most = before + left()/mergeCost + 1
 		}
 		peak, complete, err := pl.run(in.order(f, m.keys...), m.fit, res.Peak, most)
 		if err != nil {
 			return nil, err
 		}
-		if k >= mandatory {
+		if k >= mandatory || capped {
 			spent += mergeCost * (pl.merged - before)
-		} else {
-			res.mandatory = pl.merged
 		}
 		if complete && (res.Offsets == nil || peak < res.Peak) {
 			res.Offsets = append(res.Offsets[:0], pl.offsets...)
@@ -344,6 +343,10 @@ func pack(p *Problem, o Options, limit int64, sc scope) (*Result, error) {
 		}
 	}
 	res.Merged = pl.merged
+	if res.Offsets == nil { // a blocks' problem whose members did not fit
+		res.Work = spent
+		return res, nil
+	}
 	var sky *skySearch
 	if in.partners == nil && res.Peak > in.goal {
 		sky = dive(in, b, res, &spent)
