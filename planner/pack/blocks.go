@@ -232,6 +232,9 @@ func (k *blocker) step(id int32, tier chainTier) int32 {
 	}
 	b := &k.blocks[id]
 	k.same = k.find(k.same[:0], starts, b.start, b.end, 0, -1)
+	if len(k.same) >= 3 {
+		k.same = k.trim(k.same, b.start, b.end)
+	}
 	if len(k.same) >= 2 {
 		if nb := k.stack(k.same); nb >= 0 {
 			return nb
@@ -241,6 +244,46 @@ func (k *blocker) step(id int32, tier chainTier) int32 {
 		return k.chains(id, tier)
 	}
 	return -1
+}
+
+// trim returns same, three or more blocks live over [start, end), less
+// one block when the rest, and not all of them, sum to the size of a
+// block that ends at start or starts at end: a rectangle that pieces
+// cut in bytes rebuild usually meets one of its own size in time, and a
+// block of another part that lives over the same sections by chance
+// spoils that sum. Held out, fast effort, the generator's order:
+// perfect packings of 20,000 buffers, seeds 0 to 7, went from six at the
+// lower bound and up to +7.59 % to all eight; sliced ones of 5,000,
+// seeds 0 to 7, from a mean +4.96 % and up to +12.84 % to +3.64 % and
+// +7.70 %; in the planner's order, 11 of 30 such instances (halving,
+// sliced, perfect) ended lower and 2 higher (halving 5,000 seed 1 0 to
+// +3.12 %, sliced 5,000 seed 0 +5.94 to +6.77 %). Trimming two blocks
+// as well was far worse (sliced 2,000: up to +29.44 %).
+func (k *blocker) trim(same []int32, start, end int32) []int32 {
+	k.near = k.find(k.near[:0], ends, start, -1, 0, -1)
+	k.near = k.find(k.near, starts, end, -1, 0, -1)
+	var total uint64
+	for _, x := range same {
+		total += k.blocks[x].size
+	}
+	has := func(size uint64) bool {
+		for _, y := range k.near {
+			if k.blocks[y].size == size {
+				return true
+			}
+		}
+		return false
+	}
+	k.work += int64(len(same) * len(k.near))
+	if has(total) {
+		return same
+	}
+	for j, x := range same {
+		if has(total - k.blocks[x].size) {
+			return append(same[:j:j], same[j+1:]...)
+		}
+	}
+	return same
 }
 
 // chains chains block id with a block of its size that starts where it

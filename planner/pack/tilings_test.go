@@ -15,7 +15,8 @@ import (
 // buffers, and above +5 % on 6 of seeds 0 to 39; seeds 43 and 114 ended
 // +1.20 % and +1.54 % above it before refine took guessed chains apart;
 // seeds 107 and 114 of 10,000, +12.87 % and +6.27 % before the blocker
-// chained before it stacked.
+// chained before it stacked; seeds 2 and 5 of 20,000, +0.77 % and +7.59 %
+// before stacks left out a block that spoils their sum.
 func TestBlocksFindTilings(t *testing.T) {
 	// gap returns how far above the lower bound the fast effort ends,
 	// and the method that placed it.
@@ -29,7 +30,7 @@ func TestBlocksFindTilings(t *testing.T) {
 	for _, c := range []struct {
 		n    int
 		seed uint64
-	}{{300, 5}, {1000, 2}, {1000, 7}, {2000, 4}, {2000, 6}, {5000, 22}, {5000, 43}, {5000, 114}, {10000, 107}, {10000, 114}} {
+	}{{300, 5}, {1000, 2}, {1000, 7}, {2000, 4}, {2000, 6}, {5000, 22}, {5000, 43}, {5000, 114}, {10000, 107}, {10000, 114}, {20000, 2}, {20000, 5}} {
 		if g, method := gap(c.n, c.seed); g != 0 {
 			t.Errorf("perfect %d seed %d: %.2f %% over the lower bound (%s)", c.n, c.seed, 100*g, method)
 		}
@@ -56,13 +57,14 @@ func TestBlocksFindTilings(t *testing.T) {
 // with a budget that leaves fast its own (at least twice fast's) it ends
 // no higher, on instances fast leaves above their lower bound (fast
 // reaches it on every perfect packing of 5,000 buffers tried, of 10,000
-// in seeds 100 to 115, and on halving ones of 5,000 in seeds 0 to 5).
+// in seeds 100 to 115, of 20,000 in seeds 0 to 7, and on halving ones
+// of 5,000 in seeds 0 to 5).
 func TestExactNoWorseThanFast(t *testing.T) {
 	for _, c := range []struct {
 		name string
 		p    *pack.Problem
 	}{
-		{"halving 10000 seed 2", families.Halving(10000, 2).Problem()},
+		{"sliced 2000 seed 0", families.Sliced(2000, 0).Problem()},
 		{"mixed 2000 seed 1", families.Mixed(2000, 1).Problem()},
 	} {
 		fast, err := pack.Pack(c.p, pack.Options{})
@@ -110,13 +112,14 @@ func TestBlocksOnHalving(t *testing.T) {
 // their greedy members' cost ahead at the whole instance's cost per
 // buffer, several times what it was, so that most orders packed nothing
 // and the fast effort ended +17.80 % above the lower bound; packings that
-// count that cost as it comes end +12.84 %.
+// count that cost as it comes ended +12.84 %, and stacks that leave out
+// a block spoiling their sum (see trim) +7.70 %.
 func TestBlocksOnSliced(t *testing.T) {
 	r, err := pack.Pack(families.Sliced(5000, 7).Problem(), pack.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if g := float64(r.Peak)/float64(r.LowerBound) - 1; g > 0.15 {
+	if g := float64(r.Peak)/float64(r.LowerBound) - 1; g > 0.10 {
 		t.Errorf("sliced 5000 seed 7: %.2f %% over the lower bound (%s)", 100*g, r.Method)
 	}
 }
