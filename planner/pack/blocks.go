@@ -232,7 +232,7 @@ func (k *blocker) step(id int32, tier chainTier) int32 {
 	}
 	b := &k.blocks[id]
 	k.same = k.find(k.same[:0], starts, b.start, b.end, 0, -1)
-	if len(k.same) >= 3 {
+	if len(k.same) >= 2 {
 		k.same = k.trim(k.same, b.start, b.end)
 	}
 	if len(k.same) >= 2 {
@@ -246,19 +246,22 @@ func (k *blocker) step(id int32, tier chainTier) int32 {
 	return -1
 }
 
-// trim returns same, three or more blocks live over [start, end), less
+// trim returns same, two or more blocks live over [start, end), less
 // one block when the rest, and not all of them, sum to the size of a
-// block that ends at start or starts at end: a rectangle that pieces
-// cut in bytes rebuild usually meets one of its own size in time, and a
-// block of another part that lives over the same sections by chance
-// spoils that sum. Held out, fast effort, the generator's order:
-// perfect packings of 20,000 buffers, seeds 0 to 7, went from six at the
-// lower bound and up to +7.59 % to all eight; sliced ones of 5,000,
-// seeds 0 to 7, from a mean +4.96 % and up to +12.84 % to +3.64 % and
-// +7.70 %; in the planner's order, 11 of 30 such instances (halving,
-// sliced, perfect) ended lower and 2 higher (halving 5,000 seed 1 0 to
-// +3.12 %, sliced 5,000 seed 0 +5.94 to +6.77 %). Trimming two blocks
-// as well was far worse (sliced 2,000: up to +29.44 %).
+// block that ends at start or starts at end (so a pair is not stacked
+// when one of them alone meets a block of its size there and both do
+// not): a rectangle that pieces cut in bytes rebuild usually meets one
+// of its own size in time, and a block of another part that lives over
+// the same sections by chance spoils that sum. Held out, fast effort,
+// the generator's order: perfect packings of 20,000 buffers, seeds 0 to
+// 7, went from six at the lower bound and up to +7.59 % to all eight;
+// sliced ones of 5,000, seeds 0 to 7, from a mean +4.96 % and up to
+// +12.84 % to +1.87 % and +5.64 % (trimming stacks of three or more
+// only: +3.64 % and +7.70 %); in the planner's order, 10 of 30 such
+// instances (halving, sliced, perfect) ended lower and 2 higher
+// (perfect 20,000 seed 2 0 to +0.15 %, sliced 5,000 seed 6 +3.43 to
+// +4.94 %). Trimming two blocks as well was far worse (sliced 2,000:
+// up to +29.44 %).
 func (k *blocker) trim(same []int32, start, end int32) []int32 {
 	k.near = k.find(k.near[:0], ends, start, -1, 0, -1)
 	k.near = k.find(k.near, starts, end, -1, 0, -1)

@@ -112,14 +112,15 @@ func TestBlocksOnHalving(t *testing.T) {
 // their greedy members' cost ahead at the whole instance's cost per
 // buffer, several times what it was, so that most orders packed nothing
 // and the fast effort ended +17.80 % above the lower bound; packings that
-// count that cost as it comes ended +12.84 %, and stacks that leave out
-// a block spoiling their sum (see trim) +7.70 %.
+// count that cost as it comes ended +12.84 %, stacks of three or more
+// that leave out a block spoiling their sum +7.70 %, and with pairs
+// trimmed too +2.09 %.
 func TestBlocksOnSliced(t *testing.T) {
 	r, err := pack.Pack(families.Sliced(5000, 7).Problem(), pack.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if g := float64(r.Peak)/float64(r.LowerBound) - 1; g > 0.10 {
+	if g := float64(r.Peak)/float64(r.LowerBound) - 1; g > 0.05 {
 		t.Errorf("sliced 5000 seed 7: %.2f %% over the lower bound (%s)", 100*g, r.Method)
 	}
 }
