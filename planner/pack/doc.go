@@ -132,7 +132,7 @@
 // portfolio and the dive leave, the skyline restarts 2^23 plus 1,024 per
 // buffer and section, and the canonical search 20,000 nodes on instances
 // of up to 1,024 buffers that are more than 1 % above the lower bound;
-// Exact allows DefaultExactBudget (2^32 units, 5 to 20 s here): it first
+// Exact allows DefaultExactBudget (2^32 units, 5 to 31 s here): it first
 // runs the fast effort (within at most half of it) and stops there if
 // that reached the lower bound; otherwise it runs its own steps with the
 // rest (blocks three quarters of what the portfolio and the dive leave,

@@ -76,7 +76,7 @@ func budgetOf(e Effort, n int, positions int32) budget {
 	}
 }
 
-// DefaultExactBudget is the exact effort's work budget: 5 to 20 s on one
+// DefaultExactBudget is the exact effort's work budget: 5 to 31 s on one
 // core of the 2-core development VM for the instances that spend it all,
 // whatever their size (the time a unit takes varies with what is not
 // counted, such as sorting and the search's floor scans).
