@@ -138,7 +138,7 @@ func tiling(family string, n int, seed uint64, how cuts) *dsa.Instance {
 			inTime = !inTime
 		}
 		if inTime && !canT || !inTime && !canB {
-			continue // a unit piece: the area weighting picks it rarely
+			continue // a unit piece (rare when picked by area): pick again
 		}
 		var a, b rect
 		if inTime {
