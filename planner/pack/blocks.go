@@ -47,7 +47,8 @@ type blocker struct {
 	starting, ending [][]entry
 	alive, work      int64
 	// Scratch for find's answers: the blocks to stack, the neighbours of
-	// a merge, the candidates of a chain, those stackable looks through.
+	// a merge (and the blocks trim weighs them against), match's answers,
+	// the candidates chains looks through.
 	same, near, hits, cands []int32
 	// marks holds, per section, the stamp of the last mark that marked
 	// it.
@@ -110,15 +111,21 @@ const (
 	ends
 )
 
+// lists returns the lists of blocks by the section they start at (side
+// starts) or end at.
+func (k *blocker) lists(side int) [][]entry {
+	if side == ends {
+		return k.ending
+	}
+	return k.starting
+}
+
 // find appends to dst the live blocks that start (side starts) or end at
 // section t, other than not, with the given end (or start) when other ≥ 0
 // and the given size when size > 0; it drops the dead ones from the list
 // and counts every entry it reads as work.
 func (k *blocker) find(dst []int32, side int, t, other int32, size uint64, not int32) []int32 {
-	lists := k.starting
-	if side == ends {
-		lists = k.ending
-	}
+	lists := k.lists(side)
 	l := lists[t]
 	kept := l[:0]
 	for _, e := range l {
@@ -353,15 +360,22 @@ func (k *blocker) chains(id int32, tier chainTier) int32 {
 // (stacks trimmed too, see trim) it guesses 3 to 15 times, at most once
 // wrongly, and leaves 20 to 81.
 func (k *blocker) stackable(id int32, side int, cands []int32) int32 {
+	// A candidate starting where id ends makes a chain over [id's start,
+	// its end): the ends of the blocks starting with id are marked. One
+	// ending where id starts makes [its start, id's end): the starts of
+	// the blocks ending with id.
 	b := &k.blocks[id]
-	if side == starts {
-		k.mark(starts, b.start) // the ends of the blocks starting with id
-	} else {
-		k.mark(ends, b.end) // the starts of the blocks ending with id
+	t := b.start
+	if side == ends {
+		t = b.end
 	}
+	k.mark(side, t)
 	for _, c := range cands {
-		x := &k.blocks[c]
-		if side == starts && k.marks[x.end] == k.stamp || side == ends && k.marks[x.start] == k.stamp {
+		far := k.blocks[c].end
+		if side == ends {
+			far = k.blocks[c].start
+		}
+		if k.marks[far] == k.stamp {
 			return c
 		}
 	}
@@ -372,10 +386,7 @@ func (k *blocker) stackable(id int32, side int, cands []int32) int32 {
 // starts (side starts) or ends at section t: the section it ends or
 // starts at. It counts every entry it reads as work.
 func (k *blocker) mark(side int, t int32) {
-	lists := k.starting
-	if side == ends {
-		lists = k.ending
-	}
+	lists := k.lists(side)
 	if k.marks == nil {
 		k.marks = make([]int32, len(lists))
 	}
@@ -635,7 +646,7 @@ func blocks(in *instance, o Options, work int64, res *Result, sc scope) int64 {
 // sc, within work and keeps the placement in res when it is lower. It
 // returns the packing (nil if none fits in work) and the work spent.
 func packBlocks(in *instance, k *blocker, roots []int32, o Options, work int64, res *Result, sc scope) (*Result, int64) {
-	if work <= 0 {
+	if work <= 0 { // pack takes a limit of 0 for none
 		return nil, 0
 	}
 	sub := &Problem{Buffers: make([]Buffer, len(roots))}

@@ -184,8 +184,9 @@ var preorders = []preorder{
 // planner of TensorFlow Lite Micro).
 var greedySize = member{[]key{bySize, byLength}, firstFit}
 
-// mandatory is how many members of portfolio run whatever the budget
-// (unless the first reaches the goal: nothing places lower).
+// mandatory is how many members of portfolio run whatever the budget on
+// the caller's problem (unless the first reaches the goal: nothing places
+// lower); on blocks' problems they run within it (see pack).
 const mandatory = 2
 
 // GreedySize places the buffers largest first, each at the lowest offset
