@@ -587,7 +587,9 @@ type trial struct {
 // buffers of their own once, cheaply: a quarter of work between them.
 // The trials whose packing came lowest (fewer blocks first among equals),
 // one in eight and at least two, are then refined with what is left, in
-// equal shares (see refine); only those are kept meanwhile. It reports
+// equal shares, two at a time (see refine and refineBatch); only those
+// are kept meanwhile. With Options.Spawn the orders run ahead on another
+// core and the two refine at once; the results are the same. It reports
 // the work spent.
 //
 // On perfect packings of 5,000 buffers (seeds 40 to 79, fast) twelve
@@ -607,25 +609,46 @@ func blocks(in *instance, o Options, work int64, res *Result, sc scope) int64 {
 	worse := func(a, b trial) bool {
 		return cmp.Or(cmp.Compare(a.peak, b.peak), cmp.Compare(len(a.roots), len(b.roots))) > 0
 	}
+	// The orders' trials depend on the order alone, so with o.Spawn they
+	// run ahead on another core and are taken in order, as if one ran
+	// after the other.
+	type probed struct {
+		k     *blocker
+		roots []int32
+		r     *Result // the blocks' packing; nil if none
+		work  int64
+		few   bool // too few merges to pay for packing again
+	}
+	get, wait := ahead(orders, o.Spawn, func(v int) probed {
+		k := newBlocker(in)
+		k.run(probe, v, v%2 == 1)
+		p := probed{k: k, roots: k.roots(), work: k.work}
+		if 2*int64(len(p.roots)) > n {
+			p.few = true
+			return p
+		}
+		r, w := packRoots(in, k, p.roots, o, probe-k.work, inner)
+		p.r = r
+		p.work += w
+		return p
+	})
+	defer wait()
 	for v := range orders {
 		if res.Peak <= in.goal || spent >= work {
 			return spent
 		}
-		k := newBlocker(in)
-		k.run(probe, v, v%2 == 1)
-		spent += k.work
-		roots := k.roots()
-		if 2*int64(len(roots)) > n {
+		p := get(v)
+		spent += p.work
+		if p.few {
 			if v == 0 {
-				return spent // too few merges to pay for packing again
+				return spent
 			}
 			continue
 		}
-		r, w := packBlocks(in, k, roots, o, probe-k.work, res, inner)
-		spent += w
-		if r != nil {
-			k.drop()
-			t := trial{k: k, roots: roots, peak: r.Peak}
+		if p.r != nil {
+			keep(p.k, p.roots, p.r, res)
+			p.k.drop()
+			t := trial{k: p.k, roots: p.roots, peak: p.r.Peak}
 			at := len(best)
 			for at > 0 && worse(best[at-1], t) {
 				at--
@@ -633,19 +656,48 @@ func blocks(in *instance, o Options, work int64, res *Result, sc scope) int64 {
 			best = slices.Insert(best, at, t)[:min(len(best)+1, cap(best)-1)]
 		}
 	}
-	for j, t := range best {
+	// The best trials are refined refineBatch at a time, each with its
+	// share of what is left and a placement of its own (see refineBatch).
+	for j := 0; j < len(best); j += refineBatch {
 		if res.Peak <= in.goal || spent >= work {
 			break
 		}
-		spent += refine(in, t, o, (work-spent)/int64(len(best)-j), res, sc)
+		share := (work - spent) / int64(len(best)-j)
+		batch := best[j:min(j+refineBatch, len(best))]
+		outs := make([]*Result, len(batch))
+		works := make([]int64, len(batch))
+		tasks := make([]func(), len(batch))
+		for b, t := range batch {
+			own := *res
+			own.Offsets = slices.Clone(res.Offsets)
+			outs[b] = &own
+			tasks[b] = func() { works[b] = refine(in, t, o, share, outs[b], sc) }
+		}
+		all(o.Spawn, tasks)
+		base := res.Nodes
+		for b, r := range outs {
+			spent += works[b]
+			res.Nodes += r.Nodes - base
+			if r.Peak < res.Peak {
+				res.Offsets, res.Peak, res.Method = r.Offsets, r.Peak, r.Method
+			}
+		}
 	}
 	return spent
 }
 
-// packBlocks packs the blocks roots of k as buffers, a problem of scope
-// sc, within work and keeps the placement in res when it is lower. It
-// returns the packing (nil if none fits in work) and the work spent.
-func packBlocks(in *instance, k *blocker, roots []int32, o Options, work int64, res *Result, sc scope) (*Result, int64) {
+// refineBatch is how many trials refine at once (with Options.Spawn),
+// each on a copy of the placement that the lowest replaces once all are
+// done. It is fixed, not the number of cores, and the batches are the
+// same without Spawn, so that every machine spends the same shares: a
+// trial in a batch gets the share the first one gets, without what those
+// before it in the batch left unspent (which goes to the next batch).
+const refineBatch = 2
+
+// packRoots packs the blocks roots of k as buffers, a problem of scope
+// sc, within work. It returns the packing (nil if none fits in work)
+// and the work spent.
+func packRoots(in *instance, k *blocker, roots []int32, o Options, work int64, sc scope) (*Result, int64) {
 	if work <= 0 { // pack takes a limit of 0 for none
 		return nil, 0
 	}
@@ -654,13 +706,19 @@ func packBlocks(in *instance, k *blocker, roots []int32, o Options, work int64, 
 		x := &k.blocks[id]
 		sub.Buffers[j] = Buffer{Start: int64(x.start), End: int64(x.end), Size: x.size, Align: x.align}
 	}
-	r, err := pack(sub, Options{Effort: o.Effort, Nodes: o.Nodes}, work, sc)
+	r, err := pack(sub, Options{Effort: o.Effort, Nodes: o.Nodes, Spawn: o.Spawn}, work, sc)
 	if err != nil {
 		return nil, 0
 	}
-	if r.Offsets == nil {
+	if r.Offsets == nil { // blocks' members did not fit in work
 		return nil, r.Work
 	}
+	return r, r.Work
+}
+
+// keep counts r's search nodes in res and makes r, a packing of the
+// blocks roots of k, res's placement when it is lower.
+func keep(k *blocker, roots []int32, r *Result, res *Result) {
 	res.Nodes += r.Nodes
 	if r.Peak < res.Peak {
 		for j, id := range roots {
@@ -668,7 +726,17 @@ func packBlocks(in *instance, k *blocker, roots []int32, o Options, work int64, 
 		}
 		res.Peak, res.Method = r.Peak, "blocks, then "+r.Method
 	}
-	return r, r.Work
+}
+
+// packBlocks packs the blocks roots of k as buffers, a problem of scope
+// sc, within work and keeps the placement in res when it is lower. It
+// returns the packing (nil if none fits in work) and the work spent.
+func packBlocks(in *instance, k *blocker, roots []int32, o Options, work int64, res *Result, sc scope) (*Result, int64) {
+	r, w := packRoots(in, k, roots, o, work, sc)
+	if r != nil {
+		keep(k, roots, r, res)
+	}
+	return r, w
 }
 
 // refine packs t's blocks within work and, while the peak stays above

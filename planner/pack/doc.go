@@ -2,7 +2,10 @@
 // no two buffers live at the same time share a byte, aiming at the lowest
 // peak: offline dynamic storage allocation. It is the engine of the
 // planner's packed strategy, and it is pure: values in, values out, no
-// clock, no goroutines, so every machine computes the same offsets.
+// clock, no goroutines of its own, so every machine computes the same
+// offsets. A caller may lend it goroutines (Options.Spawn) to run some
+// steps at once; their results are folded in a fixed order, so the
+// offsets are the same with them, on any number of cores.
 //
 // # Problem
 //

@@ -39,6 +39,13 @@ type Options struct {
 	// placements every result starts from (at the exact effort, those of
 	// the fast run it starts with too).
 	Budget int64
+	// Spawn, when set, runs the function it is given on a goroutine of
+	// the caller's; the package starts none itself. Pack then runs two of
+	// its independent steps at a time (blocks' orders, and the trials it
+	// refines), folding their results in a fixed order: the placement,
+	// the work and the nodes are the same with it as without it, on any
+	// number of cores; only the time differs (see blocks).
+	Spawn func(func())
 }
 
 // mergeCost weighs a byte range merged by a placer against the searches'
@@ -230,7 +237,7 @@ func Pack(p *Problem, o Options) (*Result, error) {
 	if total <= 0 {
 		total = DefaultExactBudget
 	}
-	fast, err := pack(p, Options{Effort: Fast, Nodes: o.Nodes}, total/2, whole)
+	fast, err := pack(p, Options{Effort: Fast, Nodes: o.Nodes, Spawn: o.Spawn}, total/2, whole)
 	if err != nil && !errors.Is(err, ErrCapacity) {
 		return nil, err
 	}

@@ -1,6 +1,8 @@
 package pack_test
 
 import (
+	"runtime"
+	"slices"
 	"strings"
 	"testing"
 
@@ -118,4 +120,34 @@ func fastGap(t *testing.T, in *dsa.Instance) (float64, string) {
 		t.Fatal(err)
 	}
 	return float64(r.Peak)/float64(r.LowerBound) - 1, r.Method
+}
+
+// TestSameWithSpawn: with a spawner blocks runs its orders ahead on
+// another core and refines its best trials two at a time, yet the
+// placement, the work and the nodes are the same as without one, at both
+// efforts, on one core or several (sliced 2,000 seed 0: fast ends above
+// the lower bound, so every step runs).
+func TestSameWithSpawn(t *testing.T) {
+	p := families.Sliced(2000, 0).Problem()
+	spawn := func(f func()) { go f() }
+	for _, o := range []pack.Options{{}, {Effort: pack.Exact, Budget: 1 << 28}} {
+		alone, err := pack.Pack(p, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, procs := range []int{1, 4} {
+			prev := runtime.GOMAXPROCS(procs)
+			o.Spawn = spawn
+			r, err := pack.Pack(p, o)
+			o.Spawn = nil
+			runtime.GOMAXPROCS(prev)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Peak != alone.Peak || r.Work != alone.Work || r.Nodes != alone.Nodes || r.Method != alone.Method || !slices.Equal(r.Offsets, alone.Offsets) {
+				t.Errorf("effort %q: alone, peak %d after %d work and %d nodes (%s); spawning on %d cores, %d after %d and %d (%s); offsets equal: %v",
+					o.Effort, alone.Peak, alone.Work, alone.Nodes, alone.Method, procs, r.Peak, r.Work, r.Nodes, r.Method, slices.Equal(r.Offsets, alone.Offsets))
+			}
+		}
+	}
 }

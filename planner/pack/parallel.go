@@ -1,0 +1,61 @@
+package pack
+
+import "sync"
+
+// lookahead is how many of blocks' orders run at once with a spawner:
+// the development VM's two cores.
+const lookahead = 2
+
+// ahead hands over f(0), f(1), …, f(n-1) through get, in any order of
+// calls. With spawn (see Options.Spawn) they run on the caller's
+// goroutines, up to lookahead of them at once, ahead of the highest index
+// asked for; without, get(i) computes f(i) itself. Each f(i) must depend
+// on i alone and write nothing it does not own, so that the results,
+// folded in index order, are the same either way. wait waits for the
+// computations still running; the caller must call it before it
+// returns, even when it stops asking early.
+func ahead[T any](n int, spawn func(func()), f func(i int) T) (get func(i int) T, wait func()) {
+	if spawn == nil {
+		return f, func() {}
+	}
+	out := make([]chan T, n)
+	for i := range out {
+		out[i] = make(chan T, 1)
+	}
+	var wg sync.WaitGroup
+	started := 0
+	get = func(i int) T {
+		for ; started < min(i+lookahead, n); started++ {
+			j := started
+			wg.Add(1)
+			spawn(func() {
+				defer wg.Done()
+				out[j] <- f(j)
+			})
+		}
+		return <-out[i]
+	}
+	return get, wg.Wait
+}
+
+// all runs the tasks and returns once every one has: with spawn, all but
+// the last on the caller's goroutines and the last on this one; without,
+// one after the other.
+func all(spawn func(func()), tasks []func()) {
+	if spawn == nil || len(tasks) < 2 {
+		for _, t := range tasks {
+			t()
+		}
+		return
+	}
+	var wg sync.WaitGroup
+	for _, t := range tasks[:len(tasks)-1] {
+		wg.Add(1)
+		spawn(func() {
+			defer wg.Done()
+			t()
+		})
+	}
+	tasks[len(tasks)-1]()
+	wg.Wait()
+}
