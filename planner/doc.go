@@ -1,8 +1,9 @@
 // Package planner plans tensor memory: UML_OS.TMMU.PlanMemory_v2 of the
 // spec (shared/seeds/tmmu-prepare-memory-v2.md). It is pure: values in,
-// values out, no clock, no goroutines, no global state, so every machine
-// given the same graph and options computes the byte-identical plan and the
-// same tmmu_plan_hash.
+// values out, no clock, no goroutines of its own, no global state, so every
+// machine given the same graph and options computes the byte-identical plan
+// and the same tmmu_plan_hash. Options.Spawn lends the packed strategy the
+// caller's goroutines; the plan is the same with or without them.
 //
 // # Pipeline
 //

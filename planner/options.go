@@ -248,6 +248,11 @@ type Options struct {
 	// heuristics: offsets may change, validity never does. DSA instances
 	// bring their own clock this way; nil means position k is time k.
 	PositionTimes []int64
+	// Spawn, when set, runs the function it is given on a goroutine of
+	// the caller's, so that the packed strategy runs some of its steps
+	// at once (see pack.Options.Spawn); the plan is byte-identical with
+	// or without it. The planner starts no goroutine itself.
+	Spawn func(func())
 }
 
 // NoShardSpecHash is the shard_spec_hash of an unsharded plan:

@@ -68,7 +68,7 @@ func packArenas(g *ir.Graph, l *Liveness, o Options) (*SlotAssignment, []ArenaLa
 				err = pack.ErrCapacity
 			}
 		} else {
-			res, err = pack.Pack(p, pack.Options{Effort: o.Effort, Budget: o.Budget})
+			res, err = pack.Pack(p, pack.Options{Effort: o.Effort, Budget: o.Budget, Spawn: o.Spawn})
 		}
 		// takeSlots puts the storages at the spec's slot layout lay.
 		takeSlots := func(lay ArenaLayout) {

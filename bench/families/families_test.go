@@ -9,6 +9,8 @@ import (
 
 	"github.com/tmmu/tmmu/bench/families"
 	"github.com/tmmu/tmmu/dsa"
+	"github.com/tmmu/tmmu/ir"
+	"github.com/tmmu/tmmu/planner"
 	"github.com/tmmu/tmmu/planner/pack"
 )
 
@@ -164,5 +166,32 @@ func TestTransformerStep(t *testing.T) {
 		if c.layers == 96 && len(in.Buffers) <= 20000 {
 			t.Errorf("%s: %d buffers", in.Name, len(in.Buffers))
 		}
+	}
+}
+
+// TestPlanSameWithSpawn: a plan whose packing runs blocks (sliced 2,000
+// seed 0 ends above its lower bound at the fast effort) has the same
+// hash whether the planner is lent goroutines or not.
+func TestPlanSameWithSpawn(t *testing.T) {
+	in := families.Sliced(2000, 0)
+	g, err := ir.Compile(in.Model())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hashes [2]ir.Hash
+	for j, spawn := range []func(func()){nil, func(f func()) { go f() }} {
+		opts := in.Options(g)
+		opts.Spawn = spawn
+		p, err := planner.PlanMemory(g, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Metrics.PeakBytes <= p.Metrics.LowerBoundBytes {
+			t.Fatalf("peak %d at the lower bound: blocks did not run; pick an instance fast leaves above it", p.Metrics.PeakBytes)
+		}
+		hashes[j] = p.PlanHash
+	}
+	if hashes[0] != hashes[1] {
+		t.Errorf("plan hash %x alone, %x with goroutines", hashes[0], hashes[1])
 	}
 }
