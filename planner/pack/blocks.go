@@ -253,22 +253,33 @@ func (k *blocker) step(id int32, tier chainTier) int32 {
 	return -1
 }
 
-// trim returns same, two or more blocks live over [start, end), less
-// one block when the rest, and not all of them, sum to the size of a
-// block that ends at start or starts at end (so a pair is not stacked
-// when one of them alone meets a block of its size there and both do
-// not): a rectangle that pieces cut in bytes rebuild usually meets one
-// of its own size in time, and a block of another part that lives over
-// the same sections by chance spoils that sum. Held out, fast effort,
-// the generator's order: perfect packings of 20,000 buffers, seeds 0 to
-// 7, went from six at the lower bound and up to +7.59 % to all eight;
-// sliced ones of 5,000, seeds 0 to 7, from a mean +4.96 % and up to
-// +12.84 % to +1.87 % and +5.64 % (trimming stacks of three or more
-// only: +3.64 % and +7.70 %); in the planner's order, 10 of 30 such
-// instances (halving, sliced, perfect) ended lower and 2 higher
-// (perfect 20,000 seed 2 0 to +0.15 %, sliced 5,000 seed 6 +3.43 to
-// +4.94 %). Trimming two blocks as well was far worse (sliced 2,000:
-// up to +29.44 %).
+// trim returns same, two or more blocks live over [start, end), or the
+// part of them to stack: all of them when they sum to the size of a block
+// that ends at start or starts at end; else, of three to maxSubset
+// blocks, the fewest (two or more) that sum to such a size; else, of
+// more, all but one block when those do (so a pair is not stacked when
+// one of them alone meets a block of its size there and both do not). A
+// rectangle that pieces cut in bytes rebuild usually meets one of its
+// own size in time, and blocks of other parts that live over the same
+// sections by chance spoil that sum: on sliced tilings (5,000 buffers,
+// the generator's offsets as an oracle) a fifth to a third of the stacks
+// of four or more blocks were not rectangles of the tiling, most of them
+// stacks of slivers one section wide from several columns of pieces.
+//
+// Leaving out one block only: held out, fast effort, the generator's
+// order, perfect packings of 20,000 buffers, seeds 0 to 7, went from six
+// at the lower bound and up to +7.59 % to all eight; sliced ones of
+// 5,000, seeds 0 to 7, from a mean +4.96 % and up to +12.84 % to +1.87 %
+// and +5.64 %. Trimming two blocks as well was far worse (sliced 2,000:
+// up to +29.44 %). The fewest that sum: sliced 5,000, seeds 0 to 31, from
+// a mean +3.55 %, 24 within +5 % and up to +15.66 %, to +2.82 %, 25 and
+// +13.57 %; 56 other tilings (perfect and halving 5,000 and 20,000,
+// sliced 2,000 and 10,000) from 42 at the bound and a mean +0.74 % to 46
+// and +0.46 %, one ending higher (sliced 10,000 seed 1, +0.85 to
+// +2.33 %). The most that sum instead: +3.00 % and 43 at the bound, with
+// halving 5,000 seed 1 of the suite off the bound; subsets of up to 16
+// blocks cost the blocker so much work that on sliced 5,000 seed 26 it
+// spent every order's share before packing its blocks (+28.26 %).
 func (k *blocker) trim(same []int32, start, end int32) []int32 {
 	k.near = k.find(k.near[:0], ends, start, -1, 0, -1)
 	k.near = k.find(k.near, starts, end, -1, 0, -1)
@@ -288,6 +299,33 @@ func (k *blocker) trim(same []int32, start, end int32) []int32 {
 	if has(total) {
 		return same
 	}
+	if m := len(same); m >= 3 && m <= maxSubset {
+		// The fewest blocks, two or more, whose sum a near block has;
+		// among as many, the first in Gosper's order of the masks.
+		full := 1<<m - 1
+		for c := 2; c < m; c++ {
+			for mask := 1<<c - 1; mask < full; {
+				var sum uint64
+				for rest := mask; rest != 0; rest &= rest - 1 {
+					sum += k.blocks[same[bits.TrailingZeros(uint(rest))]].size
+				}
+				k.work += int64(c + len(k.near))
+				if has(sum) {
+					var part []int32
+					for j, x := range same {
+						if mask&(1<<j) != 0 {
+							part = append(part, x)
+						}
+					}
+					return part
+				}
+				low := mask & -mask // the next mask of c bits
+				next := mask + low
+				mask = next | (mask^next)>>2/low
+			}
+		}
+		return same
+	}
 	for j, x := range same {
 		if has(total - k.blocks[x].size) {
 			return append(same[:j:j], same[j+1:]...)
@@ -295,6 +333,10 @@ func (k *blocker) trim(same []int32, start, end int32) []int32 {
 	}
 	return same
 }
+
+// maxSubset is the most blocks trim looks for a subset of (2^maxSubset
+// masks at most); above, it only leaves out one block.
+const maxSubset = 8
 
 // chains chains block id with a block of its size that starts where it
 // ends, or ends where it starts: one whose chain can stack at once,

@@ -1,6 +1,7 @@
 package pack
 
 import (
+	"slices"
 	"testing"
 
 	"pgregory.net/rapid"
@@ -70,4 +71,46 @@ func TestPropertyBlocks(t *testing.T) {
 			t.Fatalf("blocks: peak %d, checked %d: %v", res.Peak, peak, err)
 		}
 	})
+}
+
+// TestTrimKeepsTheFewestThatSum: of blocks live over the same sections,
+// trim keeps the fewest (two or more) whose sizes sum to a block meeting
+// them in time; all of them when they all do; and, of more than
+// maxSubset, all but one when those do.
+func TestTrimKeepsTheFewestThatSum(t *testing.T) {
+	// sizes of the buffers live over [10, 20), and of those that end at
+	// 10 (their neighbours), each case's answer as sizes
+	for _, c := range []struct {
+		same, near, want []uint64
+	}{
+		{[]uint64{5, 7, 11, 13}, []uint64{18}, []uint64{7, 11}}, // 5+13 sums to 18 too: the first pair by ascending mask is kept
+		{[]uint64{5, 7, 11, 13}, []uint64{36}, []uint64{5, 7, 11, 13}},
+		{[]uint64{5, 7, 11, 13}, []uint64{99}, []uint64{5, 7, 11, 13}},
+		{[]uint64{5, 7, 11, 13}, []uint64{23, 31}, []uint64{5, 7, 11}}, // no pair sums to either; 5+7+11 = 23
+		{[]uint64{1, 2, 4, 8, 16, 32, 64, 128, 256}, []uint64{510}, []uint64{2, 4, 8, 16, 32, 64, 128, 256}},
+	} {
+		p := &Problem{}
+		for _, s := range c.same {
+			p.Buffers = append(p.Buffers, Buffer{Start: 10, End: 20, Size: s})
+		}
+		for _, s := range c.near {
+			p.Buffers = append(p.Buffers, Buffer{Start: 0, End: 10, Size: s})
+		}
+		in, err := newInstance(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		k := newBlocker(in)
+		same := make([]int32, len(c.same))
+		for i := range same {
+			same[i] = int32(i)
+		}
+		var got []uint64
+		for _, id := range k.trim(same, in.start[0], in.end[0]) {
+			got = append(got, k.blocks[id].size)
+		}
+		if !slices.Equal(got, c.want) {
+			t.Errorf("same %v, near %v: kept %v, want %v", c.same, c.near, got, c.want)
+		}
+	}
 }

@@ -104,10 +104,16 @@ func TestBlocksOnHalving(t *testing.T) {
 // and the fast effort ended +17.80 % above the lower bound; packings that
 // count that cost as it comes ended +12.84 %, stacks of three or more
 // that leave out a block spoiling their sum +7.70 %, and with pairs
-// trimmed too +2.09 %.
+// trimmed too +2.09 %. Seed 0 ended +5.64 % while trim only left out one
+// block; keeping the fewest blocks whose sum a neighbour has, +1.77 %.
 func TestBlocksOnSliced(t *testing.T) {
-	if g, method := fastGap(t, families.Sliced(5000, 7)); g > 0.05 {
-		t.Errorf("sliced 5000 seed 7: %.2f %% over the lower bound (%s)", 100*g, method)
+	for _, c := range []struct {
+		seed uint64
+		most float64
+	}{{7, 0.05}, {0, 0.03}} {
+		if g, method := fastGap(t, families.Sliced(5000, c.seed)); g > c.most {
+			t.Errorf("sliced 5000 seed %d: %.2f %% over the lower bound (%s), want at most %.0f %%", c.seed, 100*g, method, 100*c.most)
+		}
 	}
 }
 
