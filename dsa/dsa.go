@@ -104,6 +104,23 @@ func ParseBytes(name string, data []byte) (*Instance, error) {
 	return Parse(name, bytes.NewReader(data))
 }
 
+// Write saves the instance as a CSV file Parse reads back: the header
+// id,lower,upper,size, then the buffers in order.
+func (in *Instance) Write(w io.Writer) error {
+	cw := csv.NewWriter(w)
+	if err := cw.Write([]string{"id", "lower", "upper", "size"}); err != nil {
+		return err
+	}
+	for _, b := range in.Buffers {
+		rec := []string{b.ID, strconv.FormatInt(b.Lower, 10), strconv.FormatInt(b.Upper, 10), strconv.FormatUint(b.Size, 10)}
+		if err := cw.Write(rec); err != nil {
+			return err
+		}
+	}
+	cw.Flush()
+	return cw.Error()
+}
+
 // Problem returns the instance as a packing problem with alignment 1,
 // buffers in file order.
 func (in *Instance) Problem() *pack.Problem {

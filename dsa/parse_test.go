@@ -2,6 +2,7 @@ package dsa_test
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
@@ -70,5 +71,25 @@ func TestModelMatchesInstance(t *testing.T) {
 	rows, err := in.Rows(p)
 	if err != nil || len(rows) != 5 || rows[4].ID != "e" || rows[4].Lifetime != [2]int64{19, 40} {
 		t.Fatalf("rows %v, %v", rows, err)
+	}
+}
+
+// TestWriteParses: Write's CSV parses back to the same instance, ids
+// that need quoting and extreme values included.
+func TestWriteParses(t *testing.T) {
+	in := &dsa.Instance{Name: "w", Buffers: []dsa.Buffer{
+		{ID: "a", Lower: 0, Upper: 3, Size: 8},
+		{ID: `b,"c"`, Lower: -1 << 63, Upper: 1<<63 - 1, Size: 1<<64 - 1},
+	}}
+	var b strings.Builder
+	if err := in.Write(&b); err != nil {
+		t.Fatal(err)
+	}
+	back, err := dsa.ParseBytes("w", []byte(b.String()))
+	if err != nil {
+		t.Fatalf("%v\n%s", err, b.String())
+	}
+	if !slices.Equal(back.Buffers, in.Buffers) {
+		t.Errorf("wrote %+v, read back %+v", in.Buffers, back.Buffers)
 	}
 }

@@ -32,8 +32,8 @@
 //
 // Instances are dsa.Instance values, so they plan through the same path
 // as the public CSV instances (dsa.Instance.Model, dsa.ArenaConfig), and
-// Write saves one as a CSV for other tools. The same family, size and
-// seed give the same instance on every machine.
+// dsa.Instance.Write saves one as a CSV for other tools. The same family,
+// size and seed give the same instance on every machine.
 package families
 
 import (
