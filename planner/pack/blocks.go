@@ -452,7 +452,8 @@ func (k *blocker) mark(side int, t int32) {
 // the pieces of the right partners are merged, and such a chain hides
 // the tiling; but stacks made meanwhile can take a block from the chain
 // it belongs to, so blocks runs both kinds.
-func (k *blocker) run(limit int64, order int, confirm bool) {
+func (k *blocker) run(limit int64, order int, confirm bool, h *halt) {
+	more := func() bool { return k.work < limit && !h.done() }
 	queue := make([]int32, 0, len(k.blocks))
 	for i := range k.blocks {
 		queue = append(queue, int32(i))
@@ -476,8 +477,8 @@ func (k *blocker) run(limit int64, order int, confirm bool) {
 		queue = append(queue, k.neighbours(nb)...)
 		return true
 	}
-	for k.alive > 1 && k.work < limit {
-		for len(queue) > 0 && k.work < limit {
+	for k.alive > 1 && more() {
+		for len(queue) > 0 && more() {
 			id := queue[0]
 			queue = queue[1:]
 			if !merged(k.step(id, first)) && confirm {
@@ -485,7 +486,7 @@ func (k *blocker) run(limit int64, order int, confirm bool) {
 			}
 		}
 		if len(later) > 0 {
-			for len(later) > 0 && len(queue) == 0 && k.work < limit {
+			for len(later) > 0 && len(queue) == 0 && more() {
 				id := later[0]
 				later = later[1:]
 				if !k.dead[id] {
@@ -499,7 +500,7 @@ func (k *blocker) run(limit int64, order int, confirm bool) {
 		// are met again: those starting or ending where the merge
 		// changed a list.
 		nb := int32(-1)
-		for tried := 0; nb < 0 && tried < len(k.blocks) && k.work < limit; tried++ {
+		for tried := 0; nb < 0 && tried < len(k.blocks) && more(); tried++ {
 			if cursor >= len(k.blocks) {
 				cursor = 0
 			}
@@ -661,22 +662,28 @@ func blocks(in *instance, o Options, work int64, res *Result, sc scope) int64 {
 		work  int64
 		few   bool // too few merges to pay for packing again
 	}
+	// Trials still running when blocks returns are halted: their
+	// results would be thrown away.
+	ahalt := &halt{parent: o.halt}
+	po := o
+	po.halt = ahalt
 	get, wait := ahead(orders, o.Spawn, func(v int) probed {
 		k := newBlocker(in)
-		k.run(probe, v, v%2 == 1)
+		k.run(probe, v, v%2 == 1, ahalt)
 		p := probed{k: k, roots: k.roots(), work: k.work}
 		if 2*int64(len(p.roots)) > n {
 			p.few = true
 			return p
 		}
-		r, w := packRoots(in, k, p.roots, o, probe-k.work, inner)
+		r, w := packRoots(in, k, p.roots, po, probe-k.work, inner)
 		p.r = r
 		p.work += w
 		return p
 	})
 	defer wait()
+	defer ahalt.flag.Store(true)
 	for v := range orders {
-		if res.Peak <= in.goal || spent >= work {
+		if res.Peak <= in.goal || spent >= work || o.halt.done() {
 			return spent
 		}
 		p := get(v)
@@ -701,19 +708,32 @@ func blocks(in *instance, o Options, work int64, res *Result, sc scope) int64 {
 	// The best trials are refined refineBatch at a time, each with its
 	// share of what is left and a placement of its own (see refineBatch).
 	for j := 0; j < len(best); j += refineBatch {
-		if res.Peak <= in.goal || spent >= work {
+		if res.Peak <= in.goal || spent >= work || o.halt.done() {
 			break
 		}
 		share := (work - spent) / int64(len(best)-j)
 		batch := best[j:min(j+refineBatch, len(best))]
 		outs := make([]*Result, len(batch))
 		works := make([]int64, len(batch))
+		halts := make([]*halt, len(batch))
+		for b := range batch {
+			halts[b] = &halt{parent: o.halt}
+		}
 		tasks := make([]func(), len(batch))
 		for b, t := range batch {
 			own := *res
 			own.Offsets = slices.Clone(res.Offsets)
 			outs[b] = &own
-			tasks[b] = func() { works[b] = refine(in, t, o, share, outs[b], sc) }
+			ob := o
+			ob.halt = halts[b]
+			tasks[b] = func() {
+				works[b] = refine(in, t, ob, share, outs[b], sc)
+				if outs[b].Peak <= in.goal { // the later trials are thrown away
+					for _, h := range halts[b+1:] {
+						h.flag.Store(true)
+					}
+				}
+			}
 		}
 		all(o.Spawn, tasks)
 		base := res.Nodes
@@ -723,6 +743,9 @@ func blocks(in *instance, o Options, work int64, res *Result, sc scope) int64 {
 			if r.Peak < res.Peak {
 				res.Offsets, res.Peak, res.Method = r.Offsets, r.Peak, r.Method
 			}
+			if r.Peak <= in.goal {
+				break
+			}
 		}
 	}
 	return spent
@@ -730,10 +753,12 @@ func blocks(in *instance, o Options, work int64, res *Result, sc scope) int64 {
 
 // refineBatch is how many trials refine at once (with Options.Spawn),
 // each on a copy of the placement that the lowest replaces once all are
-// done. It is fixed, not the number of cores, and the batches are the
-// same without Spawn, so that every machine spends the same shares: a
-// trial in a batch gets the share the first one gets, without what those
-// before it in the batch left unspent (which goes to the next batch).
+// done; the trials after one that reached the goal are thrown away (and
+// halted), as they would not have run one after the other. It is fixed,
+// not the number of cores, and the batches are the same without Spawn,
+// so that every machine spends the same shares: a trial in a batch gets
+// the share the first one gets, without what those before it in the
+// batch left unspent (which goes to the next batch).
 const refineBatch = 2
 
 // packRoots packs the blocks roots of k as buffers, a problem of scope
@@ -748,7 +773,7 @@ func packRoots(in *instance, k *blocker, roots []int32, o Options, work int64, s
 		x := &k.blocks[id]
 		sub.Buffers[j] = Buffer{Start: int64(x.start), End: int64(x.end), Size: x.size, Align: x.align}
 	}
-	r, err := pack(sub, Options{Effort: o.Effort, Nodes: o.Nodes, Spawn: o.Spawn}, work, sc)
+	r, err := pack(sub, Options{Effort: o.Effort, Nodes: o.Nodes, Spawn: o.Spawn, halt: o.halt}, work, sc)
 	if err != nil {
 		return nil, 0
 	}
@@ -796,7 +821,7 @@ func refine(in *instance, t trial, o Options, work int64, res *Result, sc scope)
 	// seeds 0 to 39, fast: 32 at the lower bound and up to +2.80 % above
 	// it without, 37 and +1.36 % with; of 10,000, seed 0: +13.64 % and
 	// +2.64 %).
-	for round := 0; res.Peak > in.goal && spent < work; round++ {
+	for round := 0; res.Peak > in.goal && spent < work && !o.halt.done(); round++ {
 		sub := inner
 		if round > 0 && sc == whole {
 			sub = nested

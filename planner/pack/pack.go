@@ -46,6 +46,9 @@ type Options struct {
 	// the work and the nodes are the same with it as without it, on any
 	// number of cores; only the time differs (see blocks).
 	Spawn func(func())
+	// halt, on blocks' problems, says their result will be thrown away
+	// (see halt).
+	halt *halt
 }
 
 // mergeCost weighs a byte range merged by a placer against the searches'
@@ -321,7 +324,7 @@ func pack(p *Problem, o Options, limit int64, sc scope) (*Result, error) {
 	for k, m := range portfolio {
 		// Once a member reaches the goal no placement is lower, so the
 		// rest are skipped, greedy-size too: it cannot win.
-		if res.Offsets != nil && res.Peak <= in.goal {
+		if res.Offsets != nil && res.Peak <= in.goal || o.halt.done() {
 			break
 		}
 		// An optional member runs when it is expected to fit: a member
@@ -351,7 +354,7 @@ func pack(p *Problem, o Options, limit int64, sc scope) (*Result, error) {
 		}
 	}
 	res.Merged = pl.merged
-	if res.Offsets == nil { // a blocks' problem whose members did not fit
+	if res.Offsets == nil || o.halt.done() { // a blocks' problem whose members did not fit, or whose result is thrown away
 		res.Work = spent
 		return res, nil
 	}

@@ -1,6 +1,9 @@
 package pack
 
-import "sync"
+import (
+	"sync"
+	"sync/atomic"
+)
 
 // lookahead is how many of blocks' orders run at once with a spawner:
 // the development VM's two cores.
@@ -58,4 +61,24 @@ func all(spawn func(func()), tasks []func()) {
 	}
 	tasks[len(tasks)-1]()
 	wg.Wait()
+}
+
+// A halt tells computations that run ahead of need (blocks' orders, the
+// trials of a refine batch after one that reached the goal) that their
+// results will be thrown away, so they may stop early. What a halted
+// computation returns is never used, so halting changes no result, only
+// the time. A halt also holds once its parent's does.
+type halt struct {
+	flag   atomic.Bool
+	parent *halt
+}
+
+// done reports whether h or an ancestor was set; a nil halt never is.
+func (h *halt) done() bool {
+	for ; h != nil; h = h.parent {
+		if h.flag.Load() {
+			return true
+		}
+	}
+	return false
 }
