@@ -56,8 +56,9 @@
 // still more than 1 % above the lower bound (at the exact effort, any
 // above it), buffers are merged into blocks, rectangles whose inside is
 // fixed, as the cuts of a guillotine tiling are found again bottom up:
-// blocks live over exactly the same sections are stacked (one is left out
-// when the rest, not all, sum to the size of a block they meet in time),
+// blocks live over exactly the same sections are stacked (of up to eight,
+// the fewest, two or more, that sum to the size of a block they meet in
+// time, when not all of them do; of more, all but one when those do),
 // and a block whose end meets the start of the only block of its size
 // starting there (and that block's only candidate) is chained with it,
 // sharing its bytes, as is one whose chain with a block of its size
@@ -77,7 +78,9 @@
 // that most often hides a tiling, but holding chains back lets stacks take
 // blocks from theirs), packs each result once cheaply (the blocks'
 // packings run the portfolio, the dive and the canonical search, not the
-// skyline restarts), and refines the ones that packed lowest. Most of the
+// skyline restarts), and refines the ones that packed lowest, two at a
+// time (with Options.Spawn the orders run ahead on another core and the
+// two refine at once, with the same results). Most of the
 // merges that go astray are stacks, so after the first packing every stack
 // is taken apart too, and blocks merge what is left again (once, one level
 // down) before it is packed: the block a stack took by chance goes back to
