@@ -370,7 +370,7 @@ func pack(p *Problem, o Options, limit int64, sc scope) (*Result, error) {
 	// puts to better use (5,000 buffers, seeds 40 to 79, fast: a mean of
 	// +1.76 % over the lower bound with them, +1.25 % without).
 	if sky != nil && res.Peak > in.goal && sc == whole {
-		restarts(in, sky, b, res, &spent)
+		restarts(in, sky, b, res, &spent, o.Spawn)
 	}
 	res.Optimal = res.Peak <= in.goal
 	target := res.Peak
@@ -439,32 +439,66 @@ func (s *skySearch) keep(res *Result, method string) {
 
 // restarts runs skyline search restarts at the goal on instances still
 // far from it, ties shuffled by a fixed seed each, with a share of the
-// budget that grows as restarts fail.
-func restarts(in *instance, s *skySearch, b budget, res *Result, spent *int64) {
+// budget that grows as restarts fail. They run two at a time (at once
+// with spawn), the second on a placer of its own with the limit left
+// once the first has spent its own and the largest overrun seen so far;
+// the second is thrown away when the first reaches the goal. The limits
+// do not depend on spawn, so every machine spends the same.
+func restarts(in *instance, s *skySearch, b budget, res *Result, spent *int64, spawn func(func())) {
 	r := min(b.sky, b.work-*spent)
 	if !in.far(res.Peak, b.above) || r <= 0 {
 		return
 	}
-	from, over := s.work, int64(0)
+	var used, over int64
 	per := max(r/64, 64*int64(len(in.bufs)))
-	for k := uint64(0); s.work-from < r && res.Peak > in.goal; k++ {
-		s.rng = rand.New(rand.NewPCG(k, uint64(len(in.bufs))))
+	var s2 *skySearch
+	for k := uint64(0); used < r && res.Peak > in.goal; k += 2 {
 		// A restart may pass its limit by a node; the next ones leave
 		// room for the largest such overrun seen.
-		lim := min(per, r-(s.work-from)-over)
-		if lim <= 0 {
+		lim := [2]int64{min(per, r-used-over)}
+		per += per / 4
+		lim[1] = min(per, r-used-lim[0]-2*over)
+		per += per / 4
+		if lim[0] <= 0 {
 			break
 		}
-		w := s.work
-		ok := s.solve(in.goal, lim)
-		over = max(over, s.work-w-lim)
-		if ok {
-			s.keep(res, "skyline search")
-			res.Optimal = true
+		searches := []*skySearch{s}
+		if lim[1] > 0 {
+			if s2 == nil {
+				s2 = newSkySearch(in)
+			}
+			searches = append(searches, s2)
 		}
-		per += per / 4
+		var found [2]bool
+		var works [2]int64
+		second := &halt{} // set when the first reaches the goal
+		tasks := make([]func(), len(searches))
+		for j, x := range searches {
+			tasks[j] = func() {
+				x.rng = rand.New(rand.NewPCG(k+uint64(j), uint64(len(in.bufs))))
+				if j == 1 {
+					x.halt = second
+				}
+				w := x.work
+				found[j] = x.solve(in.goal, lim[j])
+				works[j] = x.work - w
+				if j == 0 && found[j] {
+					second.flag.Store(true)
+				}
+			}
+		}
+		all(spawn, tasks)
+		for j, x := range searches {
+			used += works[j]
+			over = max(over, works[j]-lim[j])
+			if found[j] {
+				x.keep(res, "skyline search")
+				res.Optimal = true
+				break
+			}
+		}
 	}
-	*spent += s.work - from
+	*spent += used
 }
 
 // improve searches for placements below target (a peak already reached,

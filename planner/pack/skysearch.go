@@ -46,6 +46,7 @@ type skySearch struct {
 	undo     []levelChange
 	gone     []int32   // sections emptied by covers, for undo
 	cands    [][]int32 // candidates per depth
+	halt     *halt     // a restart whose result will be thrown away
 }
 
 // levelChange undoes a cover or a raise: sections [a, b) were at level
@@ -354,7 +355,7 @@ func (s *skySearch) search(depth int) bool {
 	if s.placedN == len(s.in.bufs) {
 		return true
 	}
-	if s.work >= s.limit {
+	if s.work >= s.limit || s.halt.done() {
 		s.aborted = true
 		return false
 	}
