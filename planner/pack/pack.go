@@ -41,8 +41,9 @@ type Options struct {
 	Budget int64
 	// Spawn, when set, runs the function it is given on a goroutine of
 	// the caller's; the package starts none itself. Pack then runs two of
-	// its independent steps at a time (blocks' orders, and the trials it
-	// refines), folding their results in a fixed order: the placement,
+	// its independent steps at a time (blocks' orders, the trials it
+	// refines, skyline restarts), folding their results in a fixed
+	// order: the placement,
 	// the work and the nodes are the same with it as without it, on any
 	// number of cores; only the time differs (see blocks).
 	Spawn func(func())
@@ -89,7 +90,8 @@ func budgetOf(e Effort, n int, positions int32) budget {
 // DefaultExactBudget is the exact effort's work budget: 5 to 31 s on one
 // core of the 2-core development VM for the instances that spend it all,
 // whatever their size (the time a unit takes varies with what is not
-// counted, such as sorting and the search's floor scans).
+// counted, such as sorting and the search's floor scans); up to 16 s
+// with Options.Spawn on both.
 const DefaultExactBudget = 1 << 32
 
 // Result is a placement.
