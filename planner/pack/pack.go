@@ -43,9 +43,8 @@ type Options struct {
 	// the caller's; the package starts none itself. Pack then runs two of
 	// its independent steps at a time (blocks' orders, the trials it
 	// refines, skyline restarts), folding their results in a fixed
-	// order: the placement,
-	// the work and the nodes are the same with it as without it, on any
-	// number of cores; only the time differs (see blocks).
+	// order: the placement, the work and the nodes are the same with it
+	// as without it, on any number of cores; only the time differs.
 	Spawn func(func())
 	// halt, on blocks' problems, says their result will be thrown away
 	// (see halt).
