@@ -129,10 +129,11 @@ func fastGap(t *testing.T, in *dsa.Instance) (float64, string) {
 }
 
 // TestSameWithSpawn: with a spawner blocks runs its orders ahead on
-// another core and refines its best trials two at a time, yet the
-// placement, the work and the nodes are the same as without one, at both
-// efforts, on one core or several (sliced 2,000 seed 0: fast ends above
-// the lower bound, so every step runs).
+// another core and refines its best trials two at a time, skyline
+// restarts run two at a time, and what will be thrown away is halted, yet
+// the placement, the work and the nodes are the same as without one, at
+// both efforts, on one core or several (sliced 2,000 seed 0: fast ends
+// above the lower bound, so every step runs).
 func TestSameWithSpawn(t *testing.T) {
 	p := families.Sliced(2000, 0).Problem()
 	spawn := func(f func()) { go f() }
