@@ -715,36 +715,25 @@ func blocks(in *instance, o Options, work int64, res *Result, sc scope) int64 {
 		batch := best[j:min(j+refineBatch, len(best))]
 		outs := make([]*Result, len(batch))
 		works := make([]int64, len(batch))
-		halts := make([]*halt, len(batch))
-		for b := range batch {
-			halts[b] = &halt{parent: o.halt}
-		}
-		tasks := make([]func(), len(batch))
+		tasks := make([]func(*halt) bool, len(batch))
 		for b, t := range batch {
 			own := *res
 			own.Offsets = slices.Clone(res.Offsets)
 			outs[b] = &own
-			ob := o
-			ob.halt = halts[b]
-			tasks[b] = func() {
+			tasks[b] = func(h *halt) bool {
+				ob := o
+				ob.halt = h
 				works[b] = refine(in, t, ob, share, outs[b], sc)
-				if outs[b].Peak <= in.goal { // the later trials are thrown away
-					for _, h := range halts[b+1:] {
-						h.flag.Store(true)
-					}
-				}
+				return outs[b].Peak <= in.goal
 			}
 		}
-		all(o.Spawn, tasks)
+		first := firstOf(o.Spawn, o.halt, tasks)
 		base := res.Nodes
-		for b, r := range outs {
+		for b, r := range outs[:min(first+1, len(outs))] {
 			spent += works[b]
 			res.Nodes += r.Nodes - base
 			if r.Peak < res.Peak {
 				res.Offsets, res.Peak, res.Method = r.Offsets, r.Peak, r.Method
-			}
-			if r.Peak <= in.goal {
-				break
 			}
 		}
 	}

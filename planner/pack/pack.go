@@ -470,33 +470,26 @@ func restarts(in *instance, s *skySearch, b budget, res *Result, spent *int64, s
 			}
 			searches = append(searches, s2)
 		}
-		var found [2]bool
 		var works [2]int64
-		second := &halt{} // set when the first reaches the goal
-		tasks := make([]func(), len(searches))
+		tasks := make([]func(*halt) bool, len(searches))
 		for j, x := range searches {
-			tasks[j] = func() {
+			tasks[j] = func(h *halt) bool {
 				x.rng = rand.New(rand.NewPCG(k+uint64(j), uint64(len(in.bufs))))
-				if j == 1 {
-					x.halt = second
-				}
+				x.halt = h
 				w := x.work
-				found[j] = x.solve(in.goal, lim[j])
+				found := x.solve(in.goal, lim[j])
 				works[j] = x.work - w
-				if j == 0 && found[j] {
-					second.flag.Store(true)
-				}
+				return found
 			}
 		}
-		all(spawn, tasks)
-		for j, x := range searches {
+		first := firstOf(spawn, nil, tasks)
+		for j := range searches[:min(first+1, len(searches))] {
 			used += works[j]
 			over = max(over, works[j]-lim[j])
-			if found[j] {
-				x.keep(res, "skyline search")
-				res.Optimal = true
-				break
-			}
+		}
+		if first < len(searches) {
+			searches[first].keep(res, "skyline search")
+			res.Optimal = true
 		}
 	}
 	*spent += used

@@ -1,6 +1,7 @@
 package pack
 
 import (
+	"slices"
 	"sync"
 	"sync/atomic"
 )
@@ -61,6 +62,32 @@ func all(spawn func(func()), tasks []func()) {
 	}
 	tasks[len(tasks)-1]()
 	wg.Wait()
+}
+
+// firstOf runs the tasks as all does, each given a halt of its own under
+// parent, and returns the index of the first, in order, that reports
+// success (len(tasks) if none does). When one does, the halts of those
+// after it are set: the caller throws their results away, as they would
+// not have run one after the other, so they may stop early.
+func firstOf(spawn func(func()), parent *halt, tasks []func(h *halt) bool) int {
+	halts := make([]*halt, len(tasks))
+	ok := make([]bool, len(tasks))
+	run := make([]func(), len(tasks))
+	for i, t := range tasks {
+		halts[i] = &halt{parent: parent}
+		run[i] = func() {
+			if ok[i] = t(halts[i]); ok[i] {
+				for _, h := range halts[i+1:] {
+					h.flag.Store(true)
+				}
+			}
+		}
+	}
+	all(spawn, run)
+	if i := slices.Index(ok, true); i >= 0 {
+		return i
+	}
+	return len(tasks)
 }
 
 // A halt tells computations that run ahead of need (blocks' orders, the
