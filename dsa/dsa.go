@@ -106,13 +106,24 @@ func ParseBytes(name string, data []byte) (*Instance, error) {
 
 // Write saves the instance as a CSV file Parse reads back: the header
 // id,lower,upper,size, then the buffers in order.
-func (in *Instance) Write(w io.Writer) error {
+func (in *Instance) Write(w io.Writer) error { return in.WritePlaced(w, nil) }
+
+// WritePlaced is Write with an offset column after size when offsets is
+// not nil: offsets[i] is buffer i's (tmmu plan -o csv).
+func (in *Instance) WritePlaced(w io.Writer, offsets []uint64) error {
 	cw := csv.NewWriter(w)
-	if err := cw.Write([]string{"id", "lower", "upper", "size"}); err != nil {
+	head := []string{"id", "lower", "upper", "size"}
+	if offsets != nil {
+		head = append(head, "offset")
+	}
+	if err := cw.Write(head); err != nil {
 		return err
 	}
-	for _, b := range in.Buffers {
+	for i, b := range in.Buffers {
 		rec := []string{b.ID, strconv.FormatInt(b.Lower, 10), strconv.FormatInt(b.Upper, 10), strconv.FormatUint(b.Size, 10)}
+		if offsets != nil {
+			rec = append(rec, strconv.FormatUint(offsets[i], 10))
+		}
 		if err := cw.Write(rec); err != nil {
 			return err
 		}

@@ -2,13 +2,11 @@ package main
 
 import (
 	"bytes"
-	"encoding/csv"
 	"encoding/json"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
@@ -217,14 +215,11 @@ func writeDSA(w io.Writer, inst *dsa.Instance, p *planner.Plan, format string) e
 		return err
 	}
 	if format == "csv" {
-		cw := csv.NewWriter(w)
-		cw.Write([]string{"id", "lower", "upper", "size", "offset"})
-		for _, r := range rows {
-			cw.Write([]string{r.ID, strconv.FormatInt(r.Lower, 10), strconv.FormatInt(r.Upper, 10),
-				strconv.FormatUint(r.Size, 10), strconv.FormatUint(r.Offset, 10)})
+		offsets := make([]uint64, len(rows))
+		for i, r := range rows {
+			offsets[i] = r.Offset
 		}
-		cw.Flush()
-		return cw.Error()
+		return inst.WritePlaced(w, offsets)
 	}
 	out := dsaPlan{Format: "tmmu_dsa_plan_v1", Name: inst.Name, Strategy: p.Strategy, Effort: p.Effort, PlanHash: p.PlanHash,
 		Buffers: len(rows), AllocationTimeNs: p.Metrics.AllocationTimeNs, Arenas: p.Arenas, Tensors: make(map[string]dsa.Row, len(rows))}
