@@ -306,7 +306,12 @@ func pack(p *Problem, o Options, limit int64, sc scope) (*Result, error) {
 	if limit > 0 {
 		b.work, b.sky = min(b.work, limit), min(b.sky, limit)
 	}
-	if sc != whole {
+	// On blocks' problems the search runs however close to the goal the
+	// best peak is, and the mandatory members are work like the rest,
+	// within the budget: no guarantee is owed there, and what they will
+	// cost is known only once they ran.
+	capped := sc != whole
+	if capped {
 		b.above = 0
 	}
 	res := &Result{LowerBound: in.goal, Budget: b.work}
@@ -316,10 +321,6 @@ func pack(p *Problem, o Options, limit int64, sc scope) (*Result, error) {
 	}
 	f := in.features()
 	pl := newPlacer(in)
-	// On blocks' problems the mandatory members are work like the rest,
-	// within the budget: no guarantee is owed there, and what they will
-	// cost is known only once they ran.
-	capped := sc != whole
 	var spent int64 // work after the mandatory members (on blocks' problems, with them)
 	left := func() int64 { return b.work - spent }
 	for k, m := range portfolio {
@@ -338,15 +339,16 @@ func pack(p *Problem, o Options, limit int64, sc scope) (*Result, error) {
 		// far: it can no longer win, and its final peak would be no
 		// lower, so the best stays no worse than every member. An
 		// optional one is also abandoned once it has spent what is left.
+		counted := k >= mandatory || capped
 		var most int64
-		if k >= mandatory || capped {
+		if counted {
 			most = before + left()/mergeCost + 1
 		}
 		peak, complete, err := pl.run(in.order(f, m.keys...), m.fit, res.Peak, most)
 		if err != nil {
 			return nil, err
 		}
-		if k >= mandatory || capped {
+		if counted {
 			spent += mergeCost * (pl.merged - before)
 		}
 		if complete && (res.Offsets == nil || peak < res.Peak) {
