@@ -152,10 +152,10 @@ func Suite(dir string) ([]Instance, error) {
 // FamiliesSuite is the name Suite takes for the generated families.
 const FamiliesSuite = "families"
 
-// Families returns the instances of families.Suite: perfect, halving and
-// sliced packings, transformer training steps as a compiler's memory pass
-// sees them and mixed training-step instances, each planned as a DSA
-// instance.
+// Families returns the instances of families.Suite: perfect, halving,
+// sliced and pinwheel packings, transformer training steps as a
+// compiler's memory pass sees them and mixed training-step instances,
+// each planned as a DSA instance.
 func Families() ([]Instance, error) {
 	var out []Instance
 	for _, spec := range families.Suite(0) {

@@ -16,6 +16,11 @@
 //     whatever its area, in time or in bytes: slivers one tick wide or
 //     one grain tall, many of which live over the same sections by
 //     chance, which misleads a packer that stacks such pieces.
+//   - pinwheel: the box of perfect, where a piece picked is cut, with
+//     even odds when it is large enough, into a pinwheel: five pieces
+//     around a middle one, in either hand, that no cut in time or in
+//     bytes separates. The tiling is not guillotine, so a packer that
+//     rebuilds it from stacks and chains alone stops at every pinwheel.
 //   - transformer: the training step of GPT-2-shaped and Llama-shaped
 //     models with 1 to 96 layers, in train_full under the planner's own
 //     schedule and liveness, as a compiler's memory pass (MindSpore's
@@ -50,7 +55,7 @@ import (
 )
 
 // Names lists the families.
-var Names = []string{"perfect", "halving", "sliced", "transformer", "mixed"}
+var Names = []string{"perfect", "halving", "sliced", "pinwheel", "transformer", "mixed"}
 
 // rng returns the generator of one instance: PCG seeded by the family and
 // the seed, so instances of different families never share a stream.
@@ -93,17 +98,27 @@ func Halving(n int, seed uint64) *dsa.Instance { return tiling("halving", n, see
 // The optimum is PerfectHeight, the lower bound.
 func Sliced(n int, seed uint64) *dsa.Instance { return tiling("sliced", n, seed, slicedCuts) }
 
+// Pinwheel cuts n pieces (n ≥ 1) from the box of Perfect, as Perfect
+// does, but a piece picked that is at least 3 ticks wide and 3 grains
+// tall is cut, with even odds, into a pinwheel of five: a middle piece
+// at a uniform place inside it, and four around it, each reaching one
+// side of the piece and the middle, in either hand (one is the other's
+// mirror in time). No cut in time or in bytes runs through a pinwheel.
+// The optimum is PerfectHeight, the lower bound.
+func Pinwheel(n int, seed uint64) *dsa.Instance { return tiling("pinwheel", n, seed, pinwheelCuts) }
+
 // How a tiling chooses its cuts.
 type cuts uint8
 
 const (
-	perfectCuts cuts = iota // a piece by area, the longer side, anywhere
-	halvingCuts             // the same, bytes cut at the middle
-	slicedCuts              // any piece, either side, anywhere
+	perfectCuts  cuts = iota // a piece by area, the longer side, anywhere
+	halvingCuts              // the same, bytes cut at the middle
+	slicedCuts               // any piece, either side, anywhere
+	pinwheelCuts             // as perfect, or a pinwheel
 )
 
-// tiling cuts n pieces from the box of family (perfect, halving or
-// sliced); see Perfect.
+// tiling cuts n pieces from the box of family (perfect, halving, sliced
+// or pinwheel); see Perfect.
 func tiling(family string, n int, seed uint64, how cuts) *dsa.Instance {
 	r := rng(family, seed)
 	type rect struct {
@@ -133,6 +148,30 @@ func tiling(family string, n int, seed uint64, how cuts) *dsa.Instance {
 			inTime = r.Float64()*(relT+relB) < relT
 		}
 		x := rects[k]
+		if how == pinwheelCuts && len(rects)+4 <= n && x.t1-x.t0 >= 3 && x.b1-x.b0 >= 3*perfectGrain && r.IntN(2) == 0 {
+			// The middle piece spans [m0, m1) × [c0, c1), strictly
+			// inside x; the four around it each reach one side of x.
+			m0 := x.t0 + 1 + r.Int64N(x.t1-x.t0-2)
+			m1 := m0 + 1 + r.Int64N(x.t1-m0-1)
+			grains := (x.b1 - x.b0) / perfectGrain
+			g0 := 1 + r.Uint64N(grains-2)
+			g1 := g0 + 1 + r.Uint64N(grains-g0-1)
+			c0, c1 := x.b0+perfectGrain*g0, x.b0+perfectGrain*g1
+			// One hand: bottom from the left side to m1, right from
+			// the bottom to c1, top from m0 to the right side, left
+			// from c0 to the top. The other: its mirror in time.
+			wheel := [5]rect{
+				{x.t0, m1, x.b0, c0}, {m1, x.t1, x.b0, c1}, {m0, x.t1, c1, x.b1}, {x.t0, m0, c0, x.b1}, {m0, m1, c0, c1},
+			}
+			if r.IntN(2) == 0 {
+				wheel = [5]rect{
+					{m0, x.t1, x.b0, c0}, {x.t0, m0, x.b0, c1}, {x.t0, m1, c1, x.b1}, {m1, x.t1, c0, x.b1}, {m0, m1, c0, c1},
+				}
+			}
+			rects[k] = wheel[0]
+			rects = append(rects, wheel[1:]...)
+			continue
+		}
 		canT, canB := x.t1-x.t0 >= 2, x.b1-x.b0 >= 2*perfectGrain
 		if inTime && !canT || !inTime && !canB {
 			inTime = !inTime
@@ -432,6 +471,11 @@ func Generate(s Spec) (*dsa.Instance, error) {
 			return nil, fmt.Errorf("families: sliced needs at least 1 buffer, not %d", s.Size)
 		}
 		return Sliced(s.Size, s.Seed), nil
+	case "pinwheel":
+		if s.Size < 1 {
+			return nil, fmt.Errorf("families: pinwheel needs at least 1 buffer, not %d", s.Size)
+		}
+		return Pinwheel(s.Size, s.Seed), nil
 	case "transformer":
 		return Transformer(s.Size, s.Seed)
 	case "mixed":
@@ -440,14 +484,14 @@ func Generate(s Spec) (*dsa.Instance, error) {
 		}
 		return Mixed(s.Size, s.Seed), nil
 	}
-	return nil, fmt.Errorf("families: unknown family %q (families: perfect, halving, sliced, transformer, mixed)", s.Family)
+	return nil, fmt.Errorf("families: unknown family %q (families: %s)", s.Family, strings.Join(Names, ", "))
 }
 
 // Suite lists the bench's family instances: perfect packings of 100 to
-// 10,000 buffers, halving and sliced ones of 100 to 5,000 and mixed
-// instances of 300 to 20,000 buffers, two seeds each, and transformers of
-// 1 to 96 layers, four seeds each (both shapes, with one micro-batch and
-// two). maxBuffers > 0 leaves out perfect, halving, sliced and mixed
+// 10,000 buffers, halving, sliced and pinwheel ones of 100 to 5,000 and
+// mixed instances of 300 to 20,000 buffers, two seeds each, and
+// transformers of 1 to 96 layers, four seeds each (both shapes, with one
+// micro-batch and two). maxBuffers > 0 leaves out tilings and mixed
 // instances larger than it (transformers are kept: their buffer count
 // depends on the shape the seed picks).
 func Suite(maxBuffers int) []Spec {
@@ -459,7 +503,7 @@ func Suite(maxBuffers int) []Spec {
 			}
 		}
 	}
-	for _, family := range []string{"halving", "sliced"} {
+	for _, family := range []string{"halving", "sliced", "pinwheel"} {
 		for _, n := range []int{100, 300, 1000, 2000, 5000} {
 			for seed := range uint64(2) {
 				if maxBuffers <= 0 || n <= maxBuffers {

@@ -21,7 +21,7 @@ func TestPerfectIsTight(t *testing.T) {
 	for _, c := range []struct {
 		family string
 		tiling func(int, uint64) *dsa.Instance
-	}{{"perfect", families.Perfect}, {"halving", families.Halving}, {"sliced", families.Sliced}} {
+	}{{"perfect", families.Perfect}, {"halving", families.Halving}, {"sliced", families.Sliced}, {"pinwheel", families.Pinwheel}} {
 		for _, n := range []int{1, 2, 100, 1000} {
 			checkTiling(t, c.family, c.tiling, n)
 		}
@@ -54,7 +54,7 @@ func checkTiling(t *testing.T, family string, tiling func(int, uint64) *dsa.Inst
 }
 
 func TestGenerateRejects(t *testing.T) {
-	for _, s := range []families.Spec{{Family: "perfect", Size: 0}, {Family: "sliced", Size: 0}, {Family: "transformer", Size: 97}, {Family: "mixed", Size: 3}, {Family: "nope", Size: 10}} {
+	for _, s := range []families.Spec{{Family: "perfect", Size: 0}, {Family: "sliced", Size: 0}, {Family: "pinwheel", Size: 0}, {Family: "transformer", Size: 97}, {Family: "mixed", Size: 3}, {Family: "nope", Size: 10}} {
 		if _, err := families.Generate(s); err == nil {
 			t.Errorf("%v: no error", s)
 		}
@@ -119,6 +119,10 @@ func ExampleSuite() {
 	// sliced-100-s1
 	// sliced-300-s0
 	// sliced-300-s1
+	// pinwheel-100-s0
+	// pinwheel-100-s1
+	// pinwheel-300-s0
+	// pinwheel-300-s1
 	// mixed-300-s0
 	// mixed-300-s1
 }
