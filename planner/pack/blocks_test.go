@@ -8,8 +8,9 @@ import (
 )
 
 // drawTiling cuts a box into pieces with guillotine cuts, as the perfect
-// family does, with random alignments: the lower bound is the box height
-// and stacks need padding where an alignment is not met.
+// family does, or into pinwheels, as the pinwheel family does, with
+// random alignments: the lower bound is the box height and stacks and
+// pinwheels need padding where an alignment is not met.
 func drawTiling(t *rapid.T) *Problem {
 	type rect struct {
 		t0, t1 int64
@@ -20,6 +21,18 @@ func drawTiling(t *rapid.T) *Problem {
 		k := rapid.IntRange(0, len(rects)-1).Draw(t, "piece")
 		x := rects[k]
 		switch {
+		case x.t1-x.t0 >= 3 && x.b1-x.b0 >= 3 && rapid.IntRange(0, 3).Draw(t, "pinwheel") == 0:
+			m0 := rapid.Int64Range(x.t0+1, x.t1-2).Draw(t, "middle start")
+			m1 := rapid.Int64Range(m0+1, x.t1-1).Draw(t, "middle end")
+			c0 := rapid.Uint64Range(x.b0+1, x.b1-2).Draw(t, "middle bottom")
+			c1 := rapid.Uint64Range(c0+1, x.b1-1).Draw(t, "middle top")
+			wheel := []rect{{x.t0, m1, x.b0, c0}, {m1, x.t1, x.b0, c1}, {m0, x.t1, c1, x.b1}, {x.t0, m0, c0, x.b1}, {m0, m1, c0, c1}}
+			if rapid.Bool().Draw(t, "mirror") {
+				wheel = []rect{{m0, x.t1, x.b0, c0}, {x.t0, m0, x.b0, c1}, {x.t0, m1, c1, x.b1}, {m1, x.t1, c0, x.b1}, {m0, m1, c0, c1}}
+			}
+			rects[k] = wheel[0]
+			rects = append(rects, wheel[1:]...)
+			continue
 		case rapid.Bool().Draw(t, "in time") && x.t1-x.t0 >= 2:
 			c := rapid.Int64Range(x.t0+1, x.t1-1).Draw(t, "at")
 			rects[k], x.t0 = rect{x.t0, c, x.b0, x.b1}, c
@@ -111,6 +124,64 @@ func TestTrimKeepsTheFewestThatSum(t *testing.T) {
 		}
 		if !slices.Equal(got, c.want) {
 			t.Errorf("same %v, near %v: kept %v, want %v", c.same, c.near, got, c.want)
+		}
+	}
+}
+
+// TestBlockerMakesPinwheels: a box cut into a pinwheel, in either hand,
+// whose pieces are cut again (the middle into a pinwheel of its own, one
+// piece in time, one in bytes), is merged back into one block that tiles
+// the box; stacks and chains alone leave the five pieces apart.
+func TestBlockerMakesPinwheels(t *testing.T) {
+	type rect struct {
+		t0, t1 int64
+		b0, b1 uint64
+	}
+	// wheel cuts x around the middle [m0, m1) × [c0, c1): right is the
+	// hand whose bottom piece reaches from x's start to m1.
+	wheel := func(x rect, m0, m1 int64, c0, c1 uint64, right bool) []rect {
+		if right {
+			return []rect{{x.t0, m1, x.b0, c0}, {m1, x.t1, x.b0, c1}, {m0, x.t1, c1, x.b1}, {x.t0, m0, c0, x.b1}, {m0, m1, c0, c1}}
+		}
+		return []rect{{m0, x.t1, x.b0, c0}, {x.t0, m0, x.b0, c1}, {x.t0, m1, c1, x.b1}, {m1, x.t1, c0, x.b1}, {m0, m1, c0, c1}}
+	}
+	for _, right := range []bool{true, false} {
+		for _, inner := range []bool{true, false} {
+			box := rect{0, 100, 0, 1000}
+			// Sizes chosen so that no two pieces meet at a size that
+			// would mislead trim or a chain.
+			rects := wheel(box, 30, 60, 310, 690, right)
+			// The middle [30, 60) × [310, 690) becomes a pinwheel of
+			// either hand; the first piece is cut in time, the second
+			// in bytes.
+			mid := rects[4]
+			rects = append(rects[:4], wheel(mid, 40, 50, 400, 530, inner)...)
+			a, b := rects[0], rects[1]
+			ta := a.t0 + 7 // a tick no other piece starts or ends at
+			rects[0], a.t0 = rect{a.t0, ta, a.b0, a.b1}, ta
+			bb := b.b0 + 123
+			rects[1], b.b0 = rect{b.t0, b.t1, b.b0, bb}, bb
+			rects = append(rects, a, b)
+			p := &Problem{}
+			for _, x := range rects {
+				p.Buffers = append(p.Buffers, Buffer{Start: x.t0, End: x.t1, Size: x.b1 - x.b0})
+			}
+			in, err := newInstance(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			k := newBlocker(in)
+			k.run(1<<30, 0, false, nil)
+			roots := k.roots()
+			if len(roots) != 1 || !k.blocks[roots[0]].wheel {
+				t.Errorf("hands %v, %v: %d blocks left, want one pinwheel", right, inner, len(roots))
+				continue
+			}
+			offsets := make([]uint64, len(p.Buffers))
+			k.expand(roots[0], 0, offsets)
+			if peak, err := Check(p, offsets); err != nil || peak != box.b1 {
+				t.Errorf("hands %v, %v: the pinwheel peaks at %d, want %d: %v", right, inner, peak, box.b1, err)
+			}
 		}
 	}
 }

@@ -64,7 +64,13 @@
 // sharing its bytes, as is one whose chain with a block of its size
 // meeting it would live over the same sections as another block, however
 // many candidates there are (so that it can stack at once: where sizes
-// repeat, that is what tells the pairs apart). The blocks left are packed
+// repeat, that is what tells the pairs apart). Five blocks that tile a
+// box as a pinwheel (a middle block and four around it, each reaching
+// one side of the box: a tiling no cut in time or in bytes splits) are
+// merged too, found by where they start and end and by their sizes
+// alone, when no other block lives over the middle one's sections, and
+// before any guess (in every order when the first made one per hundred
+// buffers at least, else only in the first). The blocks left are packed
 // as buffers of their own by the same steps, and, while the peak stays
 // above the goal, the blocks placed above it are taken apart one level and
 // the rest packed again. Blocks of different parts can live over the same
@@ -73,14 +79,16 @@
 // the blocker meets the blocks in, so it merges in several orders (the
 // buffers' own, then deterministic shuffles; one per 640 units of its work
 // per buffer, 4 to 64: about 30 at the fast effort on 5,000 buffers, 7 on
-// 20,000, 64 at the exact one), every other one making at first only the
-// chains whose result can stack at once (a coincidental chain is the merge
-// that most often hides a tiling, but holding chains back lets stacks take
-// blocks from theirs), packs each result once cheaply (the blocks'
-// packings run the portfolio, the dive and the canonical search, not the
-// skyline restarts), and refines the ones that packed lowest, two at a
-// time (with Options.Spawn the orders run ahead on another core and the
-// two refine at once, with the same results). Most of the
+// 20,000, 64 at the exact one; fewer when the first order's blocker
+// spent more than two thirds of an order's share, so that each order
+// gets half as much again as that), every other one making at first only
+// the chains whose result can stack at once (a coincidental chain is the
+// merge that most often hides a tiling, but holding chains back lets
+// stacks take blocks from theirs), packs each result once cheaply (the
+// blocks' packings run the portfolio, the dive and the canonical search,
+// not the skyline restarts), and refines the ones that packed lowest,
+// two at a time (with Options.Spawn the orders run ahead on another core
+// and the two refine at once, with the same results). Most of the
 // merges that go astray are stacks, so after the first packing every stack
 // is taken apart too, and blocks merge what is left again (once, one level
 // down) before it is packed: the block a stack took by chance goes back to
