@@ -150,10 +150,16 @@ func fastGap(t *testing.T, in *dsa.Instance) (float64, string) {
 // another core and refines its best trials two at a time, skyline
 // restarts run two at a time, and what will be thrown away is halted, yet
 // the placement, the work and the nodes are the same as without one, at
-// both efforts, on one core or several (sliced 2,000 seed 0: fast ends
-// above the lower bound, so every step runs).
+// both efforts, on one core or several (sliced 2,000 seed 0 and pinwheel
+// 5,000 seed 1: fast ends above the lower bound, so every step runs; on
+// the second every order looks for pinwheels).
 func TestSameWithSpawn(t *testing.T) {
-	p := families.Sliced(2000, 0).Problem()
+	for _, in := range []*dsa.Instance{families.Sliced(2000, 0), families.Pinwheel(5000, 1)} {
+		sameWithSpawn(t, in.Name, in.Problem())
+	}
+}
+
+func sameWithSpawn(t *testing.T, name string, p *pack.Problem) {
 	spawn := func(f func()) { go f() }
 	for _, o := range []pack.Options{{}, {Effort: pack.Exact, Budget: 1 << 28}} {
 		alone, err := pack.Pack(p, o)
@@ -170,8 +176,8 @@ func TestSameWithSpawn(t *testing.T) {
 				t.Fatal(err)
 			}
 			if r.Peak != alone.Peak || r.Work != alone.Work || r.Nodes != alone.Nodes || r.Method != alone.Method || !slices.Equal(r.Offsets, alone.Offsets) {
-				t.Errorf("effort %q: alone, peak %d after %d work and %d nodes (%s); spawning on %d cores, %d after %d and %d (%s); offsets equal: %v",
-					o.Effort, alone.Peak, alone.Work, alone.Nodes, alone.Method, procs, r.Peak, r.Work, r.Nodes, r.Method, slices.Equal(r.Offsets, alone.Offsets))
+				t.Errorf("%s, effort %q: alone, peak %d after %d work and %d nodes (%s); spawning on %d cores, %d after %d and %d (%s); offsets equal: %v",
+					name, o.Effort, alone.Peak, alone.Work, alone.Nodes, alone.Method, procs, r.Peak, r.Work, r.Nodes, r.Method, slices.Equal(r.Offsets, alone.Offsets))
 			}
 		}
 	}
