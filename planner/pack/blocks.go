@@ -840,30 +840,19 @@ func blocks(in *instance, o Options, work int64, res *Result, sc scope) int64 {
 	n := int64(len(in.bufs))
 	orders := int(min(max(work/(orderCost*n), minOrders), maxOrders))
 	probe := work / 4 / int64(orders)
-	// The first order's blocker runs first, with the most any probe can
-	// have (minOrders of them), and a probe is then at least half as
-	// much again as it spent: the blocker spends about as much in every
-	// order, and a trial it leaves no work to pack is lost. On sliced
-	// tilings of 5,000 buffers, seed 26, it took nine tenths of each of
-	// the 31 probes; with pinwheels looked for in every order, all of
-	// them, so that blocks packed nothing and the peak stayed +28.26 %
-	// above the lower bound (+7.18 % before pinwheels; +7.75 % with
-	// them, probes sized so).
-	most := work / 4 / minOrders
-	first := newBlocker(in)
-	first.run(most, 0, false, o.halt)
-	if need := first.work + first.work/2; need > probe {
-		probe = min(need, most)
-		orders = int(max(work/4/probe, minOrders))
-	}
-	// The other orders look for pinwheels only when the first made
-	// some, one per hundred buffers at least. The few it makes on
-	// sliced tilings are coincidences (on 10,000 buffers, seed 0, 16 of
-	// the 28 four orders made were not rectangles of the tiling), and
-	// looking costs the blocker a tenth to a third more work there; with
+	// The first order's blocker runs first: whether the others look for
+	// pinwheels depends on what it made. They do only when it made
+	// some, one per hundred buffers at least. The few it makes on sliced
+	// tilings are coincidences (on 10,000 buffers, seed 0, 16 of the 28
+	// four orders made were not rectangles of the tiling), and looking
+	// costs the blocker a tenth to a third more work there; with
 	// pinwheels looked for in every order, the suite's sliced 5,000 seed
 	// 0 ended +1.10 % above the lower bound at the exact effort (+0.93 %
-	// before pinwheels, and so again now).
+	// before pinwheels, and so again now), and seed 26 held out +28.26 %
+	// at the fast effort (+7.18 %, and so again now): its blocker spent
+	// every order's probe, leaving no work to pack a trial.
+	first := newBlocker(in)
+	first.run(probe, 0, false, o.halt)
 	noWheels := first.pinwheels*100 < len(in.bufs)
 	var spent int64
 	// The best trials so far, lowest first (fewer blocks first among

@@ -79,10 +79,8 @@
 // the blocker meets the blocks in, so it merges in several orders (the
 // buffers' own, then deterministic shuffles; one per 640 units of its work
 // per buffer, 4 to 64: about 30 at the fast effort on 5,000 buffers, 7 on
-// 20,000, 64 at the exact one; fewer when the first order's blocker
-// spent more than two thirds of an order's share, so that each order
-// gets half as much again as that), every other one making at first only
-// the chains whose result can stack at once (a coincidental chain is the
+// 20,000, 64 at the exact one), every other one making at first only the
+// chains whose result can stack at once (a coincidental chain is the
 // merge that most often hides a tiling, but holding chains back lets
 // stacks take blocks from theirs), packs each result once cheaply (the
 // blocks' packings run the portfolio, the dive and the canonical search,
