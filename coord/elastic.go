@@ -33,7 +33,7 @@ func (a *agreement) resize(ctx context.Context, j *api.Job) error {
 	if err != nil {
 		return err
 	}
-	gp, _, err := shard.PlanRanks(m, rs, opts)
+	gp, _, err := shard.PlanRanks(m, rs, lend(opts))
 	if err != nil {
 		return err
 	}

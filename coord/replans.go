@@ -279,7 +279,7 @@ func (a *agreement) commitEpoch(j *api.Job, jr *jobReplans, d replan.Decision) (
 	if expected, ok := jr.plans[d.Plan]; d.Cached && ok {
 		next.GlobalPlanHash, next.Expected = d.Plan, expected
 	} else {
-		gp, _, err := shard.PlanRanks(m, &j.Spec.ShardSpec, opts)
+		gp, _, err := shard.PlanRanks(m, &j.Spec.ShardSpec, lend(opts))
 		if err != nil {
 			return nil, err
 		}

@@ -95,7 +95,7 @@ func PrepareSubmit(req *api.SubmitRequest) (*api.Command, *shard.GlobalPlan, err
 	if js.Model, err = m.EncodeCBOR(); err != nil {
 		return nil, nil, err
 	}
-	gp, _, err := shard.PlanRanks(m, rs, js.PlanOptions())
+	gp, _, err := shard.PlanRanks(m, rs, lend(js.PlanOptions()))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -117,7 +117,16 @@ func (n *Node) PlanRank(ctx context.Context, j *api.Job, i, rank uint64) (*shard
 		return nil, err
 	}
 	spec, _ := j.World(i)
-	return shard.PlanRank(m, spec, rank, opts)
+	return shard.PlanRank(m, spec, rank, lend(opts))
+}
+
+// lend returns o with the coordinator's goroutines lent to the packer
+// (planner.Options.Spawn): it plans every rank of a job at submit, at
+// each replan and at each change of the world, and the plans are
+// byte-identical with them or without.
+func lend(o planner.Options) planner.Options {
+	o.Spawn = func(f func()) { go f() }
+	return o
 }
 
 // Upper bounds of a job's numeric fields. A submission past one is

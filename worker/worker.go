@@ -965,6 +965,9 @@ func (w *run) prepare(ctx context.Context, job *api.Job, i uint64) (*epochPlan, 
 		return nil, err
 	}
 	_, opts, _ := job.Inputs(i)
+	// The packer may run steps on the worker's goroutines; the plan is
+	// byte-identical with them or without (planner.Options.Spawn).
+	opts.Spawn = func(f func()) { go f() }
 	if w.cfg.AdjustOptions != nil {
 		w.cfg.AdjustOptions(&opts)
 	}
