@@ -17,7 +17,7 @@ type block struct {
 	size       uint64
 	align      uint64
 	buf        int32   // the buffer of a leaf, -1 otherwise
-	parts      []int32 // the blocks of a stack or chain
+	parts      []int32 // the blocks of a stack, chain or pinwheel
 	rel        []uint64
 	stacked    bool // a stack
 	wheel      bool // a pinwheel
