@@ -440,7 +440,7 @@ func (k *blocker) wheel(id int32) int32 {
 			}
 			for _, b := range bs {
 				B := &k.blocks[b]
-				if B.size != A.size+e.size {
+				if sum, carry := bits.Add64(A.size, e.size, 0); carry != 0 || B.size != sum {
 					continue
 				}
 				// C ends (or starts) where B does, away from E.
@@ -455,7 +455,7 @@ func (k *blocker) wheel(id int32) int32 {
 					}
 					for _, d := range ds {
 						D := &k.blocks[d]
-						if D.size != e.size+C.size || right && D.start != farA || !right && D.end != farA {
+						if sum, carry := bits.Add64(e.size, C.size, 0); carry != 0 || D.size != sum || right && D.start != farA || !right && D.end != farA {
 							continue
 						}
 						if nb := k.pinwheel(a, id, d, b, c); nb >= 0 {
