@@ -17,7 +17,7 @@
 //     one grain tall, many of which live over the same sections by
 //     chance, which misleads a packer that stacks such pieces.
 //   - pinwheel: the box of perfect, where a piece picked is cut, with
-//     even odds when it is large enough, into a pinwheel: five pieces
+//     even odds when it is large enough, into a pinwheel: four pieces
 //     around a middle one, in either hand, that no cut in time or in
 //     bytes separates. The tiling is not guillotine, so a packer that
 //     rebuilds it from stacks and chains alone stops at every pinwheel.
@@ -100,11 +100,12 @@ func Sliced(n int, seed uint64) *dsa.Instance { return tiling("sliced", n, seed,
 
 // Pinwheel cuts n pieces (n ≥ 1) from the box of Perfect, as Perfect
 // does, but a piece picked that is at least 3 ticks wide and 3 grains
-// tall is cut, with even odds, into a pinwheel of five: a middle piece
-// at a uniform place inside it, and four around it, each reaching one
-// side of the piece and the middle, in either hand (one is the other's
-// mirror in time). No cut in time or in bytes runs through a pinwheel.
-// The optimum is PerfectHeight, the lower bound.
+// tall is cut, with even odds while four more pieces fit in n, into a
+// pinwheel of five: a middle piece at a uniform place inside it, and
+// four around it, each reaching one side of the piece and the middle, in
+// either hand (one is the other's mirror in time). No cut in time or in
+// bytes runs through a pinwheel. The optimum is PerfectHeight, the lower
+// bound.
 func Pinwheel(n int, seed uint64) *dsa.Instance { return tiling("pinwheel", n, seed, pinwheelCuts) }
 
 // How a tiling chooses its cuts.

@@ -53,6 +53,62 @@ func checkTiling(t *testing.T, family string, tiling func(int, uint64) *dsa.Inst
 	}
 }
 
+// TestPinwheelHasPinwheels: the pinwheel family holds pinwheels of both
+// hands, five pieces whose sections and sizes fit only so, which the
+// perfect family's guillotine cuts never make.
+func TestPinwheelHasPinwheels(t *testing.T) {
+	for _, c := range []struct {
+		in   *dsa.Instance
+		want bool
+	}{{families.Pinwheel(1000, 7), true}, {families.Perfect(1000, 7), false}} {
+		right, left := pinwheels(c.in)
+		if (right > 0 && left > 0) != c.want {
+			t.Errorf("%s: %d pinwheels of one hand, %d of the other", c.in.Name, right, left)
+		}
+	}
+}
+
+// pinwheels counts the pinwheels of each hand among in's buffers: a
+// middle E over [s, e); A from before s to e and B from e on, B as tall
+// as A and E; C from s to where B ends and D from where A starts to s, D
+// as tall as E and C (or the mirror in time).
+func pinwheels(in *dsa.Instance) (right, left int) {
+	starting, ending := map[int64][]dsa.Buffer{}, map[int64][]dsa.Buffer{}
+	for _, x := range in.Buffers {
+		starting[x.Lower] = append(starting[x.Lower], x)
+		ending[x.Upper] = append(ending[x.Upper], x)
+	}
+	for _, e := range in.Buffers {
+		// The right hand: A and E end together, B starts there; C
+		// starts with E, D ends there.
+		for _, a := range ending[e.Upper] {
+			for _, b := range starting[e.Upper] {
+				for _, c := range starting[e.Lower] {
+					for _, d := range ending[e.Lower] {
+						if a.Lower < e.Lower && b.Size == a.Size+e.Size && c.Upper == b.Upper && c.Upper > e.Upper && d.Lower == a.Lower && d.Size == e.Size+c.Size {
+							right++
+						}
+					}
+				}
+			}
+		}
+		// The left hand: A and E start together, B ends there; C ends
+		// with E, D starts there.
+		for _, a := range starting[e.Lower] {
+			for _, b := range ending[e.Lower] {
+				for _, c := range ending[e.Upper] {
+					for _, d := range starting[e.Upper] {
+						if a.Upper > e.Upper && b.Size == a.Size+e.Size && c.Lower == b.Lower && c.Lower < e.Lower && d.Upper == a.Upper && d.Size == e.Size+c.Size {
+							left++
+						}
+					}
+				}
+			}
+		}
+	}
+	return right, left
+}
+
 func TestGenerateRejects(t *testing.T) {
 	for _, s := range []families.Spec{{Family: "perfect", Size: 0}, {Family: "sliced", Size: 0}, {Family: "pinwheel", Size: 0}, {Family: "transformer", Size: 97}, {Family: "mixed", Size: 3}, {Family: "nope", Size: 10}} {
 		if _, err := families.Generate(s); err == nil {

@@ -33,7 +33,8 @@ type block struct {
 // the pair is the only candidate on both sides, or, however many
 // candidates there are, when the chain would live over the same sections
 // as a block (see stackable); any other chain among several only when
-// no other merge is left.
+// no other merge is left. Five blocks that tile a box as a pinwheel, which
+// no cut in time or in bytes splits, merge too (see wheel).
 //
 // Stacks are sure merges on a tiling, but not on every instance: blocks
 // of different parts may live over the same sections by coincidence, and
@@ -53,10 +54,11 @@ type blocker struct {
 	// the candidates chains looks through, the blocks wheel looks
 	// through around a middle block: ending where it ends and starting
 	// where it starts, starting where it ends and ending where it
-	// starts.
+	// starts, and its candidates for D.
 	same, near, hits, cands []int32
 	endEnd, startStart      []int32
 	startEnd, endStart      []int32
+	wheelD                  []int32
 	// The sections where blocks were made since wheels last looked
 	// (fresh says which are listed in freshAt).
 	fresh   []bool
@@ -443,22 +445,37 @@ func (k *blocker) wheel(id int32) int32 {
 				if sum, carry := bits.Add64(A.size, e.size, 0); carry != 0 || B.size != sum {
 					continue
 				}
-				// C ends (or starts) where B does, away from E.
+				// C ends (or starts) where B does, away from E; D, by
+				// size, among those that end (or start) where A does.
 				farB := B.end
 				if !right {
 					farB = B.start
 				}
+				k.work += int64(len(cs) + len(ds))
+				k.wheelD = k.wheelD[:0]
+				for _, d := range ds {
+					if D := &k.blocks[d]; right && D.start == farA || !right && D.end == farA {
+						k.wheelD = append(k.wheelD, d)
+					}
+				}
+				if len(k.wheelD) == 0 {
+					continue
+				}
+				slices.SortFunc(k.wheelD, func(x, y int32) int {
+					return cmp.Or(cmp.Compare(k.blocks[x].size, k.blocks[y].size), cmp.Compare(x, y))
+				})
 				for _, c := range cs {
 					C := &k.blocks[c]
 					if right && C.end != farB || !right && C.start != farB {
 						continue
 					}
-					for _, d := range ds {
-						D := &k.blocks[d]
-						if sum, carry := bits.Add64(e.size, C.size, 0); carry != 0 || D.size != sum || right && D.start != farA || !right && D.end != farA {
-							continue
-						}
-						if nb := k.pinwheel(a, id, d, b, c); nb >= 0 {
+					sum, carry := bits.Add64(e.size, C.size, 0)
+					if carry != 0 {
+						continue
+					}
+					j, _ := slices.BinarySearchFunc(k.wheelD, sum, func(x int32, size uint64) int { return cmp.Compare(k.blocks[x].size, size) })
+					for ; j < len(k.wheelD) && k.blocks[k.wheelD[j]].size == sum; j++ {
+						if nb := k.pinwheel(a, id, k.wheelD[j], b, c); nb >= 0 {
 							return nb
 						}
 					}
@@ -501,17 +518,22 @@ func (k *blocker) pinwheel(a, e, d, b, c int32) int32 {
 
 // wheels makes the pinwheels around the blocks that start or end at a
 // section where a block was made since it last looked, passing each new
-// block to merged, and reports whether it made any. The blocker calls it
+// block to merged, while more, and reports whether it made any (a block
+// that starts and ends at such sections is looked at twice). The blocker calls it
 // before each guess: step looks for the pinwheel around a block only as
 // it meets it, and the merge that completes one meets the middle block
 // again only when it starts where that middle ends or ends where it
 // starts.
-func (k *blocker) wheels(merged func(int32) bool) bool {
+func (k *blocker) wheels(merged func(int32) bool, more func() bool) bool {
 	at := k.freshAt
 	k.freshAt = nil
 	made := false
 	var mid []int32
-	for _, t := range at {
+	for i, t := range at {
+		if !more() { // the sections left stay fresh
+			k.freshAt = append(k.freshAt, at[i:]...)
+			break
+		}
 		k.fresh[t] = false
 		mid = k.find(mid[:0], starts, t, -1, 0, -1)
 		mid = k.find(mid, ends, t, -1, 0, -1)
@@ -637,7 +659,9 @@ func (k *blocker) mark(side int, t int32) {
 // other merge is left: a pair of the same size can meet by chance before
 // the pieces of the right partners are merged, and such a chain hides
 // the tiling; but stacks made meanwhile can take a block from the chain
-// it belongs to, so blocks runs both kinds.
+// it belongs to, so blocks runs both kinds. Unless noWheels, pinwheels
+// are made as step meets their middle blocks, and, before each guess,
+// around the sections where blocks were made since (see wheels).
 func (k *blocker) run(limit int64, order int, confirm bool, h *halt) {
 	more := func() bool { return k.work < limit && !h.done() }
 	queue := make([]int32, 0, len(k.blocks))
@@ -683,7 +707,7 @@ func (k *blocker) run(limit int64, order int, confirm bool, h *halt) {
 		}
 		// Pinwheels are sure merges: the ones the queue missed are made
 		// before a guess.
-		if !k.noWheels && k.wheels(merged) {
+		if !k.noWheels && k.wheels(merged, more) {
 			continue
 		}
 		// A guess: the next block, from where the last guess was made,
@@ -828,9 +852,10 @@ type trial struct {
 // The trials whose packing came lowest (fewer blocks first among equals),
 // one in eight and at least two, are then refined with what is left, in
 // equal shares, two at a time (see refine and refineBatch); only those
-// are kept meanwhile. With Options.Spawn the orders run ahead on another
-// core and the two refine at once; the results are the same. It reports
-// the work spent.
+// are kept meanwhile. The first order's blocker runs before the others
+// start (whether they look for pinwheels depends on it); with
+// Options.Spawn the orders after it run ahead on another core and the two
+// refine at once; the results are the same. It reports the work spent.
 //
 // On perfect packings of 5,000 buffers (seeds 40 to 79, fast) twelve
 // orders reached the lower bound on 16 seeds and ended above +5 % on 8;
@@ -859,9 +884,9 @@ func blocks(in *instance, o Options, work int64, res *Result, sc scope) int64 {
 	// other lives over, and a middle block that another lives over by
 	// chance was stacked with it (pinwheel 5,000 seed 3: +13.00 % above
 	// the lower bound, now at it).
-	first := newBlocker(in)
-	first.run(probe, 0, false, o.halt)
-	noWheels := first.pinwheels*100 < len(in.bufs)
+	k0 := newBlocker(in)
+	k0.run(probe, 0, false, o.halt)
+	noWheels := k0.pinwheels*100 < len(in.bufs)
 	var spent int64
 	// The best trials so far, lowest first (fewer blocks first among
 	// equals, then the earlier): only those are kept.
@@ -869,9 +894,10 @@ func blocks(in *instance, o Options, work int64, res *Result, sc scope) int64 {
 	worse := func(a, b trial) bool {
 		return cmp.Or(cmp.Compare(a.peak, b.peak), cmp.Compare(len(a.roots), len(b.roots))) > 0
 	}
-	// The orders' trials depend on the order alone, so with o.Spawn they
-	// run ahead on another core and are taken in order, as if one ran
-	// after the other.
+	// The orders' trials depend on the order alone (and on noWheels,
+	// known before they start), so with o.Spawn they run ahead on
+	// another core and are taken in order, as if one ran after the
+	// other.
 	type probed struct {
 		k     *blocker
 		roots []int32
@@ -885,7 +911,7 @@ func blocks(in *instance, o Options, work int64, res *Result, sc scope) int64 {
 	po := o
 	po.halt = ahalt
 	get, wait := ahead(orders, o.Spawn, func(v int) probed {
-		k := first
+		k := k0
 		if v > 0 {
 			k = newBlocker(in)
 			k.noWheels, k.wheelsFirst = noWheels, !noWheels

@@ -9,8 +9,9 @@ import (
 
 // drawTiling cuts a box into pieces with guillotine cuts, as the perfect
 // family does, or into pinwheels, as the pinwheel family does, with
-// random alignments: the lower bound is the box height and stacks and
-// pinwheels need padding where an alignment is not met.
+// random alignments: the lower bound is the box height, stacks need
+// padding where an alignment is not met, and a pinwheel whose offsets
+// miss an alignment is not made.
 func drawTiling(t *rapid.T) *Problem {
 	type rect struct {
 		t0, t1 int64
@@ -131,7 +132,8 @@ func TestTrimKeepsTheFewestThatSum(t *testing.T) {
 // TestBlockerMakesPinwheels: a box cut into a pinwheel, in either hand,
 // whose pieces are cut again (the middle into a pinwheel of its own, one
 // piece in time, one in bytes), is merged back into one block that tiles
-// the box; stacks and chains alone leave the five pieces apart.
+// the box, whether pinwheels are looked for before stacks or not; stacks
+// and chains alone (noWheels) leave the pieces apart.
 func TestBlockerMakesPinwheels(t *testing.T) {
 	type rect struct {
 		t0, t1 int64
@@ -170,17 +172,26 @@ func TestBlockerMakesPinwheels(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			k := newBlocker(in)
-			k.run(1<<30, 0, false, nil)
-			roots := k.roots()
-			if len(roots) != 1 || !k.blocks[roots[0]].wheel {
-				t.Errorf("hands %v, %v: %d blocks left, want one pinwheel", right, inner, len(roots))
-				continue
+			for _, first := range []bool{false, true} {
+				k := newBlocker(in)
+				k.wheelsFirst = first
+				k.run(1<<30, 0, false, nil)
+				roots := k.roots()
+				if len(roots) != 1 || !k.blocks[roots[0]].wheel {
+					t.Errorf("hands %v, %v, wheels first %v: %d blocks left, want one pinwheel", right, inner, first, len(roots))
+					continue
+				}
+				offsets := make([]uint64, len(p.Buffers))
+				k.expand(roots[0], 0, offsets)
+				if peak, err := Check(p, offsets); err != nil || peak != box.b1 {
+					t.Errorf("hands %v, %v, wheels first %v: the pinwheel peaks at %d, want %d: %v", right, inner, first, peak, box.b1, err)
+				}
 			}
-			offsets := make([]uint64, len(p.Buffers))
-			k.expand(roots[0], 0, offsets)
-			if peak, err := Check(p, offsets); err != nil || peak != box.b1 {
-				t.Errorf("hands %v, %v: the pinwheel peaks at %d, want %d: %v", right, inner, peak, box.b1, err)
+			k := newBlocker(in)
+			k.noWheels = true
+			k.run(1<<30, 0, false, nil)
+			if n := len(k.roots()); n < 5 {
+				t.Errorf("hands %v, %v, no pinwheels: %d blocks left, want the pieces apart", right, inner, n)
 			}
 		}
 	}

@@ -68,9 +68,10 @@
 // box as a pinwheel (a middle block and four around it, each reaching
 // one side of the box: a tiling no cut in time or in bytes splits) are
 // merged too, found by where they start and end and by their sizes
-// alone, when no other block lives over the middle one's sections, and
-// before any guess (in every order when the first made one per hundred
-// buffers at least, else only in the first). The blocks left are packed
+// alone, before any guess: the first order looks around blocks no other
+// block lives over, and the others look only when it made one per
+// hundred buffers at least, and then before stacking any block. The
+// blocks left are packed
 // as buffers of their own by the same steps, and, while the peak stays
 // above the goal, the blocks placed above it are taken apart one level and
 // the rest packed again. Blocks of different parts can live over the same
@@ -85,14 +86,14 @@
 // stacks take blocks from theirs), packs each result once cheaply (the
 // blocks' packings run the portfolio, the dive and the canonical search,
 // not the skyline restarts), and refines the ones that packed lowest,
-// two at a time (with Options.Spawn the orders run ahead on another core
-// and the two refine at once, with the same results). Most of the
-// merges that go astray are stacks, so after the first packing every stack
-// is taken apart too, and blocks merge what is left again (once, one level
-// down) before it is packed: the block a stack took by chance goes back to
-// its own part. So is every chain that meets where a chain chosen among
-// several candidates of its size (a guess) met, at that size: blocks may
-// pair them anew. Each of refine's rounds, at most 9, may spend an even
+// two at a time (with Options.Spawn the orders after the first run ahead
+// on another core and the two refine at once, with the same results).
+// Most of the merges that go astray are stacks, so after the first
+// packing every stack is taken apart too, and blocks merge what is left
+// again (once, one level down) before it is packed: the block a stack
+// took by chance goes back to its own part. So is every chain that meets
+// where a chain chosen among several candidates of its size (a guess)
+// met, at that size: blocks may pair them anew. Each of refine's rounds, at most 9, may spend an even
 // share of what is left to the rounds that can still come, so the later
 // ones, where the tiling is found, are not starved by the first (at the
 // exact effort a packing spends whatever it is given). This recovers the
