@@ -390,8 +390,8 @@ const maxSubset = 8
 // +31.47 % at 5,000, none within +5 %; now all 16 are at it. So are the
 // 12 instances of another generator (one hand only, 1,000 and 5,000
 // buffers), which ended +26.51 to +35.96 % above it. At 10,000 buffers
-// the mean went from +28.16 to +5.37 % (4 of 8 at the bound), at 20,000
-// from +28.00 to +20.67 % (none), where pieces of one size that meet by
+// the mean went from +28.16 to +5.07 % (4 of 8 at the bound), at 20,000
+// from +28.00 to +20.63 % (none), where pieces of one size that meet by
 // chance are chained astray.
 //
 // Pieces of a pinwheel meet only at E's two sections, so wheel reads
