@@ -112,7 +112,9 @@ func (e *Error) Wrap(cause error) *Error {
 	return e
 }
 
-// Error renders "CODE: message (k=v, ...)", diagnostics in key order.
+// Error renders "CODE: message (k=v, ...)", diagnostics in key order,
+// then ": cause" when there is a cause the message does not already
+// spell out.
 func (e *Error) Error() string {
 	var b strings.Builder
 	b.WriteString(string(e.Code))
@@ -135,7 +137,7 @@ func (e *Error) Error() string {
 		}
 		b.WriteString(")")
 	}
-	if e.Err != nil {
+	if e.Err != nil && !strings.Contains(e.Message, e.Err.Error()) {
 		b.WriteString(": ")
 		b.WriteString(e.Err.Error())
 	}

@@ -33,3 +33,22 @@ func TestErrorString(t *testing.T) {
 		t.Fatalf("got %q want %q", e.Error(), want)
 	}
 }
+
+// TestErrorStringCause: a cause is appended after the diagnostics, unless
+// the message already spells it out (callers often build the message from
+// the cause), so no message is printed twice.
+func TestErrorStringCause(t *testing.T) {
+	cause := errors.New("line 3: size is negative")
+	for _, c := range []struct {
+		e    *Error
+		want string
+	}{
+		{New(InvalidEncoding, "op", "cannot read", "file", "a.csv").Wrap(cause), "INVALID_ENCODING: cannot read (file=a.csv): line 3: size is negative"},
+		{New(InvalidEncoding, "op", cause.Error(), "file", "a.csv").Wrap(cause), "INVALID_ENCODING: line 3: size is negative (file=a.csv)"},
+		{New(InvalidEncoding, "op", "decode: "+cause.Error()).Wrap(cause), "INVALID_ENCODING: decode: line 3: size is negative"},
+	} {
+		if got := c.e.Error(); got != c.want {
+			t.Errorf("got %q, want %q", got, c.want)
+		}
+	}
+}
