@@ -45,8 +45,11 @@ func Parse(name string, r io.Reader) (*Instance, error) {
 	cr.FieldsPerRecord = 4
 	cr.ReuseRecord = true
 	head, err := cr.Read()
+	if err == io.EOF {
+		return nil, fmt.Errorf("%w: %s is empty, want the header id,lower,upper,size and a row per buffer", ErrFormat, name)
+	}
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s: header: %v", ErrFormat, name, err)
+		return nil, fmt.Errorf("%w: %s: header: %v", ErrFormat, name, fieldCount(err))
 	}
 	want := []string{"id", "lower", "upper", "size"}
 	for i := range head {
@@ -62,7 +65,7 @@ func Parse(name string, r io.Reader) (*Instance, error) {
 			break
 		}
 		if err != nil { // a *csv.ParseError names the line
-			return nil, fmt.Errorf("%w: %s: %v", ErrFormat, name, err)
+			return nil, fmt.Errorf("%w: %s: %v", ErrFormat, name, fieldCount(err))
 		}
 		line, _ := cr.FieldPos(0)
 		bad := func(format string, args ...any) error {
@@ -97,6 +100,16 @@ func Parse(name string, r io.Reader) (*Instance, error) {
 		return nil, fmt.Errorf("%w: %s has no buffers", ErrFormat, name)
 	}
 	return in, nil
+}
+
+// fieldCount says how many fields a row must have when err is a row
+// with another count.
+func fieldCount(err error) error {
+	var pe *csv.ParseError
+	if errors.As(err, &pe) && errors.Is(pe.Err, csv.ErrFieldCount) {
+		return fmt.Errorf("line %d: %w, want 4 (id,lower,upper,size)", pe.Line, pe.Err)
+	}
+	return err
 }
 
 // ParseBytes is Parse over a byte slice.
