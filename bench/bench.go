@@ -23,6 +23,7 @@ import (
 
 	"github.com/tmmu/tmmu/bench/families"
 	"github.com/tmmu/tmmu/dsa"
+	"github.com/tmmu/tmmu/failure"
 	"github.com/tmmu/tmmu/ir"
 	"github.com/tmmu/tmmu/models"
 	"github.com/tmmu/tmmu/planner"
@@ -73,7 +74,7 @@ func ParseMethods(list string) ([]Method, error) {
 		st, eff, _ := strings.Cut(f, ":")
 		m := Method{Strategy: planner.Strategy(st), Effort: pack.Effort(eff)}
 		if !slices.Contains(planner.Strategies, m.Strategy) {
-			return nil, fmt.Errorf("unknown strategy %q (strategies: packed, slots, greedy-size)", st)
+			return nil, fmt.Errorf("unknown method %q (methods: slots, greedy-size, packed, packed:exact)", f)
 		}
 		if m.Effort != "" && (m.Strategy != planner.Packed || !slices.Contains(pack.Efforts, m.Effort)) {
 			return nil, fmt.Errorf("%q: only packed takes an effort, fast or exact", f)
@@ -100,6 +101,9 @@ func Suite(dir string) ([]Instance, error) {
 	var fsys fs.FS = embedded
 	root := "dsa"
 	if dir != "" {
+		if _, err := os.Stat(dir); err != nil {
+			return nil, err // names dir
+		}
 		fsys, root = os.DirFS(dir), "."
 	}
 	entries, err := fs.ReadDir(fsys, root)
@@ -120,11 +124,11 @@ func Suite(dir string) ([]Instance, error) {
 		if ext == ".csv" {
 			in, err := dsa.ParseBytes(name, data)
 			if err != nil {
-				return nil, err
+				return nil, failure.New(failure.InvalidEncoding, OpSuite, err.Error(), "file", filepath.Join(dir, name)).Wrap(err)
 			}
 			g, err := ir.Compile(in.Model())
 			if err != nil {
-				return nil, fmt.Errorf("%s: %w", name, err)
+				return nil, inFile(err, filepath.Join(dir, name))
 			}
 			opts := in.Options(g)
 			out = append(out, Instance{Name: strings.TrimSuffix(name, filepath.Ext(name)), Kind: "dsa", Graph: g, Mode: opts.Mode, Arenas: opts.Arenas, Times: opts.PositionTimes})
@@ -132,7 +136,7 @@ func Suite(dir string) ([]Instance, error) {
 		}
 		g, err := ir.Load(data)
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", name, err)
+			return nil, inFile(err, filepath.Join(dir, name))
 		}
 		out = append(out, Instance{Name: strings.TrimSuffix(name, filepath.Ext(name)), Kind: "graph", Graph: g, Mode: planner.DefaultMode(g)})
 	}
@@ -147,6 +151,18 @@ func Suite(dir string) ([]Instance, error) {
 		out = append(out, gen...)
 	}
 	return out, nil
+}
+
+// OpSuite names Suite in its failures.
+const OpSuite = "tmmu.bench"
+
+// inFile returns err naming the file it came from: a failure with a file
+// diagnostic, or else err with the file before it.
+func inFile(err error, file string) error {
+	if fe, ok := errors.AsType[*failure.Error](err); ok {
+		return fe.With("file", file)
+	}
+	return fmt.Errorf("%s: %w", file, err)
 }
 
 // FamiliesSuite is the name Suite takes for the generated families.

@@ -68,6 +68,11 @@ func TestBadInputs(t *testing.T) {
 		{[]string{"plan", bad("chain.json"), "--replay-token", "abc"}, failure.InvalidOptions, "replay-token"},
 		{[]string{"plan", bad("chain.json"), "--effort", "hard"}, failure.InvalidOptions, `effort "hard"`},
 		{[]string{"plan", bad("dsa-empty-interval.csv")}, failure.InvalidEncoding, `line 3: buffer "b" lives over [4,4)`},
+		{[]string{"plan", bad("dsa-empty.csv")}, failure.InvalidEncoding, "dsa-empty.csv is empty"},
+		{[]string{"plan", bad("dsa-three-fields.csv")}, failure.InvalidEncoding, "line 3: wrong number of fields, want 4"},
+		{[]string{"bench", "--suite", bad("bench-suite"), "--strategies", "greedy-size"}, failure.InvalidEncoding, `negative.csv line 3: size "-3"`},
+		{[]string{"bench", "--suite", bad("no-such-suite"), "--strategies", "greedy-size"}, failure.IOError, "no-such-suite"},
+		{[]string{"bench", "--strategies", "greedy-size,best"}, failure.InvalidOptions, `unknown method "best" (methods: slots, greedy-size, packed, packed:exact)`},
 		{[]string{"plan", bad("dsa-two.csv"), "--format", "ir"}, failure.InvalidEncoding, `expected JSON (an object, starting with '{') or CBOR (a map); found text starting "id,lower,upper,size`},
 		{[]string{"verify", bad("chain.json"), bad("collision.plan.json")}, failure.AddressCollision, `"b"`},
 		{[]string{"verify", bad("chain.json"), bad("hash-mismatch.plan.json")}, failure.PlanMismatch, "plan_hash"},
@@ -152,5 +157,26 @@ func TestBadInputText(t *testing.T) {
 	status, stdout, stderr := runCLI(t, "", "plan", filepath.Join("testdata", "bad", "cycle.json"))
 	if status != 1 || stdout != "" || !strings.HasPrefix(stderr, "tmmu: LIVENESS_CYCLE: ") {
 		t.Fatalf("status %d stdout %q stderr %q", status, stdout, stderr)
+	}
+}
+
+// TestBenchBadSuiteNamesTheFile: a malformed CSV in a bench suite fails
+// with the CSV's path in the file diagnostic (not the directory's), and
+// the text form prints the message once.
+func TestBenchBadSuiteNamesTheFile(t *testing.T) {
+	dir := filepath.Join("testdata", "bad", "bench-suite")
+	status, stdout, stderr := runCLI(t, "", "bench", "--suite", dir, "--strategies", "greedy-size", "-o", "json")
+	var got struct {
+		Diagnostics map[string]string `json:"diagnostics"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &got); status != 1 || err != nil {
+		t.Fatalf("exit %d (%v): %s %s", status, err, stdout, stderr)
+	}
+	if want := filepath.Join(dir, "negative.csv"); got.Diagnostics["file"] != want {
+		t.Errorf("file diagnostic %q, want %q", got.Diagnostics["file"], want)
+	}
+	_, _, stderr = runCLI(t, "", "bench", "--suite", dir, "--strategies", "greedy-size")
+	if n := strings.Count(stderr, `size "-3"`); n != 1 {
+		t.Errorf("text error names the size %d times, want once: %s", n, stderr)
 	}
 }

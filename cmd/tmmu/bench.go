@@ -1,12 +1,14 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"time"
 
 	"github.com/tmmu/tmmu/bench"
+	"github.com/tmmu/tmmu/failure"
 	"github.com/tmmu/tmmu/planner"
 )
 
@@ -35,7 +37,7 @@ func runBench(c *command, e *env, args []string) error {
 	}
 	methods, err := bench.ParseMethods(*list)
 	if err != nil {
-		return usagef("--strategies: %v", err)
+		return failure.New(failure.InvalidOptions, opIO, "--strategies: "+err.Error(), "strategies", *list)
 	}
 	if *budget < 0 {
 		return usagef("--budget %d is negative", *budget)
@@ -46,6 +48,10 @@ func runBench(c *command, e *env, args []string) error {
 		}
 	}
 	insts, err := bench.Suite(*suite)
+	var fe *failure.Error
+	if errors.As(err, &fe) {
+		return err // names the file and what is wrong with it
+	}
 	if err != nil {
 		return ioError(err, *suite)
 	}
