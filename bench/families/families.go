@@ -446,8 +446,8 @@ func Mixed(n int, seed uint64) *dsa.Instance {
 // Spec names one generated instance.
 type Spec struct {
 	Family string
-	// Size is the buffers of a perfect or mixed instance, or the layers of
-	// a transformer.
+	// Size is the buffers of a tiling (perfect, halving, sliced,
+	// pinwheel) or a mixed instance, or the layers of a transformer.
 	Size int
 	Seed uint64
 }
