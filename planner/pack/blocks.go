@@ -440,6 +440,7 @@ func (k *blocker) wheel(id int32) int32 {
 			if right && A.start >= e.start || !right && A.end <= e.end {
 				continue
 			}
+			dReady := false // k.wheelD holds A's candidates for D
 			for _, b := range bs {
 				B := &k.blocks[b]
 				if sum, carry := bits.Add64(A.size, e.size, 0); carry != 0 || B.size != sum {
@@ -452,18 +453,21 @@ func (k *blocker) wheel(id int32) int32 {
 					farB = B.start
 				}
 				k.work += int64(len(cs) + len(ds))
-				k.wheelD = k.wheelD[:0]
-				for _, d := range ds {
-					if D := &k.blocks[d]; right && D.start == farA || !right && D.end == farA {
-						k.wheelD = append(k.wheelD, d)
+				if !dReady {
+					dReady = true
+					k.wheelD = k.wheelD[:0]
+					for _, d := range ds {
+						if D := &k.blocks[d]; right && D.start == farA || !right && D.end == farA {
+							k.wheelD = append(k.wheelD, d)
+						}
 					}
+					slices.SortFunc(k.wheelD, func(x, y int32) int {
+						return cmp.Or(cmp.Compare(k.blocks[x].size, k.blocks[y].size), cmp.Compare(x, y))
+					})
 				}
 				if len(k.wheelD) == 0 {
 					continue
 				}
-				slices.SortFunc(k.wheelD, func(x, y int32) int {
-					return cmp.Or(cmp.Compare(k.blocks[x].size, k.blocks[y].size), cmp.Compare(x, y))
-				})
 				for _, c := range cs {
 					C := &k.blocks[c]
 					if right && C.end != farB || !right && C.start != farB {
@@ -519,11 +523,11 @@ func (k *blocker) pinwheel(a, e, d, b, c int32) int32 {
 // wheels makes the pinwheels around the blocks that start or end at a
 // section where a block was made since it last looked, passing each new
 // block to merged, while more, and reports whether it made any (a block
-// that starts and ends at such sections is looked at twice). The blocker calls it
-// before each guess: step looks for the pinwheel around a block only as
-// it meets it, and the merge that completes one meets the middle block
-// again only when it starts where that middle ends or ends where it
-// starts.
+// that starts and ends at such sections is looked at twice). The blocker
+// calls it before each guess: step looks for the pinwheel around a block
+// only as it meets it, and the merge that completes one meets the middle
+// block again only when it starts where that middle ends or ends where
+// it starts.
 func (k *blocker) wheels(merged func(int32) bool, more func() bool) bool {
 	at := k.freshAt
 	k.freshAt = nil
