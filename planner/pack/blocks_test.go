@@ -7,17 +7,30 @@ import (
 	"pgregory.net/rapid"
 )
 
+// A tile is a piece of a box: ticks [t0, t1), bytes [b0, b1).
+type tile struct {
+	t0, t1 int64
+	b0, b1 uint64
+}
+
+// pinwheelCut cuts x into a pinwheel around the middle [m0, m1) ×
+// [c0, c1), the pieces in wheel's order A, B, C, D, E: right is the hand
+// whose bottom piece reaches from x's start to m1, the other its mirror
+// in time.
+func pinwheelCut(x tile, m0, m1 int64, c0, c1 uint64, right bool) []tile {
+	if right {
+		return []tile{{x.t0, m1, x.b0, c0}, {m1, x.t1, x.b0, c1}, {m0, x.t1, c1, x.b1}, {x.t0, m0, c0, x.b1}, {m0, m1, c0, c1}}
+	}
+	return []tile{{m0, x.t1, x.b0, c0}, {x.t0, m0, x.b0, c1}, {x.t0, m1, c1, x.b1}, {m1, x.t1, c0, x.b1}, {m0, m1, c0, c1}}
+}
+
 // drawTiling cuts a box into pieces with guillotine cuts, as the perfect
 // family does, or into pinwheels, as the pinwheel family does, with
 // random alignments: the lower bound is the box height, stacks need
 // padding where an alignment is not met, and a pinwheel whose offsets
 // miss an alignment is not made.
 func drawTiling(t *rapid.T) *Problem {
-	type rect struct {
-		t0, t1 int64
-		b0, b1 uint64
-	}
-	rects := []rect{{0, rapid.Int64Range(2, 40).Draw(t, "width"), 0, rapid.Uint64Range(2, 64).Draw(t, "height")}}
+	rects := []tile{{0, rapid.Int64Range(2, 40).Draw(t, "width"), 0, rapid.Uint64Range(2, 64).Draw(t, "height")}}
 	for range rapid.IntRange(0, 40).Draw(t, "cuts") {
 		k := rapid.IntRange(0, len(rects)-1).Draw(t, "piece")
 		x := rects[k]
@@ -27,19 +40,16 @@ func drawTiling(t *rapid.T) *Problem {
 			m1 := rapid.Int64Range(m0+1, x.t1-1).Draw(t, "middle end")
 			c0 := rapid.Uint64Range(x.b0+1, x.b1-2).Draw(t, "middle bottom")
 			c1 := rapid.Uint64Range(c0+1, x.b1-1).Draw(t, "middle top")
-			wheel := []rect{{x.t0, m1, x.b0, c0}, {m1, x.t1, x.b0, c1}, {m0, x.t1, c1, x.b1}, {x.t0, m0, c0, x.b1}, {m0, m1, c0, c1}}
-			if rapid.Bool().Draw(t, "mirror") {
-				wheel = []rect{{m0, x.t1, x.b0, c0}, {x.t0, m0, x.b0, c1}, {x.t0, m1, c1, x.b1}, {m1, x.t1, c0, x.b1}, {m0, m1, c0, c1}}
-			}
+			wheel := pinwheelCut(x, m0, m1, c0, c1, !rapid.Bool().Draw(t, "mirror"))
 			rects[k] = wheel[0]
 			rects = append(rects, wheel[1:]...)
 			continue
 		case rapid.Bool().Draw(t, "in time") && x.t1-x.t0 >= 2:
 			c := rapid.Int64Range(x.t0+1, x.t1-1).Draw(t, "at")
-			rects[k], x.t0 = rect{x.t0, c, x.b0, x.b1}, c
+			rects[k], x.t0 = tile{x.t0, c, x.b0, x.b1}, c
 		case x.b1-x.b0 >= 2:
 			c := rapid.Uint64Range(x.b0+1, x.b1-1).Draw(t, "at")
-			rects[k], x.b0 = rect{x.t0, x.t1, x.b0, c}, c
+			rects[k], x.b0 = tile{x.t0, x.t1, x.b0, c}, c
 		default:
 			continue
 		}
@@ -135,34 +145,22 @@ func TestTrimKeepsTheFewestThatSum(t *testing.T) {
 // the box, whether pinwheels are looked for before stacks or not; stacks
 // and chains alone (noWheels) leave the pieces apart.
 func TestBlockerMakesPinwheels(t *testing.T) {
-	type rect struct {
-		t0, t1 int64
-		b0, b1 uint64
-	}
-	// wheel cuts x around the middle [m0, m1) × [c0, c1): right is the
-	// hand whose bottom piece reaches from x's start to m1.
-	wheel := func(x rect, m0, m1 int64, c0, c1 uint64, right bool) []rect {
-		if right {
-			return []rect{{x.t0, m1, x.b0, c0}, {m1, x.t1, x.b0, c1}, {m0, x.t1, c1, x.b1}, {x.t0, m0, c0, x.b1}, {m0, m1, c0, c1}}
-		}
-		return []rect{{m0, x.t1, x.b0, c0}, {x.t0, m0, x.b0, c1}, {x.t0, m1, c1, x.b1}, {m1, x.t1, c0, x.b1}, {m0, m1, c0, c1}}
-	}
 	for _, right := range []bool{true, false} {
 		for _, inner := range []bool{true, false} {
-			box := rect{0, 100, 0, 1000}
+			box := tile{0, 100, 0, 1000}
 			// Sizes chosen so that no two pieces meet at a size that
 			// would mislead trim or a chain.
-			rects := wheel(box, 30, 60, 310, 690, right)
+			rects := pinwheelCut(box, 30, 60, 310, 690, right)
 			// The middle [30, 60) × [310, 690) becomes a pinwheel of
 			// either hand; the first piece is cut in time, the second
 			// in bytes.
 			mid := rects[4]
-			rects = append(rects[:4], wheel(mid, 40, 50, 400, 530, inner)...)
+			rects = append(rects[:4], pinwheelCut(mid, 40, 50, 400, 530, inner)...)
 			a, b := rects[0], rects[1]
 			ta := a.t0 + 7 // a tick no other piece starts or ends at
-			rects[0], a.t0 = rect{a.t0, ta, a.b0, a.b1}, ta
+			rects[0], a.t0 = tile{a.t0, ta, a.b0, a.b1}, ta
 			bb := b.b0 + 123
-			rects[1], b.b0 = rect{b.t0, b.t1, b.b0, bb}, bb
+			rects[1], b.b0 = tile{b.t0, b.t1, b.b0, bb}, bb
 			rects = append(rects, a, b)
 			p := &Problem{}
 			for _, x := range rects {
