@@ -169,7 +169,7 @@ func inFile(err error, file string) error {
 const FamiliesSuite = "families"
 
 // Families returns the instances of families.Suite: perfect, halving,
-// sliced and pinwheel packings, transformer training steps as a
+// sliced, pinwheel and holed packings, transformer training steps as a
 // compiler's memory pass sees them and mixed training-step instances,
 // each planned as a DSA instance.
 func Families() ([]Instance, error) {

@@ -21,6 +21,12 @@
 //     around a middle one, in either hand, that no cut in time or in
 //     bytes separates. The tiling is not guillotine, so a packer that
 //     rebuilds it from stacks and chains alone stops at every pinwheel.
+//   - holed: a perfect packing with pieces missing: each piece that does
+//     not start at the first tick is left out with odds of 1 in 32. The
+//     bytes live fall short of H wherever a piece is missing, but the
+//     first tick is still full, so the lower bound is still H, and the
+//     placement of the tiling still reaches it. A packer that rebuilds
+//     the tiling from pieces whose sizes add up stops at every hole.
 //   - transformer: the training step of GPT-2-shaped and Llama-shaped
 //     models with 1 to 96 layers, in train_full under the planner's own
 //     schedule and liveness, as a compiler's memory pass (MindSpore's
@@ -55,7 +61,7 @@ import (
 )
 
 // Names lists the families.
-var Names = []string{"perfect", "halving", "sliced", "pinwheel", "transformer", "mixed"}
+var Names = []string{"perfect", "halving", "sliced", "pinwheel", "holed", "transformer", "mixed"}
 
 // rng returns the generator of one instance: PCG seeded by the family and
 // the seed, so instances of different families never share a stream.
@@ -66,6 +72,9 @@ func rng(family string, seed uint64) *rand.Rand {
 	}
 	return rand.New(rand.NewPCG(h, seed))
 }
+
+// holedOdds: one piece in holedOdds is missing from a holed tiling.
+const holedOdds = 32
 
 // PerfectHeight is the height of the box perfect packings are cut from:
 // their lower bound and optimum.
@@ -108,6 +117,13 @@ func Sliced(n int, seed uint64) *dsa.Instance { return tiling("sliced", n, seed,
 // bound.
 func Pinwheel(n int, seed uint64) *dsa.Instance { return tiling("pinwheel", n, seed, pinwheelCuts) }
 
+// Holed is Perfect with pieces missing: n pieces are cut as Perfect cuts
+// them (n ≥ 1), and each that does not start at the first tick is then
+// left out with odds of 1 in 32, so the instance holds about 31/32 n
+// buffers. The first tick stays full, so the lower bound is still
+// PerfectHeight, and so is the optimum.
+func Holed(n int, seed uint64) *dsa.Instance { return tiling("holed", n, seed, holedCuts) }
+
 // How a tiling chooses its cuts.
 type cuts uint8
 
@@ -116,10 +132,11 @@ const (
 	halvingCuts              // the same, bytes cut at the middle
 	slicedCuts               // any piece, either side, anywhere
 	pinwheelCuts             // as perfect, or a pinwheel
+	holedCuts                // as perfect, then pieces left out
 )
 
-// tiling cuts n pieces from the box of family (perfect, halving, sliced
-// or pinwheel); see Perfect.
+// tiling cuts n pieces from the box of family (perfect, halving, sliced,
+// pinwheel or holed); see Perfect.
 func tiling(family string, n int, seed uint64, how cuts) *dsa.Instance {
 	r := rng(family, seed)
 	type rect struct {
@@ -200,6 +217,9 @@ func tiling(family string, n int, seed uint64, how cuts) *dsa.Instance {
 	}
 	// Shuffle, so that file order says nothing about the tiling.
 	r.Shuffle(len(rects), func(i, j int) { rects[i], rects[j] = rects[j], rects[i] })
+	if how == holedCuts {
+		rects = slices.DeleteFunc(rects, func(x rect) bool { return x.t0 > 0 && r.IntN(holedOdds) == 0 })
+	}
 	in := &dsa.Instance{Name: fmt.Sprintf("%s-%d-s%d", family, n, seed), Buffers: make([]dsa.Buffer, len(rects))}
 	for i, x := range rects {
 		in.Buffers[i] = dsa.Buffer{ID: strconv.Itoa(i), Lower: x.t0, Upper: x.t1, Size: x.b1 - x.b0}
@@ -447,7 +467,8 @@ func Mixed(n int, seed uint64) *dsa.Instance {
 type Spec struct {
 	Family string
 	// Size is the buffers of a tiling (perfect, halving, sliced,
-	// pinwheel) or a mixed instance, or the layers of a transformer.
+	// pinwheel; the pieces cut, for holed) or a mixed instance, or the
+	// layers of a transformer.
 	Size int
 	Seed uint64
 }
@@ -477,6 +498,11 @@ func Generate(s Spec) (*dsa.Instance, error) {
 			return nil, fmt.Errorf("families: pinwheel needs at least 1 buffer, not %d", s.Size)
 		}
 		return Pinwheel(s.Size, s.Seed), nil
+	case "holed":
+		if s.Size < 1 {
+			return nil, fmt.Errorf("families: holed needs at least 1 buffer, not %d", s.Size)
+		}
+		return Holed(s.Size, s.Seed), nil
 	case "transformer":
 		return Transformer(s.Size, s.Seed)
 	case "mixed":
@@ -504,7 +530,7 @@ func Suite(maxBuffers int) []Spec {
 			}
 		}
 	}
-	for _, family := range []string{"halving", "sliced", "pinwheel"} {
+	for _, family := range []string{"halving", "sliced", "pinwheel", "holed"} {
 		for _, n := range []int{100, 300, 1000, 2000, 5000} {
 			for seed := range uint64(2) {
 				if maxBuffers <= 0 || n <= maxBuffers {

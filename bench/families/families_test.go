@@ -56,6 +56,36 @@ func checkTiling(t *testing.T, family string, tiling func(int, uint64) *dsa.Inst
 // TestPinwheelHasPinwheels: the pinwheel family holds pinwheels of both
 // hands, five pieces whose sections and sizes fit only so, which the
 // perfect family's guillotine cuts never make.
+// TestHoledIsTight: a holed tiling is a perfect one with about one piece
+// in 32 missing, never at the first tick, so the live bytes reach the
+// box height there and nowhere pass it; the same seed gives the same
+// instance.
+func TestHoledIsTight(t *testing.T) {
+	for _, n := range []int{1, 100, 1000, 5000} {
+		in := families.Holed(n, 7)
+		p := in.Problem()
+		if len(p.Buffers) > n || n >= 1000 && (len(p.Buffers) > n-n/64 || len(p.Buffers) < n-n/16) {
+			t.Fatalf("holed %d: %d buffers, want about 31/32 of them", n, len(p.Buffers))
+		}
+		lb, _ := pack.LowerBound(p.Buffers)
+		if lb != families.PerfectHeight {
+			t.Fatalf("holed %d: lower bound %d, want the box height %d", n, lb, families.PerfectHeight)
+		}
+		var first uint64
+		for _, b := range p.Buffers {
+			if b.Start == 0 {
+				first += b.Size
+			}
+		}
+		if first != families.PerfectHeight {
+			t.Fatalf("holed %d: %d bytes live at the first tick, want the box height", n, first)
+		}
+		if again := families.Holed(n, 7); !reflect.DeepEqual(in, again) {
+			t.Fatalf("holed %d: two runs with one seed differ", n)
+		}
+	}
+}
+
 func TestPinwheelHasPinwheels(t *testing.T) {
 	for _, c := range []struct {
 		in   *dsa.Instance
@@ -179,6 +209,10 @@ func ExampleSuite() {
 	// pinwheel-100-s1
 	// pinwheel-300-s0
 	// pinwheel-300-s1
+	// holed-100-s0
+	// holed-100-s1
+	// holed-300-s0
+	// holed-300-s1
 	// mixed-300-s0
 	// mixed-300-s1
 }
