@@ -26,9 +26,10 @@ func pinwheelCut(x tile, m0, m1 int64, c0, c1 uint64, right bool) []tile {
 
 // drawTiling cuts a box into pieces with guillotine cuts, as the perfect
 // family does, or into pinwheels, as the pinwheel family does, with
-// random alignments: the lower bound is the box height, stacks need
-// padding where an alignment is not met, and a pinwheel whose offsets
-// miss an alignment is not made.
+// random alignments: the lower bound is the box height (unless pieces
+// are left out, as the holed family does), stacks need padding where an
+// alignment is not met, and a pinwheel whose offsets miss an alignment
+// is not made.
 func drawTiling(t *rapid.T) *Problem {
 	rects := []tile{{0, rapid.Int64Range(2, 40).Draw(t, "width"), 0, rapid.Uint64Range(2, 64).Draw(t, "height")}}
 	for range rapid.IntRange(0, 40).Draw(t, "cuts") {
@@ -56,7 +57,13 @@ func drawTiling(t *rapid.T) *Problem {
 		rects = append(rects, x)
 	}
 	p := &Problem{}
-	for _, x := range rects {
+	holed := rapid.Bool().Draw(t, "holed")
+	for j, x := range rects {
+		// A holed tiling has pieces missing (never the first): the bytes
+		// live fall short of the box there, and holes finds some.
+		if holed && j > 0 && rapid.IntRange(0, 7).Draw(t, "missing") == 0 {
+			continue
+		}
 		b := Buffer{Start: x.t0, End: x.t1, Size: x.b1 - x.b0}
 		if rapid.IntRange(0, 4).Draw(t, "aligned") == 0 {
 			b.Align = 1 << rapid.IntRange(1, 3).Draw(t, "align")
@@ -97,6 +104,71 @@ func TestPropertyBlocks(t *testing.T) {
 	})
 }
 
+// TestHolesFindMissingPieces: of a tiling of a box 12 ticks wide and 12
+// bytes tall, two pieces are missing whose ends meet no other missing
+// piece's; holes finds exactly those two, and nothing on the whole
+// tiling. The blocker, given them, merges everything into one block of
+// the box, and the placement it gives peaks at the box height.
+func TestHolesFindMissingPieces(t *testing.T) {
+	tiles := []tile{{0, 6, 0, 6}, {6, 12, 0, 6}, {0, 4, 6, 12}, {4, 9, 6, 9}, {4, 9, 9, 12}, {9, 12, 6, 12}}
+	problem := func(missing ...int) *Problem {
+		p := &Problem{}
+		for j, x := range tiles {
+			if !slices.Contains(missing, j) {
+				p.Buffers = append(p.Buffers, Buffer{Start: x.t0, End: x.t1, Size: x.b1 - x.b0})
+			}
+		}
+		return p
+	}
+	whole, err := newInstance(problem())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if hs, _ := holes(whole, 1<<20); len(hs) != 0 {
+		t.Fatalf("holes in a whole tiling: %v", hs)
+	}
+	in, err := newInstance(problem(1, 3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs, _ := holes(in, 1<<20)
+	// Sections are the instants buffers start or end at: 0, 4, 6, 9, 12.
+	want := []hole{{1, 3, 3}, {2, 4, 6}} // [4, 9) × 3 and [6, 12) × 6
+	if !slices.Equal(hs, want) {
+		t.Fatalf("holes %v, want %v", hs, want)
+	}
+	k := newBlocker(in, hs)
+	k.run(1<<20, 0, false, nil)
+	if roots := k.roots(); len(roots) != 1 || k.blocks[roots[0]].size != 12 {
+		t.Fatalf("blocks left: %v", roots)
+	}
+	res := &Result{Offsets: make([]uint64, len(in.bufs)), Peak: ^uint64(0)}
+	keep(k, k.roots(), &Result{Offsets: []uint64{0}, Peak: 12}, res)
+	if peak, err := Check(problem(1, 3), res.Offsets); err != nil || peak != res.Peak || peak != 12 {
+		t.Fatalf("placement peaks at %d, reported %d: %v", peak, res.Peak, err)
+	}
+}
+
+// TestKeepPeaksAtBuffers: a hole on top of a packing of blocks does not
+// count in the peak keep reports.
+func TestKeepPeaksAtBuffers(t *testing.T) {
+	in, err := newInstance(&Problem{Buffers: []Buffer{{Start: 0, End: 2, Size: 4}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := newBlocker(in, []hole{{0, 1, 4}})
+	k.run(1<<20, 0, false, nil)
+	roots := k.roots()
+	if len(roots) != 1 || k.blocks[roots[0]].size != 8 {
+		t.Fatalf("blocks left: %v", roots)
+	}
+	res := &Result{Offsets: make([]uint64, 1), Peak: ^uint64(0)}
+	keep(k, roots, &Result{Offsets: []uint64{0}, Peak: 8}, res)
+	if res.Peak != 4 || res.Offsets[0] != 0 {
+		t.Fatalf("kept peak %d, offset %d; want 4 and 0", res.Peak, res.Offsets[0])
+	}
+}
+
 // TestTrimKeepsTheFewestThatSum: of blocks live over the same sections,
 // trim keeps the fewest (two or more) whose sizes sum to a block meeting
 // them in time; all of them when they all do; and, of more than
@@ -124,7 +196,7 @@ func TestTrimKeepsTheFewestThatSum(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		k := newBlocker(in)
+		k := newBlocker(in, nil)
 		same := make([]int32, len(c.same))
 		for i := range same {
 			same[i] = int32(i)
@@ -171,7 +243,7 @@ func TestBlockerMakesPinwheels(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, first := range []bool{false, true} {
-				k := newBlocker(in)
+				k := newBlocker(in, nil)
 				k.wheelsFirst = first
 				k.run(1<<30, 0, false, nil)
 				roots := k.roots()
@@ -185,7 +257,7 @@ func TestBlockerMakesPinwheels(t *testing.T) {
 					t.Errorf("hands %v, %v, wheels first %v: the pinwheel peaks at %d, want %d: %v", right, inner, first, peak, box.b1, err)
 				}
 			}
-			k := newBlocker(in)
+			k := newBlocker(in, nil)
 			k.noWheels = true
 			k.run(1<<30, 0, false, nil)
 			if n := len(k.roots()); n < 5 {

@@ -70,7 +70,11 @@
 // merged too, found by where they start and end and by their sizes
 // alone, before any guess: the first order looks around blocks no other
 // block lives over, and the others look only when it made one per
-// hundred buffers at least, and then before stacking any block. The
+// hundred buffers at least, and then before stacking any block. Where the
+// bytes live fall short of the lower bound, half the orders also take
+// as buffers of their own the holes that shortfall traces: rectangles it
+// steps up into and down out of by the same size (a piece missing from
+// a tiling), so the cuts around them are found again. The
 // blocks left are packed
 // as buffers of their own by the same steps, and, while the peak stays
 // above the goal, the blocks placed above it are taken apart one level and
