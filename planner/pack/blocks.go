@@ -909,8 +909,9 @@ func blocks(in *instance, o Options, work int64, res *Result, sc scope) int64 {
 	// Where the bytes live fall short of the lower bound, half the orders
 	// (two in four, one of them confirming chains first) take the holes
 	// found as buffers of their own (see holes); the others merge the
-	// buffers alone. Holes in every order ended MiniMalloc's D +0.10 %
-	// above the lower bound, where without it is at it.
+	// buffers alone. With holes in every order (exact ones alone, then),
+	// MiniMalloc's D ended +0.10 % above the lower bound, where without
+	// them it is at it.
 	hs, spent := holes(in, holeCost*int64(in.positions)+holeCost)
 	withHoles := func(v int) []hole {
 		if v%4 == 1 || v%4 == 2 {
@@ -1074,77 +1075,6 @@ func keep(k *blocker, roots []int32, r *Result, res *Result) {
 	if peak < res.Peak {
 		res.Offsets, res.Peak, res.Method = offsets, peak, "blocks with holes, then "+r.Method
 	}
-}
-
-// A hole is a rectangle of bytes that, in a placement at the lower bound,
-// no buffer holds: a piece missing from a tiling (see holes).
-type hole struct {
-	start, end int32 // sections
-	size       uint64
-}
-
-// holes finds rectangles by which the bytes live fall short of the lower
-// bound: where the shortfall steps up by some size entering a section and
-// down by exactly that size leaving a later one, and stays at least that
-// size in between. That is the trace a piece missing from a tiling leaves
-// when no other missing piece starts or ends where it does; each found is
-// taken from the shortfall, and the rest is matched again until nothing
-// is. It looks at most at work sections while matching, and returns the
-// holes and the sections it looked at (reading the shortfall is setup,
-// as making the blocker's leaves is: on instances without one, holes
-// costs nothing).
-//
-// The blocker takes them as buffers of their own (see blocks): a tiling
-// with pieces missing is one without again, and its cuts are found again
-// around the holes. Perfect packings (family perfect, seeds 0 and 1) with
-// a fiftieth of their pieces missing ended +7.78 to +17.94 % above the
-// lower bound (their optimum: one instant is still full) at the fast
-// effort, at 1,000 to 3,000 buffers; now all but one are at it. Of the
-// holes found on perfect packings of 1,000 to 3,000 buffers with a
-// twentieth or a tenth missing, 88 to 94 % were missing pieces; the others
-// are unions of them. Missing pieces that start or end where another
-// does are not found: pairing steps that add up to another found more,
-// but a third of those were wrong, and packings got worse as often as
-// better.
-func holes(in *instance, work int64) ([]hole, int64) {
-	m := int(in.positions)
-	short := make([]uint64, m+1) // short[m] is 0: nothing is live after the end
-	var spent int64
-	any := false
-	for t, live := range in.liveBytes {
-		short[t] = in.lb - live
-		any = any || short[t] > 0
-	}
-	if !any {
-		return nil, spent
-	}
-	var out []hole
-	for again := true; again && spent < work; {
-		again = false
-		for a := 0; a < m && spent < work; a++ {
-			var before uint64
-			if a > 0 {
-				before = short[a-1]
-			}
-			if short[a] <= before {
-				continue
-			}
-			d := short[a] - before
-			for b := a + 1; b <= m && short[b-1] >= d; b++ {
-				spent++
-				if short[b-1]-short[b] == d {
-					out = append(out, hole{int32(a), int32(b), d})
-					for t := a; t < b; t++ {
-						short[t] -= d
-					}
-					spent += int64(b - a)
-					again = true
-					break
-				}
-			}
-		}
-	}
-	return out, spent
 }
 
 // packBlocks packs the blocks roots of k as buffers, a problem of scope

@@ -108,7 +108,9 @@ func TestPropertyBlocks(t *testing.T) {
 // bytes tall, two pieces are missing whose ends meet no other missing
 // piece's; holes finds exactly those two, and nothing on the whole
 // tiling. The blocker, given them, merges everything into one block of
-// the box, and the placement it gives peaks at the box height.
+// the box, and the placement it gives peaks at the box height. Two
+// pieces missing, one ending where the other starts, are found as a
+// relay.
 func TestHolesFindMissingPieces(t *testing.T) {
 	tiles := []tile{{0, 6, 0, 6}, {6, 12, 0, 6}, {0, 4, 6, 12}, {4, 9, 6, 9}, {4, 9, 9, 12}, {9, 12, 6, 12}}
 	problem := func(missing ...int) *Problem {
@@ -141,6 +143,15 @@ func TestHolesFindMissingPieces(t *testing.T) {
 	k.run(1<<20, 0, false, nil)
 	if roots := k.roots(); len(roots) != 1 || k.blocks[roots[0]].size != 12 {
 		t.Fatalf("blocks left: %v", roots)
+	}
+	relay, err := newInstance(problem(2, 3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Sections 0, 4, 6, 9, 12 again: [0, 4) × 6 ends where [4, 9) × 3
+	// starts.
+	if hs, _ := holes(relay, 1<<20); !slices.Equal(hs, []hole{{0, 1, 6}, {1, 3, 3}}) {
+		t.Fatalf("holes %v, want the relay [0, 4) × 6, [4, 9) × 3", hs)
 	}
 	res := &Result{Offsets: make([]uint64, len(in.bufs)), Peak: ^uint64(0)}
 	keep(k, k.roots(), &Result{Offsets: []uint64{0}, Peak: 12}, res)
