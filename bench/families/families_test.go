@@ -53,9 +53,6 @@ func checkTiling(t *testing.T, family string, tiling func(int, uint64) *dsa.Inst
 	}
 }
 
-// TestPinwheelHasPinwheels: the pinwheel family holds pinwheels of both
-// hands, five pieces whose sections and sizes fit only so, which the
-// perfect family's guillotine cuts never make.
 // TestHoledIsTight: a holed tiling is a perfect one with about one piece
 // in 32 missing, never at the first tick, so the live bytes reach the
 // box height there and nowhere pass it; the same seed gives the same
@@ -86,6 +83,9 @@ func TestHoledIsTight(t *testing.T) {
 	}
 }
 
+// TestPinwheelHasPinwheels: the pinwheel family holds pinwheels of both
+// hands, five pieces whose sections and sizes fit only so, which the
+// perfect family's guillotine cuts never make.
 func TestPinwheelHasPinwheels(t *testing.T) {
 	for _, c := range []struct {
 		in   *dsa.Instance

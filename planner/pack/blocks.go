@@ -73,10 +73,10 @@ type blocker struct {
 	// it.
 	marks []int32
 	stamp int32
-	// bufs is the number of buffers: leaves from bufs on are holes
-	// (see hole), holes of them.
-	bufs  int32
-	holes int
+	// bufs is the number of buffers: the leaves after them are the
+	// nHoles holes the blocker was given (see hole).
+	bufs   int32
+	nHoles int
 }
 
 // entry is a block in a section's list, with what find compares, so that
@@ -101,7 +101,7 @@ func newBlocker(in *instance, holes []hole) *blocker {
 	for j, h := range holes {
 		k.add(block{start: h.start, end: h.end, size: h.size, align: 1, buf: k.bufs + int32(j)})
 	}
-	k.holes = len(holes)
+	k.nHoles = len(holes)
 	return k
 }
 
@@ -794,22 +794,36 @@ func (k *blocker) roots() []int32 {
 	return r
 }
 
-// expand writes the offsets of block id's buffers, the block at off,
-// and returns the highest end of a buffer among them (holes have none).
-func (k *blocker) expand(id int32, off uint64, offsets []uint64) uint64 {
+// expand writes the offsets of block id's buffers, the block at off
+// (holes have none).
+func (k *blocker) expand(id int32, off uint64, offsets []uint64) {
 	b := &k.blocks[id]
-	if b.buf >= k.bufs {
-		return 0
-	}
-	if b.buf >= 0 {
+	switch {
+	case b.buf >= k.bufs:
+	case b.buf >= 0:
 		offsets[b.buf] = off
+	default:
+		for j, p := range b.parts {
+			k.expand(p, off+b.rel[j], offsets)
+		}
+	}
+}
+
+// top returns the highest end of a buffer of block id, the block at off:
+// below the block's own top where a hole is at its top.
+func (k *blocker) top(id int32, off uint64) uint64 {
+	b := &k.blocks[id]
+	switch {
+	case b.buf >= k.bufs:
+		return 0
+	case b.buf >= 0:
 		return off + b.size
 	}
-	var top uint64
+	var t uint64
 	for j, p := range b.parts {
-		top = max(top, k.expand(p, off+b.rel[j], offsets))
+		t = max(t, k.top(p, off+b.rel[j]))
 	}
-	return top
+	return t
 }
 
 // blocks merges in an order per orderCost units of its work per buffer,
@@ -827,7 +841,8 @@ const (
 // blockRounds bounds the rounds of taking blocks apart.
 const blockRounds = 8
 
-// holeCost bounds the sections holes looks at, per section.
+// holeCost bounds the sections holes looks at while matching, per
+// section (and an eighth of blocks' work bounds them too).
 const holeCost = 16
 
 // A junction is where the two parts of a chain meet: the section the
@@ -859,7 +874,8 @@ func (k *blocker) guesses() map[junction]bool {
 }
 
 // A trial is one run of the blocker and the peak a first packing of its
-// blocks reached.
+// blocks reached (the highest end of a buffer: a hole on top does not
+// count).
 type trial struct {
 	k     *blocker
 	roots []int32
@@ -912,7 +928,10 @@ func blocks(in *instance, o Options, work int64, res *Result, sc scope) int64 {
 	// buffers alone. With holes in every order (exact ones alone, then),
 	// MiniMalloc's D ended +0.10 % above the lower bound, where without
 	// them it is at it.
-	hs, spent := holes(in, holeCost*int64(in.positions)+holeCost)
+	hs, spent := holes(in, min(holeCost*(int64(in.positions)+1), work/8))
+	if spent >= work {
+		return spent
+	}
 	withHoles := func(v int) []hole {
 		if v%4 == 1 || v%4 == 2 {
 			return hs
@@ -976,9 +995,9 @@ func blocks(in *instance, o Options, work int64, res *Result, sc scope) int64 {
 			continue
 		}
 		if p.r != nil {
-			keep(p.k, p.roots, p.r, res)
+			peak := keep(p.k, p.roots, p.r, res)
 			p.k.drop()
-			t := trial{k: p.k, roots: p.roots, peak: p.r.Peak}
+			t := trial{k: p.k, roots: p.roots, peak: peak}
 			at := len(best)
 			for at > 0 && worse(best[at-1], t) {
 				at--
@@ -1054,27 +1073,25 @@ func packRoots(in *instance, k *blocker, roots []int32, o Options, work int64, s
 }
 
 // keep counts r's search nodes in res and makes r, a packing of the
-// blocks roots of k, res's placement when it is lower.
-func keep(k *blocker, roots []int32, r *Result, res *Result) {
+// blocks roots of k, res's placement when it is lower. It returns the
+// placement's peak: r's, or, when k has holes, the highest end of a
+// buffer (a hole may lie on top).
+func keep(k *blocker, roots []int32, r *Result, res *Result) uint64 {
 	res.Nodes += r.Nodes
-	if k.holes == 0 {
-		if r.Peak < res.Peak {
-			for j, id := range roots {
-				k.expand(id, r.Offsets[j], res.Offsets)
-			}
-			res.Peak, res.Method = r.Peak, "blocks, then "+r.Method
+	peak, method := r.Peak, "blocks, then "
+	if k.nHoles > 0 {
+		peak, method = 0, "blocks with holes, then "
+		for j, id := range roots {
+			peak = max(peak, k.top(id, r.Offsets[j]))
 		}
-		return
-	}
-	// A hole on top peaks above the buffers.
-	offsets := make([]uint64, len(res.Offsets))
-	var peak uint64
-	for j, id := range roots {
-		peak = max(peak, k.expand(id, r.Offsets[j], offsets))
 	}
 	if peak < res.Peak {
-		res.Offsets, res.Peak, res.Method = offsets, peak, "blocks with holes, then "+r.Method
+		for j, id := range roots {
+			k.expand(id, r.Offsets[j], res.Offsets)
+		}
+		res.Peak, res.Method = peak, method+r.Method
 	}
+	return peak
 }
 
 // packBlocks packs the blocks roots of k as buffers, a problem of scope

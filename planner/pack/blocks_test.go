@@ -126,8 +126,8 @@ func TestHolesFindMissingPieces(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if hs, _ := holes(whole, 1<<20); len(hs) != 0 {
-		t.Fatalf("holes in a whole tiling: %v", hs)
+	if hs, spent := holes(whole, 1<<20); len(hs) != 0 || spent != 0 {
+		t.Fatalf("holes in a whole tiling: %v, after %d work", hs, spent)
 	}
 	in, err := newInstance(problem(1, 3))
 	if err != nil {
@@ -157,6 +157,55 @@ func TestHolesFindMissingPieces(t *testing.T) {
 	keep(k, k.roots(), &Result{Offsets: []uint64{0}, Peak: 12}, res)
 	if peak, err := Check(problem(1, 3), res.Offsets); err != nil || peak != res.Peak || peak != 12 {
 		t.Fatalf("placement peaks at %d, reported %d: %v", peak, res.Peak, err)
+	}
+}
+
+// TestHolesExplainTheShortfall: holes finds none where those it would
+// find explain less than minExplained of the shortfall: one exact hole of
+// one byte over one section beside a shortfall that steps up by 3 and
+// down by 1 three times, which neither exact matching nor a relay
+// explains.
+func TestHolesExplainTheShortfall(t *testing.T) {
+	p := &Problem{Buffers: []Buffer{{Start: 0, End: 4, Size: 10}, {Start: 4, End: 8, Size: 9}, {Start: 8, End: 12, Size: 10}}}
+	in, err := newInstance(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if hs, _ := holes(in, 1<<20); !slices.Equal(hs, []hole{{1, 2, 1}}) {
+		t.Fatalf("holes %v, want [4, 8) × 1", hs)
+	}
+	for j, size := range []uint64{7, 8, 9, 10} {
+		p.Buffers = append(p.Buffers, Buffer{Start: int64(12 + j), End: int64(13 + j), Size: size})
+	}
+	if in, err = newInstance(p); err != nil {
+		t.Fatal(err)
+	}
+	if hs, _ := holes(in, 1<<20); len(hs) != 0 {
+		t.Fatalf("holes %v explaining a seventh of the shortfall", hs)
+	}
+}
+
+// TestHolesWithinWork: a shortfall that steps up by 3 and then falls by
+// one byte at every section makes the relay from that step look, at every
+// section, for a fall of 2 over the rest of the instance; holes stops
+// within its work, passed by a few sections' worth (the last holes and
+// its final pass), where without its bounds in every scan it spent sixty
+// times it.
+func TestHolesWithinWork(t *testing.T) {
+	const m = 2000
+	// Section 0 is full (3,000 bytes); the shortfall is 2,000 in section
+	// 1, 2,003 in section 2, and one less in each section after it.
+	p := &Problem{Buffers: []Buffer{{Start: 0, End: 1, Size: 3000}, {Start: 1, End: 2, Size: 1000}}}
+	for s := int64(2); s < m; s++ {
+		p.Buffers = append(p.Buffers, Buffer{Start: s, End: s + 1, Size: 997 + uint64(s-2)})
+	}
+	in, err := newInstance(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	work := int64(16 * m)
+	if _, spent := holes(in, work); spent > work+3*m {
+		t.Fatalf("holes spent %d on a budget of %d", spent, work)
 	}
 }
 

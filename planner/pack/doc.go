@@ -72,13 +72,14 @@
 // block lives over, and the others look only when it made one per
 // hundred buffers at least, and then before stacking any block. Where the
 // bytes live fall short of the lower bound, half the orders also take
-// as buffers of their own the holes that shortfall traces: rectangles it
-// steps up into and down out of by the same size (a piece missing from
-// a tiling), so the cuts around them are found again. The
-// blocks left are packed
-// as buffers of their own by the same steps, and, while the peak stays
-// above the goal, the blocks placed above it are taken apart one level and
-// the rest packed again. Blocks of different parts can live over the same
+// as buffers of their own the holes that shortfall traces (pieces
+// missing from a tiling): rectangles it steps up into and down out of by
+// the same size, and pairs of them one ending where the other starts,
+// when they explain a quarter of the shortfall at least; so the cuts
+// around them are found again. The blocks left are packed as buffers of
+// their own by the same steps, and, while the peak stays above the goal,
+// the blocks placed above it are taken apart one level and the rest
+// packed again. Blocks of different parts can live over the same
 // sections, or meet in time at the same size, by coincidence, and a merge
 // of them hides the tiling; which merges go astray depends on the order
 // the blocker meets the blocks in, so it merges in several orders (the

@@ -27,10 +27,12 @@ type hole struct {
 // Each hole found is taken from the shortfall, exact ones first, and the
 // rest matched again until nothing is: once a piece is taken, the steps
 // of the others at its ends show. It finds none when those it would
-// find explain less than minExplained of the shortfall. It looks at most at work sections while
-// matching, and returns the holes and the sections it looked at (reading
-// the shortfall is setup, as making the blocker's leaves is: where the
-// bytes live never fall short, holes costs nothing).
+// find explain less than minExplained of the shortfall. Matching stops
+// once it has looked at work sections (passing that by the sections of
+// the last holes it took at most), and weighing what it found looks at each section
+// once more; holes returns the holes and the sections it looked at.
+// Reading the shortfall is setup, as making the blocker's leaves is:
+// where the bytes live never fall short, holes costs nothing.
 //
 // The blocker takes them as buffers of their own (see blocks): a tiling
 // with pieces missing is one without again, and its cuts are found again
@@ -49,12 +51,12 @@ type hole struct {
 func holes(in *instance, work int64) ([]hole, int64) {
 	m := int(in.positions)
 	short := make([]uint64, m+1) // short[m] is 0: nothing is live after the end
-	any := false
+	falls := false
 	for t, live := range in.liveBytes {
 		short[t] = in.lb - live
-		any = any || short[t] > 0
+		falls = falls || short[t] > 0
 	}
-	if !any {
+	if !falls {
 		return nil, 0
 	}
 	f := holeFinder{short: slices.Clone(short), m: m, work: work}
@@ -80,11 +82,11 @@ func holes(in *instance, work int64) ([]hole, int64) {
 // missing (any piece, the first instant's too; perfect, sliced, halving
 // and pinwheel tilings of 1,000 and 5,000 buffers, 48 instances), the
 // holes found explained 13 to 100 % of it. Taking them made the fast
-// effort's packing lower on 25 of the 27 instances where they explained
-// 28 % or more and it changed (higher on two, +0.39 % each), and higher
-// on one where they explained 16 % (sliced 5,000, a tenth missing:
-// +4.38 to +11.99 %). On the transformer and mixed families they explain
-// 1 % or less.
+// effort's packing lower on 24 of the 27 instances where they explained
+// 28 % or more and it changed (higher on three: +0.39, +0.39 and
+// +1.07 %), and higher on one where they explained 16 % (sliced 5,000, a
+// tenth missing: +4.38 to +11.99 %). On the transformer and mixed
+// families they explain 1 % or less.
 const minExplained = 0.25
 
 // holeFinder matches the steps of a shortfall (see holes).
@@ -120,7 +122,7 @@ func (f *holeFinder) take(a, b int, size uint64) {
 // downTo returns the first section end b after from where the shortfall
 // steps down by exactly size, staying at least size before; -1 if none.
 func (f *holeFinder) downTo(from int, size uint64) int {
-	for b := from + 1; b <= f.m && f.short[b-1] >= size; b++ {
+	for b := from + 1; b <= f.m && f.short[b-1] >= size && f.spent < f.work; b++ {
 		f.spent++
 		if f.short[b-1]-f.short[b] == size {
 			return b
@@ -155,15 +157,15 @@ func (f *holeFinder) relays() bool {
 		if u == 0 {
 			continue
 		}
-		for b := a + 1; b < f.m && f.short[b-1] >= u; b++ {
+		for b := a + 1; b < f.m && f.short[b-1] >= u && f.spent < f.work; b++ {
 			f.spent++
 			// Where one of u ends and one of d starts, the shortfall
 			// goes from short[b-1] to short[b-1] - u + d: it must rise,
 			// or fall by less than u (a plain fall of u is exact's).
-			if f.short[b] == f.short[b-1] || f.short[b]+u <= f.short[b-1] {
+			if f.short[b] == f.short[b-1] || f.short[b] <= f.short[b-1]-u {
 				continue
 			}
-			d := f.short[b] + u - f.short[b-1]
+			d := f.short[b] - (f.short[b-1] - u)
 			if c := f.downTo(b, d); c >= 0 {
 				f.take(a, b, u)
 				f.take(b, c, d)
