@@ -29,10 +29,10 @@ type hole struct {
 // of the others at its ends show. It finds none when those it would
 // find explain less than minExplained of the shortfall. Matching stops
 // once it has looked at work sections (passing that by the sections of
-// the last holes it took at most), and weighing what it found looks at each section
-// once more; holes returns the holes and the sections it looked at.
-// Reading the shortfall is setup, as making the blocker's leaves is:
-// where the bytes live never fall short, holes costs nothing.
+// the last holes it took at most), and weighing what it found looks at
+// each section once more; holes returns the holes and the sections it
+// looked at. Reading the shortfall is setup, as making the blocker's
+// leaves is: where the bytes live never fall short, holes costs nothing.
 //
 // The blocker takes them as buffers of their own (see blocks): a tiling
 // with pieces missing is one without again, and its cuts are found again
