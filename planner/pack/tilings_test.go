@@ -69,11 +69,11 @@ func TestBlocksFindPinwheels(t *testing.T) {
 // TestBlocksFindHoledTilings: perfect packings with pieces missing
 // (family holed, seeds the suite does not hold) are packed at their lower
 // bound, which is their optimum, by the fast effort: the blocker takes the
-// holes found for buffers. Before it did, these ended +2.29 to +21.93 %
-// above it (1,000 buffers, seeds 2 and 3: +3.74 and +2.29 %; 2,000, seeds
-// 2 to 5: +13.27, +7.71, +14.62 and +13.56 %; 5,000, seeds 2, 4, 5 and
-// 7: +20.01, +18.61, +20.23 and +21.93 %, and, with exact holes but no
-// relays, +10.24, +0.00, +2.36 and +9.74 %).
+// holes it finds as buffers of their own. Before it did, these ended
+// +2.29 to +21.93 % above it (1,000 buffers, seeds 2 and 3: +3.74 and
+// +2.29 %; 2,000, seeds 2 to 5: +13.27, +7.71, +14.62 and +13.56 %;
+// 5,000, seeds 2, 4, 5 and 7: +20.01, +18.61, +20.23 and +21.93 %, and,
+// with exact holes but no relays, +10.24, +0.00, +2.36 and +9.74 %).
 func TestBlocksFindHoledTilings(t *testing.T) {
 	for _, c := range []struct {
 		n     int
