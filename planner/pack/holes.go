@@ -1,7 +1,5 @@
 package pack
 
-import "slices"
-
 // A hole is a rectangle of bytes that, in a placement at the lower bound,
 // no buffer holds: a piece missing from a tiling (see holes).
 type hole struct {
@@ -51,23 +49,22 @@ type hole struct {
 func holes(in *instance, work int64) ([]hole, int64) {
 	m := int(in.positions)
 	short := make([]uint64, m+1) // short[m] is 0: nothing is live after the end
-	falls := false
+	var all float64
 	for t, live := range in.liveBytes {
 		short[t] = in.lb - live
-		falls = falls || short[t] > 0
+		all += float64(short[t])
 	}
-	if !falls {
+	if all == 0 {
 		return nil, 0
 	}
-	f := holeFinder{short: slices.Clone(short), m: m, work: work}
+	f := holeFinder{short: short, m: m, work: work}
 	for f.exact() && f.relays() {
 	}
 	// The rest of the shortfall: where it is most of it, this is no
 	// tiling with pieces missing.
-	var all, rest float64
-	for t := range m {
-		all += float64(short[t])
-		rest += float64(f.short[t])
+	var rest float64
+	for _, r := range f.short[:m] {
+		rest += float64(r)
 	}
 	f.spent += int64(m)
 	if rest > all*(1-minExplained) {
