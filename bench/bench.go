@@ -259,7 +259,7 @@ func Measure(in Instance, methods []Method) Result {
 	for _, m := range methods {
 		opts := planner.DefaultOptions(in.Graph)
 		opts.Mode, opts.Arenas, opts.Strategy, opts.Effort, opts.Budget, opts.PositionTimes = in.Mode, in.Arenas, m.Strategy, m.Effort, m.Budget, in.Times
-		opts.Spawn = func(f func()) { go f() } // same plan, some steps at once
+		opts.Spawn = planner.Goroutines // same plan, some steps at once
 		start := time.Now()
 		p, err := planner.PlanMemory(in.Graph, opts)
 		el := time.Since(start)

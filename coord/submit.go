@@ -125,7 +125,7 @@ func (n *Node) PlanRank(ctx context.Context, j *api.Job, i, rank uint64) (*shard
 // each replan and at each change of the world, and the plans are
 // byte-identical with them or without.
 func lend(o planner.Options) planner.Options {
-	o.Spawn = func(f func()) { go f() }
+	o.Spawn = planner.Goroutines
 	return o
 }
 

@@ -251,9 +251,15 @@ type Options struct {
 	// Spawn, when set, runs the function it is given on a goroutine of
 	// the caller's, so that the packed strategy runs some of its steps
 	// at once (see pack.Options.Spawn); the plan is byte-identical with
-	// or without it. The planner starts no goroutine itself.
+	// or without it. The planner starts no goroutine itself; a caller
+	// that lends its goroutines passes Goroutines.
 	Spawn func(func())
 }
+
+// Goroutines runs f on a goroutine of its own: the Spawn of a caller
+// that lends the packer its goroutines (the daemons, the shells, the
+// bench).
+func Goroutines(f func()) { go f() }
 
 // NoShardSpecHash is the shard_spec_hash of an unsharded plan:
 // SHA-256(CBOR_CANONICAL(null)).

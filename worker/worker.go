@@ -967,7 +967,7 @@ func (w *run) prepare(ctx context.Context, job *api.Job, i uint64) (*epochPlan, 
 	_, opts, _ := job.Inputs(i)
 	// The packer may run steps on the worker's goroutines; the plan is
 	// byte-identical with them or without (planner.Options.Spawn).
-	opts.Spawn = func(f func()) { go f() }
+	opts.Spawn = planner.Goroutines
 	if w.cfg.AdjustOptions != nil {
 		w.cfg.AdjustOptions(&opts)
 	}

@@ -120,7 +120,7 @@ func runPlan(c *command, e *env, args []string) error {
 // and lets the packed strategy run steps on goroutines (the plan is the
 // same with or without them; see planner.Options.Spawn).
 func commonOptions(e *env, opts *planner.Options, token, arenaFile string) error {
-	opts.Spawn = spawn
+	opts.Spawn = planner.Goroutines
 	var err error
 	if token != "" {
 		if opts.ReplayToken, err = ir.ParseHash(token); err != nil {
@@ -314,7 +314,3 @@ func printPlan(w io.Writer, p *planner.Plan, listTensors bool) {
 	}
 	tt.write(w)
 }
-
-// spawn runs f on a goroutine of its own: the shells' side of
-// planner.Options.Spawn.
-func spawn(f func()) { go f() }
