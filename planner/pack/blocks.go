@@ -22,6 +22,7 @@ type block struct {
 	stacked    bool // a stack
 	wheel      bool // a pinwheel
 	guessed    bool // a chain chosen among several candidates of its size
+	empty      bool // holds no buffer: holes only (see hole)
 }
 
 // blocker merges buffers into blocks bottom up, as the cuts of a
@@ -124,6 +125,13 @@ func lists(n int32, at []int32) [][]entry {
 
 // add makes b a live block and indexes it.
 func (k *blocker) add(b block) int32 {
+	b.empty = b.buf >= k.bufs
+	if b.buf < 0 {
+		b.empty = true
+		for _, p := range b.parts {
+			b.empty = b.empty && k.blocks[p].empty
+		}
+	}
 	id := int32(len(k.blocks))
 	k.blocks = append(k.blocks, b)
 	k.dead = append(k.dead, false)
@@ -783,11 +791,16 @@ func (k *blocker) drop() {
 	k.starting, k.ending = nil, nil
 }
 
-// roots returns the blocks left.
+// roots returns the blocks left that hold a buffer. A hole that no
+// merge took, or a block of holes alone, says nothing about where the
+// buffers go, and packed as a buffer of its own it would only take
+// bytes from them (holed tilings of 5,000 buffers, seeds 0 to 63, the
+// generator's order, fast effort: a mean +4.07 % above the lower bound,
+// 32 at it, with them packed; +3.14 % and 40 without).
 func (k *blocker) roots() []int32 {
 	var r []int32
 	for i := range k.blocks {
-		if !k.dead[i] {
+		if !k.dead[i] && !k.blocks[i].empty {
 			r = append(r, int32(i))
 		}
 	}
@@ -1155,15 +1168,21 @@ func refine(in *instance, t trial, o Options, work int64, res *Result, sc scope)
 			guesses = t.k.guesses()
 		}
 		var next []int32
+		apart := false
 		for j, id := range roots {
 			x := &t.k.blocks[id]
 			if x.buf < 0 && (r.Offsets[j]+x.size > in.goal || round == 0 && (x.stacked || guesses[t.k.junctionOf(id)])) {
-				next = append(next, x.parts...)
+				apart = true
+				for _, q := range x.parts {
+					if !t.k.blocks[q].empty {
+						next = append(next, q)
+					}
+				}
 			} else {
 				next = append(next, id)
 			}
 		}
-		if len(next) == len(roots) || round >= blockRounds {
+		if !apart || round >= blockRounds {
 			break
 		}
 		roots = next

@@ -229,6 +229,29 @@ func TestKeepPeaksAtBuffers(t *testing.T) {
 	}
 }
 
+// TestRootsLeaveHolesOut: holes that no merge takes into a block with a
+// buffer, alone or stacked with each other, are not among the blocks to
+// pack.
+func TestRootsLeaveHolesOut(t *testing.T) {
+	// Sections [0, 2) and [2, 4): two buffers that merge with nothing,
+	// and two holes over both sections, which stack with each other only.
+	in, err := newInstance(&Problem{Buffers: []Buffer{{Start: 0, End: 2, Size: 4}, {Start: 2, End: 4, Size: 3}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := newBlocker(in, []hole{{0, 2, 5}, {0, 2, 6}})
+	k.run(1<<20, 0, false, nil)
+	if roots := k.roots(); !slices.Equal(roots, []int32{0, 1}) {
+		var stacks int
+		for _, id := range roots {
+			if k.blocks[id].stacked {
+				stacks++
+			}
+		}
+		t.Fatalf("blocks to pack %v (%d stacks), want the two buffers", roots, stacks)
+	}
+}
+
 // TestTrimKeepsTheFewestThatSum: of blocks live over the same sections,
 // trim keeps the fewest (two or more) whose sizes sum to a block meeting
 // them in time; all of them when they all do; and, of more than
