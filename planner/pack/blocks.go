@@ -855,8 +855,10 @@ const (
 const blockRounds = 8
 
 // holeCost bounds the sections holes looks at while matching, per
-// section (and an eighth of blocks' work bounds them too).
-const holeCost = 16
+// section (and an eighth of blocks' work bounds them too). With peels,
+// holed tilings of 5,000 buffers take 16 to 41 per section; at 16,
+// matching stopped before the end of most.
+const holeCost = 128
 
 // A junction is where the two parts of a chain meet: the section the
 // second starts at, and their size.
@@ -937,17 +939,20 @@ func blocks(in *instance, o Options, work int64, res *Result, sc scope) int64 {
 	//
 	// Where the bytes live fall short of the lower bound, half the orders
 	// (two in four, one of them confirming chains first) take the holes
-	// found as buffers of their own (see holes); the others merge the
-	// buffers alone. With holes in every order (exact ones alone, then),
+	// found as buffers of their own (see holes), one each reading; the
+	// others merge the buffers alone. With holes in every order (exact ones alone, then),
 	// MiniMalloc's D ended +0.10 % above the lower bound, where without
 	// them it is at it.
-	hs, spent := holes(in, min(holeCost*(int64(in.positions)+1), work/8))
+	hs, alt, spent := holes(in, min(holeCost*(int64(in.positions)+1), work/8))
 	if spent >= work {
 		return spent
 	}
 	withHoles := func(v int) []hole {
-		if v%4 == 1 || v%4 == 2 {
+		switch v % 4 {
+		case 1:
 			return hs
+		case 2:
+			return alt
 		}
 		return nil
 	}

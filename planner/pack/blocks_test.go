@@ -126,14 +126,14 @@ func TestHolesFindMissingPieces(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if hs, spent := holes(whole, 1<<20); len(hs) != 0 || spent != 0 {
+	if hs, _, spent := holes(whole, 1<<20); len(hs) != 0 || spent != 0 {
 		t.Fatalf("holes in a whole tiling: %v, after %d work", hs, spent)
 	}
 	in, err := newInstance(problem(1, 3))
 	if err != nil {
 		t.Fatal(err)
 	}
-	hs, _ := holes(in, 1<<20)
+	hs, _, _ := holes(in, 1<<20)
 	// Sections are the instants buffers start or end at: 0, 4, 6, 9, 12.
 	want := []hole{{1, 3, 3}, {2, 4, 6}} // [4, 9) × 3 and [6, 12) × 6
 	if !slices.Equal(hs, want) {
@@ -150,13 +150,60 @@ func TestHolesFindMissingPieces(t *testing.T) {
 	}
 	// Sections 0, 4, 6, 9, 12 again: [0, 4) × 6 ends where [4, 9) × 3
 	// starts.
-	if hs, _ := holes(relay, 1<<20); !slices.Equal(hs, []hole{{0, 1, 6}, {1, 3, 3}}) {
+	if hs, _, _ := holes(relay, 1<<20); !slices.Equal(hs, []hole{{0, 1, 6}, {1, 3, 3}}) {
 		t.Fatalf("holes %v, want the relay [0, 4) × 6, [4, 9) × 3", hs)
 	}
 	res := &Result{Offsets: make([]uint64, len(in.bufs)), Peak: ^uint64(0)}
 	keep(k, k.roots(), &Result{Offsets: []uint64{0}, Peak: 12}, res)
 	if peak, err := Check(problem(1, 3), res.Offsets); err != nil || peak != res.Peak || peak != 12 {
 		t.Fatalf("placement peaks at %d, reported %d: %v", peak, res.Peak, err)
+	}
+}
+
+// TestHolesPeelForks: three pieces missing that start together and end
+// apart (a fork), beside one missing alone, and the same tiling mirrored
+// in time (a join). Relays read the last two of the fork as one piece
+// ending where another starts; peels, before relays, find the three, and
+// the blocker given them makes one block of the box.
+func TestHolesPeelForks(t *testing.T) {
+	// A column [0, 4) × 12; [4, 12) cut in bytes into three rows of one
+	// byte, each cut in time at 6, 8 and 10, and one of 9; [12, 24) into
+	// 9 and 3. Missing: the rows' first pieces and [12, 24) × 9.
+	tiles := []tile{{0, 4, 0, 12}, {4, 6, 0, 1}, {4, 8, 1, 2}, {4, 10, 2, 3}, {4, 12, 3, 12},
+		{6, 12, 0, 1}, {8, 12, 1, 2}, {10, 12, 2, 3}, {12, 24, 0, 9}, {12, 24, 9, 12}}
+	missing := []int{1, 2, 3, 8}
+	for _, mirror := range []bool{false, true} {
+		p := &Problem{}
+		for j, x := range tiles {
+			if mirror {
+				x.t0, x.t1 = 24-x.t1, 24-x.t0
+			}
+			if !slices.Contains(missing, j) {
+				p.Buffers = append(p.Buffers, Buffer{Start: x.t0, End: x.t1, Size: x.b1 - x.b0})
+			}
+		}
+		in, err := newInstance(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Sections start at 0, 4, 6, 8, 10, 12 (mirrored: 0, 12, 14, 16,
+		// 18, 20).
+		want := []hole{{5, 6, 9}, {1, 2, 1}, {1, 3, 1}, {1, 4, 1}}
+		if mirror {
+			want = []hole{{0, 1, 9}, {4, 5, 1}, {3, 5, 1}, {2, 5, 1}}
+		}
+		hs, alt, _ := holes(in, 1<<20)
+		if !slices.Equal(alt, want) {
+			t.Fatalf("mirrored %v: holes %v, want %v", mirror, alt, want)
+		}
+		if len(hs) != len(want) || hs[0] != want[0] {
+			t.Fatalf("mirrored %v: holes with relays first %v, want %v and three holes explaining the rest", mirror, hs, want[0])
+		}
+		k := newBlocker(in, alt)
+		k.run(1<<20, 0, false, nil)
+		if roots := k.roots(); len(roots) != 1 || k.blocks[roots[0]].size != 12 {
+			t.Fatalf("mirrored %v: blocks left: %v", mirror, roots)
+		}
 	}
 }
 
@@ -171,7 +218,7 @@ func TestHolesExplainTheShortfall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if hs, _ := holes(in, 1<<20); !slices.Equal(hs, []hole{{1, 2, 1}}) {
+	if hs, _, _ := holes(in, 1<<20); !slices.Equal(hs, []hole{{1, 2, 1}}) {
 		t.Fatalf("holes %v, want [4, 8) × 1", hs)
 	}
 	for j, size := range []uint64{7, 8, 9, 10} {
@@ -180,7 +227,7 @@ func TestHolesExplainTheShortfall(t *testing.T) {
 	if in, err = newInstance(p); err != nil {
 		t.Fatal(err)
 	}
-	if hs, _ := holes(in, 1<<20); len(hs) != 0 {
+	if hs, _, _ := holes(in, 1<<20); len(hs) != 0 {
 		t.Fatalf("holes %v explaining a seventh of the shortfall", hs)
 	}
 }
@@ -204,7 +251,7 @@ func TestHolesWithinWork(t *testing.T) {
 		t.Fatal(err)
 	}
 	work := int64(16 * m)
-	if _, spent := holes(in, work); spent > work+3*m {
+	if _, _, spent := holes(in, work); spent > work+3*m {
 		t.Fatalf("holes spent %d on a budget of %d", spent, work)
 	}
 }

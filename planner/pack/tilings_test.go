@@ -74,11 +74,13 @@ func TestBlocksFindPinwheels(t *testing.T) {
 // +2.29 %; 2,000, seeds 2 to 5: +13.27, +7.71, +14.62 and +13.56 %;
 // 5,000, seeds 2, 4, 5 and 7: +20.01, +18.61, +20.23 and +21.93 %, and,
 // with exact holes but no relays, +10.24, +0.00, +2.36 and +9.74 %).
+// Seeds 18, 28, 29 and 31 of 5,000 ended +9.83, +9.96, +5.41 and +7.79 %
+// while blocks of holes alone were packed and before peels.
 func TestBlocksFindHoledTilings(t *testing.T) {
 	for _, c := range []struct {
 		n     int
 		seeds []uint64
-	}{{1000, []uint64{2, 3}}, {2000, []uint64{2, 3, 4, 5}}, {5000, []uint64{2, 4, 5, 7}}} {
+	}{{1000, []uint64{2, 3}}, {2000, []uint64{2, 3, 4, 5}}, {5000, []uint64{2, 4, 5, 7, 18, 28, 29, 31}}} {
 		for _, seed := range c.seeds {
 			if g, method := fastGap(t, families.Holed(c.n, seed)); g != 0 {
 				t.Errorf("holed %d seed %d: %.2f %% over the lower bound (%s)", c.n, seed, 100*g, method)
@@ -173,10 +175,10 @@ func fastGap(t *testing.T, in *dsa.Instance) (float64, string) {
 // the placement, the work and the nodes are the same as without one, at
 // both efforts, on one core or several (sliced 2,000 seed 0 and pinwheel
 // 2,000 seed 18: fast ends above the lower bound, so every step runs; on
-// the second every order looks for pinwheels; on holed 5,000 seed 8 half
+// the second every order looks for pinwheels; on holed 5,000 seed 6 half
 // the orders take holes).
 func TestSameWithSpawn(t *testing.T) {
-	for _, in := range []*dsa.Instance{families.Sliced(2000, 0), families.Pinwheel(2000, 18), families.Holed(5000, 8)} {
+	for _, in := range []*dsa.Instance{families.Sliced(2000, 0), families.Pinwheel(2000, 18), families.Holed(5000, 6)} {
 		sameWithSpawn(t, in.Name, in.Problem())
 	}
 }
