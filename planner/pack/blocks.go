@@ -796,7 +796,9 @@ func (k *blocker) drop() {
 // buffers go, and packed as a buffer of its own it would only take
 // bytes from them (holed tilings of 5,000 buffers, seeds 0 to 63, the
 // generator's order, fast effort: a mean +4.07 % above the lower bound,
-// 32 at it, with them packed; +3.14 % and 40 without).
+// 32 at it, with them packed; +3.14 % and 40 without). They do not
+// count either where blocks weighs a trial by its blocks (too few
+// merges to pack; fewer blocks first among equal peaks).
 func (k *blocker) roots() []int32 {
 	var r []int32
 	for i := range k.blocks {
@@ -812,7 +814,7 @@ func (k *blocker) roots() []int32 {
 func (k *blocker) expand(id int32, off uint64, offsets []uint64) {
 	b := &k.blocks[id]
 	switch {
-	case b.buf >= k.bufs:
+	case b.empty:
 	case b.buf >= 0:
 		offsets[b.buf] = off
 	default:
@@ -827,7 +829,7 @@ func (k *blocker) expand(id int32, off uint64, offsets []uint64) {
 func (k *blocker) top(id int32, off uint64) uint64 {
 	b := &k.blocks[id]
 	switch {
-	case b.buf >= k.bufs:
+	case b.empty:
 		return 0
 	case b.buf >= 0:
 		return off + b.size
@@ -855,9 +857,11 @@ const (
 const blockRounds = 8
 
 // holeCost bounds the sections holes looks at while matching, per
-// section (and an eighth of blocks' work bounds them too). With peels,
-// holed tilings of 5,000 buffers take 16 to 41 per section; at 16,
-// matching stopped before the end of most.
+// section (and an eighth of blocks' work bounds them too): the first
+// pass and, with what it leaves, both readings. Holed tilings of 5,000
+// buffers (seeds 0 to 127) take 7 to 103 per section when nothing stops
+// them; at 16, matching stopped before the end on most of them, and at
+// 128 it still does on a few (seed 36).
 const holeCost = 128
 
 // A junction is where the two parts of a chain meet: the section the
@@ -938,11 +942,12 @@ func blocks(in *instance, o Options, work int64, res *Result, sc scope) int64 {
 	// the lower bound, now at it).
 	//
 	// Where the bytes live fall short of the lower bound, half the orders
-	// (two in four, one of them confirming chains first) take the holes
-	// found as buffers of their own (see holes), one each reading; the
-	// others merge the buffers alone. With holes in every order (exact ones alone, then),
-	// MiniMalloc's D ended +0.10 % above the lower bound, where without
-	// them it is at it.
+	// take the holes found as buffers of their own (see holes): a
+	// quarter (v mod 4 = 1, confirming chains first) the reading with
+	// relays first, a quarter (v mod 4 = 2, not confirming) the one with
+	// peels first. The others merge the buffers alone. With holes in
+	// every order (exact ones alone, then), MiniMalloc's D ended +0.10 %
+	// above the lower bound, where without them it is at it.
 	hs, alt, spent := holes(in, min(holeCost*(int64(in.positions)+1), work/8))
 	if spent >= work {
 		return spent

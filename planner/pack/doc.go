@@ -75,10 +75,11 @@
 // as buffers of their own the holes that shortfall traces (pieces
 // missing from a tiling): rectangles it steps up into and down out of by
 // the same size, and pairs of them one ending where the other starts,
-// when they explain a quarter of the shortfall at least, and then what
-// is left peeled off where pieces start or end together; so the cuts
-// around them are found again (holes that no merge took are not
-// packed). The blocks left are packed as buffers of their own by the
+// when they explain a quarter of the shortfall at least, and then holes
+// peeled off what is left where pieces start or end together (in two
+// readings, a quarter of the orders each); so the cuts around them are
+// found again (holes, and blocks of holes alone, that no merge took
+// into a block with a buffer are not packed). The blocks left are packed as buffers of their own by the
 // same steps, and, while the peak stays above the goal, the blocks
 // placed above it are taken apart one level and the rest packed again. Blocks of different parts can live over the same
 // sections, or meet in time at the same size, by coincidence, and a merge
