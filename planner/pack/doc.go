@@ -71,17 +71,18 @@
 // alone, before any guess: the first order looks around blocks no other
 // block lives over, and the others look only when it made one per
 // hundred buffers at least, and then before stacking any block. Where the
-// bytes live fall short of the lower bound, half the orders also take
-// as buffers of their own the holes that shortfall traces (pieces
-// missing from a tiling): rectangles it steps up into and down out of by
-// the same size, and pairs of them one ending where the other starts,
-// when they explain a quarter of the shortfall at least, and then holes
-// peeled off what is left where pieces start or end together (in two
-// readings, a quarter of the orders each); so the cuts around them are
-// found again (holes, and blocks of holes alone, that no merge took
-// into a block with a buffer are not packed). The blocks left are packed as buffers of their own by the
-// same steps, and, while the peak stays above the goal, the blocks
-// placed above it are taken apart one level and the rest packed again. Blocks of different parts can live over the same
+// bytes live fall short of the lower bound, half the orders also take as
+// buffers of their own the holes that shortfall traces (pieces missing
+// from a tiling): rectangles it steps up into and down out of by the same
+// size, and pairs of them one ending where the other starts, when they
+// explain a quarter of the shortfall at least, and then holes peeled off
+// what is left where pieces start or end together (in two readings, a
+// quarter of the orders each); so the cuts around them are found again
+// (holes, and blocks of holes alone, that no merge took into a block with
+// a buffer are not packed). The blocks left are packed as buffers of
+// their own by the same steps, and, while the peak stays above the goal,
+// the blocks placed above it are taken apart one level and the rest
+// packed again. Blocks of different parts can live over the same
 // sections, or meet in time at the same size, by coincidence, and a merge
 // of them hides the tiling; which merges go astray depends on the order
 // the blocker meets the blocks in, so it merges in several orders (the

@@ -33,33 +33,32 @@ type hole struct {
 // of the others at its ends show. It finds none when the exact ones and
 // relays explain less than minExplained of the shortfall; peels, which
 // would match steps in any shortfall, tiling or not, come after that
-// test. Two pieces missing
-// that start together leave the steps a relay does, so holes returns
-// two readings: one with relays before peels, the other with peels
-// before relays. Held out (the generator's order, fast effort), the
-// first alone ended holed 5,000, seeds 0 to 127, a mean +2.26 % above
-// the lower bound, and 30 tilings of another generator's with a
-// fiftieth to a tenth of any of their pieces missing +5.09 %; the
-// second alone +2.08 and +5.71 %; a quarter of the orders each, +2.10
-// and +5.08 %. Matching stops once it has looked at work sections, each
+// test. Two pieces missing that start together leave the steps a relay
+// does, so holes returns two readings: one with relays before peels, the
+// other with peels before relays. Held out (the generator's order, fast
+// effort), the first alone ended holed 5,000, seeds 0 to 127, a mean
+// +2.26 % above the lower bound, and 30 tilings of another generator's
+// with a fiftieth to a tenth of any of their pieces missing +5.09 %; the
+// second alone +2.08 and +5.71 %; a quarter of the orders each, +2.10 and
+// +5.08 %. Matching stops once it has looked at work sections, each
 // reading after the test at half of what is left (passing that by the
-// sections of the last holes it took at most), and weighing what it
-// found looks at each section once more; holes returns the two readings
-// and the sections it looked at. Reading the shortfall is setup, as
-// making the blocker's leaves is: where the bytes live never fall
-// short, holes costs nothing.
+// sections of the last holes it took at most), and weighing what it found
+// looks at each section once more; holes returns the two readings and the
+// sections it looked at. Reading the shortfall is setup, as making the
+// blocker's leaves is: where the bytes live never fall short, holes costs
+// nothing.
 //
 // The blocker takes them as buffers of their own (see blocks): a tiling
 // with pieces missing is one without again, and its cuts are found again
 // around the holes. With peels, holed 5,000, seeds 0 to 127, went from a
 // mean +4.04 % above the lower bound, 43 above +5 % and 62 at it, to
-// +2.10 %, 25 and 88 (the blocks of holes alone no longer packed as
-// well, see roots); the other generator's 30 from +6.32 % to +5.08 %
-// (lower on 11, higher on 4 by up to 1.92 points). Given the missing pieces
-// themselves, the blocker packs holed 5,000 seeds 6, 18, 20, 24 and 26
-// at the bound. On seeds 0, 1, 2, 6, 18 and 20, holes finds 69 to 91 %
-// of the missing pieces, and 70 to 91 % of the holes it finds are
-// missing pieces.
+// +2.10 %, 25 and 88 (the blocks of holes alone no longer packed as well,
+// see roots); the other generator's 30 from +6.32 % to +5.08 % (lower on
+// 11, higher on 4 by up to 1.92 points). Given the missing pieces
+// themselves, the blocker packs holed 5,000 seeds 6, 18, 20, 24 and 26 at
+// the bound. On seeds 0, 1, 2, 6, 18 and 20, holes finds 69 to 91 % of
+// the missing pieces, and 70 to 91 % of the holes it finds are missing
+// pieces.
 //
 // Before: perfect packings with about one piece in 32 missing
 // (family holed, seeds 0 to 7, the generator's order, fast effort) ended a
@@ -254,7 +253,8 @@ func (f *holeFinder) peels(back bool) bool {
 	return took
 }
 
-// peel takes peels forward, then back; it reports whether it took any.
+// peel takes peels forward, or, where it took none, back; it reports
+// whether it took any.
 func (f *holeFinder) peel() bool {
 	return f.peels(false) || f.peels(true)
 }
