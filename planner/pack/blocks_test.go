@@ -13,6 +13,21 @@ type tile struct {
 	b0, b1 uint64
 }
 
+// pieces appends to dst the buffers of tiles, each moved by move (where
+// it is if move is nil), but for the tiles at the indices in missing.
+func pieces(dst []Buffer, tiles []tile, missing []int, move func(tile) tile) []Buffer {
+	for j, x := range tiles {
+		if slices.Contains(missing, j) {
+			continue
+		}
+		if move != nil {
+			x = move(x)
+		}
+		dst = append(dst, Buffer{Start: x.t0, End: x.t1, Size: x.b1 - x.b0})
+	}
+	return dst
+}
+
 // pinwheelCut cuts x into a pinwheel around the middle [m0, m1) ×
 // [c0, c1), the pieces in wheel's order A, B, C, D, E: right is the hand
 // whose bottom piece reaches from x's start to m1, the other its mirror
@@ -113,15 +128,7 @@ func TestPropertyBlocks(t *testing.T) {
 // relay.
 func TestHolesFindMissingPieces(t *testing.T) {
 	tiles := []tile{{0, 6, 0, 6}, {6, 12, 0, 6}, {0, 4, 6, 12}, {4, 9, 6, 9}, {4, 9, 9, 12}, {9, 12, 6, 12}}
-	problem := func(missing ...int) *Problem {
-		p := &Problem{}
-		for j, x := range tiles {
-			if !slices.Contains(missing, j) {
-				p.Buffers = append(p.Buffers, Buffer{Start: x.t0, End: x.t1, Size: x.b1 - x.b0})
-			}
-		}
-		return p
-	}
+	problem := func(missing ...int) *Problem { return &Problem{Buffers: pieces(nil, tiles, missing, nil)} }
 	whole, err := newInstance(problem())
 	if err != nil {
 		t.Fatal(err)
@@ -177,16 +184,13 @@ var (
 // the blocker given them makes one block of the box.
 func TestHolesPeelForks(t *testing.T) {
 	for _, mirror := range []bool{false, true} {
-		p := &Problem{}
-		for j, x := range forkTiles {
+		move := func(x tile) tile {
 			if mirror {
 				x.t0, x.t1 = 24-x.t1, 24-x.t0
 			}
-			if !slices.Contains(forkMissing, j) {
-				p.Buffers = append(p.Buffers, Buffer{Start: x.t0, End: x.t1, Size: x.b1 - x.b0})
-			}
+			return x
 		}
-		in, err := newInstance(p)
+		in, err := newInstance(&Problem{Buffers: pieces(nil, forkTiles, forkMissing, move)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -271,11 +275,10 @@ func TestHolesWithinWork(t *testing.T) {
 	// each with the same pieces missing.
 	p = &Problem{}
 	for c := range int64(300) {
-		for j, x := range forkTiles {
-			if !slices.Contains(forkMissing, j) {
-				p.Buffers = append(p.Buffers, Buffer{Start: 24*c + x.t0, End: 24*c + x.t1, Size: x.b1 - x.b0})
-			}
-		}
+		p.Buffers = pieces(p.Buffers, forkTiles, forkMissing, func(x tile) tile {
+			x.t0, x.t1 = 24*c+x.t0, 24*c+x.t1
+			return x
+		})
 	}
 	if in, err = newInstance(p); err != nil {
 		t.Fatal(err)
@@ -399,10 +402,7 @@ func TestBlockerMakesPinwheels(t *testing.T) {
 			bb := b.b0 + 123
 			rects[1], b.b0 = tile{b.t0, b.t1, b.b0, bb}, bb
 			rects = append(rects, a, b)
-			p := &Problem{}
-			for _, x := range rects {
-				p.Buffers = append(p.Buffers, Buffer{Start: x.t0, End: x.t1, Size: x.b1 - x.b0})
-			}
+			p := &Problem{Buffers: pieces(nil, rects, nil, nil)}
 			in, err := newInstance(p)
 			if err != nil {
 				t.Fatal(err)
