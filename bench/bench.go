@@ -93,10 +93,14 @@ func ParseMethods(list string) ([]Method, error) {
 // Suite loads the instances of dir: every *.csv (DSA instances) and every
 // *.json or *.cbor (IR graphs, planned in their default mode), in name
 // order. An empty dir means the embedded suite: its DSA instances, then
-// the generated graphs.
+// the generated graphs; FamiliesSuite, the generated families (see
+// Families), and "families:" with a comma-separated list, those alone.
 func Suite(dir string) ([]Instance, error) {
 	if dir == FamiliesSuite {
 		return Families()
+	}
+	if list, ok := strings.CutPrefix(dir, FamiliesSuite+":"); ok {
+		return Families(strings.Split(list, ",")...)
 	}
 	var fsys fs.FS = embedded
 	root := "dsa"
@@ -165,16 +169,27 @@ func inFile(err error, file string) error {
 	return fmt.Errorf("%s: %w", file, err)
 }
 
-// FamiliesSuite is the name Suite takes for the generated families.
+// FamiliesSuite is the name Suite takes for the generated families;
+// followed by a colon and a comma-separated list of families
+// ("families:coarse,holed"), for those alone.
 const FamiliesSuite = "families"
 
 // Families returns the instances of families.Suite: perfect, halving,
-// sliced, pinwheel and holed packings, transformer training steps as a
-// compiler's memory pass sees them and mixed training-step instances,
-// each planned as a DSA instance.
-func Families() ([]Instance, error) {
+// sliced, pinwheel, coarse and holed packings, transformer training steps
+// as a compiler's memory pass sees them and mixed training-step
+// instances, each planned as a DSA instance. Named families, if any, are
+// the only ones kept.
+func Families(names ...string) ([]Instance, error) {
+	for _, name := range names {
+		if !slices.Contains(families.Names, name) {
+			return nil, failure.New(failure.InvalidOptions, OpSuite, fmt.Sprintf("unknown family %q (families: %s)", name, strings.Join(families.Names, ", ")), "family", name)
+		}
+	}
 	var out []Instance
 	for _, spec := range families.Suite(0) {
+		if len(names) > 0 && !slices.Contains(names, spec.Family) {
+			continue
+		}
 		in, err := families.Generate(spec)
 		if err != nil {
 			return nil, err

@@ -3,8 +3,10 @@ package bench
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
+	"github.com/tmmu/tmmu/failure"
 	"github.com/tmmu/tmmu/planner/pack"
 )
 
@@ -76,5 +78,26 @@ func TestEmbeddedSuite(t *testing.T) {
 		if !names[want] {
 			t.Errorf("suite lacks %s", want)
 		}
+	}
+}
+
+// TestFamiliesByName: "families:" with a list keeps those families
+// alone, in the suite's order; an unknown one is an invalid option that
+// names it and lists the families.
+func TestFamiliesByName(t *testing.T) {
+	insts, err := Suite(FamiliesSuite + ":coarse,holed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, in := range insts {
+		names = append(names, in.Name)
+	}
+	if len(insts) != 20 || names[0] != "coarse-100-s0" || names[19] != "holed-5000-s1" {
+		t.Fatalf("%d instances: %v", len(insts), names)
+	}
+	_, err = Suite(FamiliesSuite + ":coarse,nope")
+	if failure.CodeOf(err) != failure.InvalidOptions || !strings.Contains(err.Error(), `"nope"`) || !strings.Contains(err.Error(), "perfect, halving") {
+		t.Fatalf("unknown family: %v", err)
 	}
 }

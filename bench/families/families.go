@@ -21,6 +21,11 @@
 //     around a middle one, in either hand, that no cut in time or in
 //     bytes separates. The tiling is not guillotine, so a packer that
 //     rebuilds it from stacks and chains alone stops at every pinwheel.
+//   - coarse: a perfect packing cut from a box with a tenth as many
+//     ticks as pieces, as a training step has far fewer ops than
+//     tensors: most instants start and end many pieces, so pieces of
+//     unrelated parts of the tiling live over the same sections, and
+//     meet at one instant at the same size, by chance.
 //   - holed: a perfect packing with pieces missing: each piece that does
 //     not start at the first tick is left out with odds of 1 in 32. The
 //     bytes live fall short of H wherever a piece is missing, but the
@@ -61,7 +66,7 @@ import (
 )
 
 // Names lists the families.
-var Names = []string{"perfect", "halving", "sliced", "pinwheel", "holed", "transformer", "mixed"}
+var Names = []string{"perfect", "halving", "sliced", "pinwheel", "coarse", "holed", "transformer", "mixed"}
 
 // rng returns the generator of one instance: PCG seeded by the family and
 // the seed, so instances of different families never share a stream.
@@ -117,6 +122,12 @@ func Sliced(n int, seed uint64) *dsa.Instance { return tiling("sliced", n, seed,
 // bound.
 func Pinwheel(n int, seed uint64) *dsa.Instance { return tiling("pinwheel", n, seed, pinwheelCuts) }
 
+// Coarse is Perfect cut from a box max(n/10, 1) ticks wide: the same
+// cuts, but with ten pieces to a tick, most cuts in time fall on an
+// instant other cuts fall on too. The optimum is PerfectHeight, the
+// lower bound.
+func Coarse(n int, seed uint64) *dsa.Instance { return tiling("coarse", n, seed, coarseCuts) }
+
 // Holed is Perfect with pieces missing: n pieces are cut as Perfect cuts
 // them (n ≥ 1), and each that does not start at the first tick is then
 // left out with odds of 1 in 32, so the instance holds about 31/32 n
@@ -133,10 +144,11 @@ const (
 	slicedCuts               // any piece, either side, anywhere
 	pinwheelCuts             // as perfect, or a pinwheel
 	holedCuts                // as perfect, then pieces left out
+	coarseCuts               // as perfect, a tenth as many ticks
 )
 
 // tiling cuts n pieces from the box of family (perfect, halving, sliced,
-// pinwheel or holed); see Perfect.
+// pinwheel, coarse or holed); see Perfect.
 func tiling(family string, n int, seed uint64, how cuts) *dsa.Instance {
 	r := rng(family, seed)
 	type rect struct {
@@ -144,6 +156,9 @@ func tiling(family string, n int, seed uint64, how cuts) *dsa.Instance {
 		b0, b1 uint64 // bytes
 	}
 	width := int64(4 * max(n, 1))
+	if how == coarseCuts {
+		width = int64(max(n/10, 1))
+	}
 	rects := []rect{{0, width, 0, PerfectHeight}}
 	area := func(x rect) float64 { return float64(x.t1-x.t0) * float64(x.b1-x.b0) }
 	total := area(rects[0])
@@ -498,6 +513,11 @@ func Generate(s Spec) (*dsa.Instance, error) {
 			return nil, fmt.Errorf("families: pinwheel needs at least 1 buffer, not %d", s.Size)
 		}
 		return Pinwheel(s.Size, s.Seed), nil
+	case "coarse":
+		if s.Size < 1 {
+			return nil, fmt.Errorf("families: coarse needs at least 1 buffer, not %d", s.Size)
+		}
+		return Coarse(s.Size, s.Seed), nil
 	case "holed":
 		if s.Size < 1 {
 			return nil, fmt.Errorf("families: holed needs at least 1 buffer, not %d", s.Size)
@@ -515,8 +535,8 @@ func Generate(s Spec) (*dsa.Instance, error) {
 }
 
 // Suite lists the bench's family instances: perfect packings of 100 to
-// 10,000 buffers, halving, sliced and pinwheel ones of 100 to 5,000 and
-// mixed instances of 300 to 20,000 buffers, two seeds each, and
+// 10,000 buffers, halving, sliced, pinwheel, coarse and holed ones of 100
+// to 5,000 and mixed instances of 300 to 20,000 buffers, two seeds each, and
 // transformers of 1 to 96 layers, four seeds each (both shapes, with one
 // micro-batch and two). maxBuffers > 0 leaves out tilings and mixed
 // instances larger than it (transformers are kept: their buffer count
@@ -530,7 +550,7 @@ func Suite(maxBuffers int) []Spec {
 			}
 		}
 	}
-	for _, family := range []string{"halving", "sliced", "pinwheel", "holed"} {
+	for _, family := range []string{"halving", "sliced", "pinwheel", "coarse", "holed"} {
 		for _, n := range []int{100, 300, 1000, 2000, 5000} {
 			for seed := range uint64(2) {
 				if maxBuffers <= 0 || n <= maxBuffers {

@@ -16,16 +16,35 @@ import (
 
 // TestPerfectIsTight: the pieces of every tiling family tile the box, so
 // the lower bound is the box's height, and the same seed gives the same
-// instance.
+// instance. The coarse family's box is a tenth as many ticks wide as it
+// has pieces (at least one), so on 1,000 pieces most ticks start or end
+// several.
 func TestPerfectIsTight(t *testing.T) {
 	for _, c := range []struct {
 		family string
 		tiling func(int, uint64) *dsa.Instance
-	}{{"perfect", families.Perfect}, {"halving", families.Halving}, {"sliced", families.Sliced}, {"pinwheel", families.Pinwheel}} {
+	}{{"perfect", families.Perfect}, {"halving", families.Halving}, {"sliced", families.Sliced}, {"pinwheel", families.Pinwheel}, {"coarse", families.Coarse}} {
 		for _, n := range []int{1, 2, 100, 1000} {
 			checkTiling(t, c.family, c.tiling, n)
 		}
 	}
+	in := families.Coarse(1000, 7)
+	starts := map[int64]int{}
+	for _, b := range in.Buffers {
+		starts[b.Lower]++
+	}
+	if crowded := len(in.Buffers) - len(starts); crowded < 800 {
+		t.Errorf("coarse 1000: only %d pieces start at a tick another piece starts at", crowded)
+	}
+}
+
+// boxTicks is how many ticks wide the box a tiling of family cuts n
+// pieces from is.
+func boxTicks(family string, n int) int64 {
+	if family == "coarse" {
+		return int64(max(n/10, 1))
+	}
+	return int64(4 * n)
 }
 
 // checkTiling checks the instance tiling cuts into n pieces from the box.
@@ -45,7 +64,7 @@ func checkTiling(t *testing.T, family string, tiling func(int, uint64) *dsa.Inst
 	for _, b := range p.Buffers {
 		area += float64(b.End-b.Start) * float64(b.Size)
 	}
-	if want := float64(4*n) * families.PerfectHeight; area != want {
+	if want := float64(boxTicks(family, n)) * families.PerfectHeight; area != want {
 		t.Fatalf("%s %d: pieces cover %.0f byte-ticks, the box %.0f", family, n, area, want)
 	}
 	if again := tiling(n, 7); !reflect.DeepEqual(in, again) {
@@ -140,7 +159,7 @@ func pinwheels(in *dsa.Instance) (right, left int) {
 }
 
 func TestGenerateRejects(t *testing.T) {
-	for _, s := range []families.Spec{{Family: "perfect", Size: 0}, {Family: "sliced", Size: 0}, {Family: "pinwheel", Size: 0}, {Family: "transformer", Size: 97}, {Family: "mixed", Size: 3}, {Family: "nope", Size: 10}} {
+	for _, s := range []families.Spec{{Family: "perfect", Size: 0}, {Family: "sliced", Size: 0}, {Family: "pinwheel", Size: 0}, {Family: "coarse", Size: 0}, {Family: "transformer", Size: 97}, {Family: "mixed", Size: 3}, {Family: "nope", Size: 10}} {
 		if _, err := families.Generate(s); err == nil {
 			t.Errorf("%v: no error", s)
 		}
@@ -209,6 +228,10 @@ func ExampleSuite() {
 	// pinwheel-100-s1
 	// pinwheel-300-s0
 	// pinwheel-300-s1
+	// coarse-100-s0
+	// coarse-100-s1
+	// coarse-300-s0
+	// coarse-300-s1
 	// holed-100-s0
 	// holed-100-s1
 	// holed-300-s0

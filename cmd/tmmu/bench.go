@@ -15,13 +15,13 @@ import (
 var benchCmd = &command{
 	name:    "bench",
 	summary: "Compare placement strategies on a suite: peak bytes, % over the lower bound and planning time; every plan verified.",
-	usage:   "bench [--suite DIR|families] [--strategies LIST] [--budget N] [-o text|json]",
+	usage:   "bench [--suite DIR|families|families:LIST] [--strategies LIST] [--budget N] [-o text|json]",
 	run:     runBench,
 }
 
 func runBench(c *command, e *env, args []string) error {
 	fs := newFlags(e, c)
-	suite := fs.String("suite", "", "directory of instances: *.csv (DSA: id,lower,upper,size) and *.json/*.cbor (IR graphs); \"families\": the generated families (perfect packings of 100 to 10,000 buffers, halving ones (power-of-two sizes), sliced ones (any piece cut, slivers), pinwheel ones (not guillotine) and holed ones (pieces missing) of 100 to 5,000, transformer training steps of 1 to 96 layers as a compiler's memory pass sees them, mixed training steps; see package bench/families); default: the built-in suite (minimalloc A-F, somas-resnet50, iopddl G_1 and S_1, GPT-2 small and Llama-2-7B in train_full and inference)")
+	suite := fs.String("suite", "", "directory of instances: *.csv (DSA: id,lower,upper,size) and *.json/*.cbor (IR graphs); \"families\": the generated families (perfect packings of 100 to 10,000 buffers, halving ones (power-of-two sizes), sliced ones (any piece cut, slivers), pinwheel ones (not guillotine), coarse ones (a tenth as many ticks as pieces) and holed ones (pieces missing) of 100 to 5,000, transformer training steps of 1 to 96 layers as a compiler's memory pass sees them, mixed training steps; see package bench/families); \"families:coarse,holed\": those families alone; default: the built-in suite (minimalloc A-F, somas-resnet50, iopddl G_1 and S_1, GPT-2 small and Llama-2-7B in train_full and inference)")
 	budget := fs.Int64("budget", 0, "work budget of the packed methods (0: each effort's own)")
 	list := fs.String("strategies", "slots,greedy-size,packed", "comma-separated methods: slots, greedy-size, packed, packed:exact")
 	out := fs.String("o", "text", "output: text or json")
