@@ -175,10 +175,10 @@ func inFile(err error, file string) error {
 const FamiliesSuite = "families"
 
 // Families returns the instances of families.Suite: perfect, halving,
-// sliced, pinwheel, coarse and holed packings, transformer training steps
-// as a compiler's memory pass sees them and mixed training-step
-// instances, each planned as a DSA instance. Named families, if any, are
-// the only ones kept.
+// sliced, pinwheel, banded, coarse and holed packings, transformer
+// training steps as a compiler's memory pass sees them and mixed
+// training-step instances, each planned as a DSA instance. Named
+// families, if any, are the only ones kept.
 func Families(names ...string) ([]Instance, error) {
 	for _, name := range names {
 		if !slices.Contains(families.Names, name) {

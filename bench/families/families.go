@@ -21,6 +21,10 @@
 //     around a middle one, in either hand, that no cut in time or in
 //     bytes separates. The tiling is not guillotine, so a packer that
 //     rebuilds it from stacks and chains alone stops at every pinwheel.
+//   - banded: the same, with nine cuts in ten in bytes: long thin bands,
+//     many of one size, live over the same long sections (as weights and
+//     optimizer state of many sizes do), so each instant starts and ends
+//     few pieces but many live across it.
 //   - coarse: a perfect packing cut from a box with a tenth as many
 //     ticks as pieces, as a training step has far fewer ops than
 //     tensors: most instants start and end many pieces, so pieces of
@@ -66,7 +70,7 @@ import (
 )
 
 // Names lists the families.
-var Names = []string{"perfect", "halving", "sliced", "pinwheel", "coarse", "holed", "transformer", "mixed"}
+var Names = []string{"perfect", "halving", "sliced", "pinwheel", "banded", "coarse", "holed", "transformer", "mixed"}
 
 // rng returns the generator of one instance: PCG seeded by the family and
 // the seed, so instances of different families never share a stream.
@@ -122,6 +126,13 @@ func Sliced(n int, seed uint64) *dsa.Instance { return tiling("sliced", n, seed,
 // bound.
 func Pinwheel(n int, seed uint64) *dsa.Instance { return tiling("pinwheel", n, seed, pinwheelCuts) }
 
+// Banded is Perfect with nine cuts in ten in bytes (the piece still
+// picked by its area; one too thin is cut in time): pieces are long thin
+// bands, many of the same size, that live over the same sections where
+// one was cut into several. The optimum is PerfectHeight, the lower
+// bound.
+func Banded(n int, seed uint64) *dsa.Instance { return tiling("banded", n, seed, bandedCuts) }
+
 // Coarse is Perfect cut from a box max(n/10, 1) ticks wide: the same
 // cuts, but with ten pieces to a tick, most cuts in time fall on an
 // instant other cuts fall on too. The optimum is PerfectHeight, the
@@ -145,10 +156,11 @@ const (
 	pinwheelCuts             // as perfect, or a pinwheel
 	holedCuts                // as perfect, then pieces left out
 	coarseCuts               // as perfect, a tenth as many ticks
+	bandedCuts               // as perfect, nine cuts in ten in bytes
 )
 
 // tiling cuts n pieces from the box of family (perfect, halving, sliced,
-// pinwheel, coarse or holed); see Perfect.
+// pinwheel, banded, coarse or holed); see Perfect.
 func tiling(family string, n int, seed uint64, how cuts) *dsa.Instance {
 	r := rng(family, seed)
 	type rect struct {
@@ -179,6 +191,9 @@ func tiling(family string, n int, seed uint64, how cuts) *dsa.Instance {
 			relT := float64(rects[k].t1-rects[k].t0) / float64(width)
 			relB := float64(rects[k].b1-rects[k].b0) / PerfectHeight
 			inTime = r.Float64()*(relT+relB) < relT
+			if how == bandedCuts {
+				inTime = r.IntN(10) == 0
+			}
 		}
 		x := rects[k]
 		if how == pinwheelCuts && len(rects)+4 <= n && x.t1-x.t0 >= 3 && x.b1-x.b0 >= 3*perfectGrain && r.IntN(2) == 0 {
@@ -513,6 +528,11 @@ func Generate(s Spec) (*dsa.Instance, error) {
 			return nil, fmt.Errorf("families: pinwheel needs at least 1 buffer, not %d", s.Size)
 		}
 		return Pinwheel(s.Size, s.Seed), nil
+	case "banded":
+		if s.Size < 1 {
+			return nil, fmt.Errorf("families: banded needs at least 1 buffer, not %d", s.Size)
+		}
+		return Banded(s.Size, s.Seed), nil
 	case "coarse":
 		if s.Size < 1 {
 			return nil, fmt.Errorf("families: coarse needs at least 1 buffer, not %d", s.Size)
@@ -535,8 +555,8 @@ func Generate(s Spec) (*dsa.Instance, error) {
 }
 
 // Suite lists the bench's family instances: perfect packings of 100 to
-// 10,000 buffers, halving, sliced, pinwheel, coarse and holed ones of 100
-// to 5,000 and mixed instances of 300 to 20,000 buffers, two seeds each, and
+// 10,000 buffers, halving, sliced, pinwheel, banded, coarse and holed ones
+// of 100 to 5,000 and mixed instances of 300 to 20,000 buffers, two seeds each, and
 // transformers of 1 to 96 layers, four seeds each (both shapes, with one
 // micro-batch and two). maxBuffers > 0 leaves out tilings and mixed
 // instances larger than it (transformers are kept: their buffer count
@@ -550,7 +570,7 @@ func Suite(maxBuffers int) []Spec {
 			}
 		}
 	}
-	for _, family := range []string{"halving", "sliced", "pinwheel", "coarse", "holed"} {
+	for _, family := range []string{"halving", "sliced", "pinwheel", "banded", "coarse", "holed"} {
 		for _, n := range []int{100, 300, 1000, 2000, 5000} {
 			for seed := range uint64(2) {
 				if maxBuffers <= 0 || n <= maxBuffers {

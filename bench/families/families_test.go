@@ -23,7 +23,7 @@ func TestPerfectIsTight(t *testing.T) {
 	for _, c := range []struct {
 		family string
 		tiling func(int, uint64) *dsa.Instance
-	}{{"perfect", families.Perfect}, {"halving", families.Halving}, {"sliced", families.Sliced}, {"pinwheel", families.Pinwheel}, {"coarse", families.Coarse}} {
+	}{{"perfect", families.Perfect}, {"halving", families.Halving}, {"sliced", families.Sliced}, {"pinwheel", families.Pinwheel}, {"banded", families.Banded}, {"coarse", families.Coarse}} {
 		for _, n := range []int{1, 2, 100, 1000} {
 			checkTiling(t, c.family, c.tiling, n)
 		}
@@ -159,7 +159,7 @@ func pinwheels(in *dsa.Instance) (right, left int) {
 }
 
 func TestGenerateRejects(t *testing.T) {
-	for _, s := range []families.Spec{{Family: "perfect", Size: 0}, {Family: "sliced", Size: 0}, {Family: "pinwheel", Size: 0}, {Family: "coarse", Size: 0}, {Family: "transformer", Size: 97}, {Family: "mixed", Size: 3}, {Family: "nope", Size: 10}} {
+	for _, s := range []families.Spec{{Family: "perfect", Size: 0}, {Family: "sliced", Size: 0}, {Family: "pinwheel", Size: 0}, {Family: "banded", Size: 0}, {Family: "coarse", Size: 0}, {Family: "transformer", Size: 97}, {Family: "mixed", Size: 3}, {Family: "nope", Size: 10}} {
 		if _, err := families.Generate(s); err == nil {
 			t.Errorf("%v: no error", s)
 		}
@@ -228,6 +228,10 @@ func ExampleSuite() {
 	// pinwheel-100-s1
 	// pinwheel-300-s0
 	// pinwheel-300-s1
+	// banded-100-s0
+	// banded-100-s1
+	// banded-300-s0
+	// banded-300-s1
 	// coarse-100-s0
 	// coarse-100-s1
 	// coarse-300-s0
