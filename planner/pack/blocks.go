@@ -844,7 +844,8 @@ func (k *blocker) top(id int32, off uint64) uint64 {
 // blocks merges in an order per orderCost units of its work per buffer,
 // at least minOrders and at most maxOrders: about 30 at the fast effort
 // on 5,000 buffers, 16 on 10,000, 7 on 20,000, the most at the exact
-// effort. With twelve at least, 20,000 buffers (perfect packings, seeds
+// effort (fewer where the first order's blocker spends more, see
+// blocks). With twelve at least, 20,000 buffers (perfect packings, seeds
 // 0 to 7, fast) ended a mean +16.4 % above the lower bound, up to
 // +23.1 %; with seven orders, each packed with more work, +13.4 %, up to
 // +19.5 % (seeds 3 to 7 alone, held out: +14.7 and +14.4 %).

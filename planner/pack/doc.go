@@ -88,28 +88,30 @@
 // the blocker meets the blocks in, so it merges in several orders (the
 // buffers' own, then deterministic shuffles; one per 640 units of its work
 // per buffer, 4 to 64: about 30 at the fast effort on 5,000 buffers, 7 on
-// 20,000, 64 at the exact one), every other one making at first only the
-// chains whose result can stack at once (a coincidental chain is the
-// merge that most often hides a tiling, but holding chains back lets
-// stacks take blocks from theirs), packs each result once cheaply (the
-// blocks' packings run the portfolio, the dive and the canonical search,
-// not the skyline restarts), and refines the ones that packed lowest,
-// two at a time (with Options.Spawn the orders after the first run ahead
-// on another core and the two refine at once, with the same results).
-// Most of the merges that go astray are stacks, so after the first
-// packing every stack is taken apart too, and blocks merge what is left
-// again (once, one level down) before it is packed: the block a stack
-// took by chance goes back to its own part. So is every chain that meets
-// where a chain chosen among several candidates of its size (a guess)
-// met, at that size: blocks may pair them anew. Each of refine's rounds, at most 9, may spend an even
-// share of what is left to the rounds that can still come, so the later
-// ones, where the tiling is found, are not starved by the first (at the
-// exact effort a packing spends whatever it is given). This recovers the
-// structure of tight instances that placements buffer by buffer miss:
-// perfect packings of 1,000 to 10,000 buffers at or near the lower bound
-// (at the fast effort, all 120 seeds of 5,000 buffers tried at it; at the
-// exact effort, all 15 seeds of 10,000 tried), where the skyline alone
-// ended 20 to 30 % above it, and MiniMalloc's A, D and E at the lower
+// 20,000, 64 at the exact one; fewer, down to 4, where the first order's
+// blocker spends more than two thirds of an order's share, so that each
+// order's blocker can finish and leave work to pack its blocks), every
+// other one making at first only the chains whose result can stack at
+// once (a coincidental chain is the merge that most often hides a
+// tiling, but holding chains back lets stacks take blocks from theirs),
+// packs each result once cheaply (the blocks' packings run the portfolio,
+// the dive and the canonical search, not the skyline restarts), and refines
+// the ones that packed lowest, two at a time (with Options.Spawn the orders
+// after the first run ahead on another core and the two refine at once,
+// with the same results). Most of the merges that go astray are stacks, so
+// after the first packing every stack is taken apart too, and blocks merge
+// what is left again (once, one level down) before it is packed: the block
+// a stack took by chance goes back to its own part. So is every chain that
+// meets where a chain chosen among several candidates of its size (a guess)
+// met, at that size: blocks may pair them anew. Each of refine's rounds, at
+// most 9, may spend an even share of what is left to the rounds that can
+// still come, so the later ones, where the tiling is found, are not starved
+// by the first (at the exact effort a packing spends whatever it is given).
+// This recovers the structure of tight instances that placements buffer by
+// buffer miss: perfect packings of 1,000 to 10,000 buffers at or near the
+// lower bound (at the fast effort, all 120 seeds of 5,000 buffers tried at
+// it; at the exact effort, all 15 seeds of 10,000 tried), where the skyline
+// alone ended 20 to 30 % above it, and MiniMalloc's A, D and E at the lower
 // bound at the fast effort.
 //
 // # Skyline
