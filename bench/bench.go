@@ -100,7 +100,16 @@ func Suite(dir string) ([]Instance, error) {
 		return Families()
 	}
 	if list, ok := strings.CutPrefix(dir, FamiliesSuite+":"); ok {
-		return Families(strings.Split(list, ",")...)
+		var names []string
+		for _, f := range strings.Split(list, ",") {
+			if f = strings.TrimSpace(f); f != "" {
+				names = append(names, f)
+			}
+		}
+		if len(names) == 0 {
+			return nil, failure.New(failure.InvalidOptions, OpSuite, fmt.Sprintf("no families named after %q (families: %s)", FamiliesSuite+":", strings.Join(families.Names, ", ")), "suite", dir)
+		}
+		return Families(names...)
 	}
 	var fsys fs.FS = embedded
 	root := "dsa"

@@ -82,10 +82,11 @@ func TestEmbeddedSuite(t *testing.T) {
 }
 
 // TestFamiliesByName: "families:" with a list keeps those families
-// alone, in the suite's order; an unknown one is an invalid option that
-// names it and lists the families.
+// alone, in the suite's order (spaces around names and empty entries are
+// skipped); an unknown one, or none, is an invalid option that names it
+// and lists the families.
 func TestFamiliesByName(t *testing.T) {
-	insts, err := Suite(FamiliesSuite + ":coarse,holed")
+	insts, err := Suite(FamiliesSuite + ":coarse, holed,")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,5 +100,10 @@ func TestFamiliesByName(t *testing.T) {
 	_, err = Suite(FamiliesSuite + ":coarse,nope")
 	if failure.CodeOf(err) != failure.InvalidOptions || !strings.Contains(err.Error(), `"nope"`) || !strings.Contains(err.Error(), "perfect, halving") {
 		t.Fatalf("unknown family: %v", err)
+	}
+	for _, none := range []string{":", ": , "} {
+		if _, err := Suite(FamiliesSuite + none); failure.CodeOf(err) != failure.InvalidOptions || !strings.Contains(err.Error(), "no families named") {
+			t.Fatalf("%q: %v", FamiliesSuite+none, err)
+		}
 	}
 }

@@ -16,9 +16,10 @@ import (
 
 // TestPerfectIsTight: the pieces of every tiling family tile the box, so
 // the lower bound is the box's height, and the same seed gives the same
-// instance. The coarse family's box is a tenth as many ticks wide as it
-// has pieces (at least one), so on 1,000 pieces most ticks start or end
-// several.
+// instance (the area they cover pins the box's width: a tenth as many
+// ticks as pieces for coarse). Banded tilings are cut in bytes nine
+// times in ten: most of their pieces live over more than a tenth of the
+// box, where few of perfect's do.
 func TestPerfectIsTight(t *testing.T) {
 	for _, c := range []struct {
 		family string
@@ -28,13 +29,16 @@ func TestPerfectIsTight(t *testing.T) {
 			checkTiling(t, c.family, c.tiling, n)
 		}
 	}
-	in := families.Coarse(1000, 7)
-	starts := map[int64]int{}
-	for _, b := range in.Buffers {
-		starts[b.Lower]++
+	long := func(in *dsa.Instance) (k int) {
+		for _, b := range in.Buffers {
+			if 10*(b.Upper-b.Lower) > boxTicks("banded", len(in.Buffers)) {
+				k++
+			}
+		}
+		return k
 	}
-	if crowded := len(in.Buffers) - len(starts); crowded < 800 {
-		t.Errorf("coarse 1000: only %d pieces start at a tick another piece starts at", crowded)
+	if b, p := long(families.Banded(1000, 7)), long(families.Perfect(1000, 7)); b < 800 || p > 100 {
+		t.Errorf("1,000 pieces living over more than a tenth of the box: banded %d, perfect %d", b, p)
 	}
 }
 
