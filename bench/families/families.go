@@ -497,52 +497,29 @@ func Mixed(n int, seed uint64) *dsa.Instance {
 type Spec struct {
 	Family string
 	// Size is the buffers of a tiling (perfect, halving, sliced,
-	// pinwheel; the pieces cut, for holed) or a mixed instance, or the
-	// layers of a transformer.
+	// pinwheel, banded, coarse; the pieces cut, for holed) or a mixed
+	// instance, or the layers of a transformer.
 	Size int
 	Seed uint64
 }
 
 func (s Spec) String() string { return fmt.Sprintf("%s-%d-s%d", s.Family, s.Size, s.Seed) }
 
+// tilings are the families of pieces cut from a box, by name.
+var tilings = map[string]func(n int, seed uint64) *dsa.Instance{
+	"perfect": Perfect, "halving": Halving, "sliced": Sliced, "pinwheel": Pinwheel,
+	"banded": Banded, "coarse": Coarse, "holed": Holed,
+}
+
 // Generate builds the instance a Spec names.
 func Generate(s Spec) (*dsa.Instance, error) {
+	if tiling, ok := tilings[s.Family]; ok {
+		if s.Size < 1 {
+			return nil, fmt.Errorf("families: %s needs at least 1 buffer, not %d", s.Family, s.Size)
+		}
+		return tiling(s.Size, s.Seed), nil
+	}
 	switch s.Family {
-	case "perfect":
-		if s.Size < 1 {
-			return nil, fmt.Errorf("families: perfect needs at least 1 buffer, not %d", s.Size)
-		}
-		return Perfect(s.Size, s.Seed), nil
-	case "halving":
-		if s.Size < 1 {
-			return nil, fmt.Errorf("families: halving needs at least 1 buffer, not %d", s.Size)
-		}
-		return Halving(s.Size, s.Seed), nil
-	case "sliced":
-		if s.Size < 1 {
-			return nil, fmt.Errorf("families: sliced needs at least 1 buffer, not %d", s.Size)
-		}
-		return Sliced(s.Size, s.Seed), nil
-	case "pinwheel":
-		if s.Size < 1 {
-			return nil, fmt.Errorf("families: pinwheel needs at least 1 buffer, not %d", s.Size)
-		}
-		return Pinwheel(s.Size, s.Seed), nil
-	case "banded":
-		if s.Size < 1 {
-			return nil, fmt.Errorf("families: banded needs at least 1 buffer, not %d", s.Size)
-		}
-		return Banded(s.Size, s.Seed), nil
-	case "coarse":
-		if s.Size < 1 {
-			return nil, fmt.Errorf("families: coarse needs at least 1 buffer, not %d", s.Size)
-		}
-		return Coarse(s.Size, s.Seed), nil
-	case "holed":
-		if s.Size < 1 {
-			return nil, fmt.Errorf("families: holed needs at least 1 buffer, not %d", s.Size)
-		}
-		return Holed(s.Size, s.Seed), nil
 	case "transformer":
 		return Transformer(s.Size, s.Seed)
 	case "mixed":
@@ -556,10 +533,10 @@ func Generate(s Spec) (*dsa.Instance, error) {
 
 // Suite lists the bench's family instances: perfect packings of 100 to
 // 10,000 buffers, halving, sliced, pinwheel, banded, coarse and holed ones
-// of 100 to 5,000 and mixed instances of 300 to 20,000 buffers, two seeds each, and
-// transformers of 1 to 96 layers, four seeds each (both shapes, with one
-// micro-batch and two). maxBuffers > 0 leaves out tilings and mixed
-// instances larger than it (transformers are kept: their buffer count
+// of 100 to 5,000 and mixed instances of 300 to 20,000 buffers, two seeds
+// each, and transformers of 1 to 96 layers, four seeds each (both shapes,
+// with one micro-batch and two). maxBuffers > 0 leaves out tilings and
+// mixed instances larger than it (transformers are kept: their buffer count
 // depends on the shape the seed picks).
 func Suite(maxBuffers int) []Spec {
 	var out []Spec
