@@ -21,10 +21,10 @@
 //     around a middle one, in either hand, that no cut in time or in
 //     bytes separates. The tiling is not guillotine, so a packer that
 //     rebuilds it from stacks and chains alone stops at every pinwheel.
-//   - banded: the same, with nine cuts in ten in bytes: long thin bands,
-//     many of one size, live over the same long sections (as weights and
-//     optimizer state of many sizes do), so each instant starts and ends
-//     few pieces but many live across it.
+//   - banded: perfect's cuts, nine in ten of them in bytes: long thin
+//     bands, many of one size, live over the same long sections (much as
+//     weights and optimizer state live through a whole step), so each
+//     instant starts and ends few pieces but many live across it.
 //   - coarse: a perfect packing cut from a box with a tenth as many
 //     ticks as pieces, as a training step has far fewer ops than
 //     tensors: most instants start and end many pieces, so pieces of

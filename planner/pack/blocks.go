@@ -974,7 +974,7 @@ func blocks(in *instance, o Options, work int64, res *Result, sc scope) int64 {
 	// are in bytes, many thin blocks live over the same long sections and
 	// each list the blocker reads is long. There (perfect packings of
 	// 5,000 buffers with nine cuts in ten in bytes, another generator's,
-	// seeds 0 to 5, the generator's order, fast) the first order spent 1.0
+	// seeds 0 to 5, the generator's order, fast) the first order spent 0.9
 	// to 2.6 million units, the probes were 0.8 million, the first order
 	// stopped with more than half its buffers unmerged, and blocks gave
 	// up: a mean +4.63 % above the lower bound, 1 of 6 at it; now all 6
