@@ -962,30 +962,33 @@ func blocks(in *instance, o Options, work int64, res *Result, sc scope) int64 {
 		return nil
 	}
 	// The first order's blocker may spend what one order gets at the
-	// fewest orders. Each order's probe must let its blocker finish and
-	// leave some to pack its blocks, so where the first spent more than
-	// two thirds of a probe, fewer orders run, each with at least half as
-	// much again as the first spent (at the fewest orders, a probe is what
-	// the first may spend, and it may have spent nearly all of it: then a
-	// blocker that cannot finish in a sixteenth of the work gives up
-	// there, where it used to give up after one order's share, about a
-	// 120th at the fast effort on 5,000 buffers). What a blocker spends
-	// depends on the instance as much as on its buffers: where most cuts
-	// are in bytes, many thin blocks live over the same long sections and
-	// each list the blocker reads is long. There (perfect packings of
-	// 5,000 buffers with nine cuts in ten in bytes, another generator's,
-	// seeds 0 to 5, the generator's order, fast) the first order spent 0.9
-	// to 2.6 million units, the probes were 0.8 million, the first order
-	// stopped with more than half its buffers unmerged, and blocks gave
-	// up: a mean +4.63 % above the lower bound, 1 of 6 at it; now all 6
-	// are at it. Holed 5,000 (seeds 0 to 31), where the orders that take
-	// holes spend more than the first: a mean +1.99 % above the bound and
-	// 7 above +5 % before, +1.45 % and 5 now. With twice what the first
-	// spent, +1.11 % and 3, but the suite's sliced 5,000 seed 0 ended
-	// +4.97 % above the bound, where it ends +1.84 %.
+	// fewest orders. Where it could not finish within an order's probe,
+	// fewer orders run (down to 4), each with at least half as much again
+	// as the first spent where 4 allow it, so that each order's blocker
+	// can finish and leave some work to pack its blocks (at the fewest
+	// orders, a probe is what the first may spend, and it may have spent
+	// nearly all of it: then a blocker that cannot finish in a sixteenth
+	// of the work gives up there, where it used to give up after one
+	// order's share, about a 120th at the fast effort on 5,000 buffers).
+	// What a blocker spends depends on the instance as much as on its
+	// buffers: where most cuts are in bytes, many thin blocks live over
+	// the same long sections and each list the blocker reads is long.
+	// There (perfect packings of 5,000 buffers with nine cuts in ten in
+	// bytes, another generator's, seeds 0 to 5, the generator's order,
+	// fast) the first order spent 0.9 to 2.6 million units, the probes
+	// were 0.8 million, the first order stopped with more than half its
+	// buffers unmerged, and blocks gave up: a mean +4.63 % above the lower
+	// bound, 1 of 6 at it; now all 6 are at it. Holed 5,000 (seeds 0 to
+	// 31): a mean +1.99 % above the bound and 7 above +5 % before, +1.69 %
+	// and 6 now. With fewer orders also where the first spent more than
+	// two thirds of a probe, holed went to +1.45 % and 5, but sliced
+	// 20,000 (seeds 0 and 1) from +18.05 and +11.94 % to +21.74 and
+	// +14.25 %: on sliced tilings more orders find more; with that and
+	// twice what the first spent, holed +1.11 % and 3, but the suite's
+	// sliced 5,000 seed 0 +4.97 %, where it ends +1.84 %.
 	k0 := newBlocker(in, nil)
 	k0.run(work/4/minOrders, 0, false, o.halt)
-	if need := k0.work + k0.work/2; need*int64(orders) > work/4 {
+	if need := k0.work + k0.work/2; k0.work >= work/4/int64(orders) && need*int64(orders) > work/4 {
 		orders = int(max(work/4/need, minOrders))
 	}
 	probe := work / 4 / int64(orders)

@@ -89,8 +89,8 @@
 // buffers' own, then deterministic shuffles; one per 640 units of its work
 // per buffer, 4 to 64: about 30 at the fast effort on 5,000 buffers, 7 on
 // 20,000, 64 at the exact one; fewer, down to 4, where the first order's
-// blocker spends more than two thirds of an order's share, so that each
-// order's blocker can finish and leave work to pack its blocks), every
+// blocker could not finish within an order's share, so that each order's
+// blocker can finish and leave work to pack its blocks), every
 // other one making at first only the chains whose result can stack at
 // once (a coincidental chain is the merge that most often hides a
 // tiling, but holding chains back lets stacks take blocks from theirs),
