@@ -66,11 +66,7 @@ var DefaultMethods = []Method{{Strategy: planner.Slots}, {Strategy: planner.Gree
 // "slots,greedy-size,packed,packed:exact".
 func ParseMethods(list string) ([]Method, error) {
 	var ms []Method
-	for _, f := range strings.Split(list, ",") {
-		f = strings.TrimSpace(f)
-		if f == "" {
-			continue
-		}
+	for _, f := range splitList(list) {
 		st, eff, _ := strings.Cut(f, ":")
 		m := Method{Strategy: planner.Strategy(st), Effort: pack.Effort(eff)}
 		if !slices.Contains(planner.Strategies, m.Strategy) {
@@ -90,6 +86,18 @@ func ParseMethods(list string) ([]Method, error) {
 	return ms, nil
 }
 
+// splitList splits a comma-separated list, without the spaces around each
+// name and without empty entries.
+func splitList(list string) []string {
+	var out []string
+	for _, f := range strings.Split(list, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
 // Suite loads the instances of dir: every *.csv (DSA instances) and every
 // *.json or *.cbor (IR graphs, planned in their default mode), in name
 // order. An empty dir means the embedded suite: its DSA instances, then
@@ -100,16 +108,11 @@ func Suite(dir string) ([]Instance, error) {
 		return Families()
 	}
 	if list, ok := strings.CutPrefix(dir, FamiliesSuite+":"); ok {
-		var names []string
-		for _, f := range strings.Split(list, ",") {
-			if f = strings.TrimSpace(f); f != "" {
-				names = append(names, f)
-			}
-		}
-		if len(names) == 0 {
+		named := splitList(list)
+		if len(named) == 0 {
 			return nil, failure.New(failure.InvalidOptions, OpSuite, fmt.Sprintf("no families named after %q (families: %s)", FamiliesSuite+":", strings.Join(families.Names, ", ")), "suite", dir)
 		}
-		return Families(names...)
+		return Families(named...)
 	}
 	var fsys fs.FS = embedded
 	root := "dsa"
