@@ -948,7 +948,7 @@ func blocks(in *instance, o Options, work int64, res *Result, sc scope) int64 {
 	// peels first. The others merge the buffers alone. With holes in
 	// every order (exact ones alone, then), MiniMalloc's D ended +0.10 %
 	// above the lower bound, where without them it is at it.
-	hs, alt, spent := holes(in, min(holeCost*(int64(in.positions)+1), work/8))
+	hs, alt, spent := holes(in, min(holeCost*(int64(in.positions)+1), work/8), min(holeCost*(int64(in.positions)+1), work/8))
 	if spent >= work {
 		return spent
 	}

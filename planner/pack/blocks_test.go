@@ -1,6 +1,7 @@
 package pack
 
 import (
+	"cmp"
 	"slices"
 	"testing"
 
@@ -133,14 +134,14 @@ func TestHolesFindMissingPieces(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if hs, _, spent := holes(whole, 1<<20); len(hs) != 0 || spent != 0 {
+	if hs, _, spent := holes(whole, 1<<20, 1<<20); len(hs) != 0 || spent != 0 {
 		t.Fatalf("holes in a whole tiling: %v, after %d work", hs, spent)
 	}
 	in, err := newInstance(problem(1, 3))
 	if err != nil {
 		t.Fatal(err)
 	}
-	hs, _, _ := holes(in, 1<<20)
+	hs, _, _ := holes(in, 1<<20, 1<<20)
 	// Sections are the instants buffers start or end at: 0, 4, 6, 9, 12.
 	want := []hole{{1, 3, 3}, {2, 4, 6}} // [4, 9) × 3 and [6, 12) × 6
 	if !slices.Equal(hs, want) {
@@ -157,7 +158,7 @@ func TestHolesFindMissingPieces(t *testing.T) {
 	}
 	// Sections 0, 4, 6, 9, 12 again: [0, 4) × 6 ends where [4, 9) × 3
 	// starts.
-	if hs, _, _ := holes(relay, 1<<20); !slices.Equal(hs, []hole{{0, 1, 6}, {1, 3, 3}}) {
+	if hs, _, _ := holes(relay, 1<<20, 1<<20); !slices.Equal(hs, []hole{{0, 1, 6}, {1, 3, 3}}) {
 		t.Fatalf("holes %v, want the relay [0, 4) × 6, [4, 9) × 3", hs)
 	}
 	res := &Result{Offsets: make([]uint64, len(in.bufs)), Peak: ^uint64(0)}
@@ -206,12 +207,21 @@ func TestHolesPeelForks(t *testing.T) {
 		if mirror {
 			relays = []hole{{0, 1, 9}, {4, 5, 1}, {2, 3, 1}, {3, 5, 2}}
 		}
-		hs, alt, _ := holes(in, 1<<20)
+		hs, alt, _ := holes(in, 1<<20, 0)
 		if !slices.Equal(alt, want) {
 			t.Fatalf("mirrored %v: holes %v, want %v", mirror, alt, want)
 		}
 		if !slices.Equal(hs, relays) {
 			t.Fatalf("mirrored %v: holes with relays first %v, want %v", mirror, hs, relays)
+		}
+		// Cut again where the buffers around say so, the relay is the
+		// fork: each piece of the fork ends where a buffer of its size
+		// starts, the relay's piece of 2 bytes meets none.
+		hs, alt, _ = holes(in, 1<<20, 1<<20)
+		for _, got := range [][]hole{hs, alt} {
+			if !sameHoles(got, want) {
+				t.Fatalf("mirrored %v: holes cut again %v, want %v", mirror, got, want)
+			}
 		}
 		k := newBlocker(in, alt)
 		k.run(1<<20, 0, false, nil)
@@ -219,6 +229,17 @@ func TestHolesPeelForks(t *testing.T) {
 			t.Fatalf("mirrored %v: blocks left: %v", mirror, roots)
 		}
 	}
+}
+
+// sameHoles reports whether a and b hold the same holes, in any order.
+func sameHoles(a, b []hole) bool {
+	order := func(x, y hole) int {
+		return cmp.Or(cmp.Compare(x.start, y.start), cmp.Compare(x.end, y.end), cmp.Compare(x.size, y.size))
+	}
+	a, b = slices.Clone(a), slices.Clone(b)
+	slices.SortFunc(a, order)
+	slices.SortFunc(b, order)
+	return slices.Equal(a, b)
 }
 
 // TestHolesExplainTheShortfall: holes finds none where those it would
@@ -232,7 +253,7 @@ func TestHolesExplainTheShortfall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if hs, _, _ := holes(in, 1<<20); !slices.Equal(hs, []hole{{1, 2, 1}}) {
+	if hs, _, _ := holes(in, 1<<20, 1<<20); !slices.Equal(hs, []hole{{1, 2, 1}}) {
 		t.Fatalf("holes %v, want [4, 8) × 1", hs)
 	}
 	for j, size := range []uint64{7, 8, 9, 10} {
@@ -241,7 +262,7 @@ func TestHolesExplainTheShortfall(t *testing.T) {
 	if in, err = newInstance(p); err != nil {
 		t.Fatal(err)
 	}
-	if hs, _, _ := holes(in, 1<<20); len(hs) != 0 {
+	if hs, _, _ := holes(in, 1<<20, 1<<20); len(hs) != 0 {
 		t.Fatalf("holes %v explaining a seventh of the shortfall", hs)
 	}
 }
@@ -267,7 +288,7 @@ func TestHolesWithinWork(t *testing.T) {
 		t.Fatal(err)
 	}
 	work := int64(16 * m)
-	if _, _, spent := holes(in, work); spent > work+3*m {
+	if _, _, spent := holes(in, work, 0); spent > work+3*m {
 		t.Fatalf("holes spent %d on a budget of %d", spent, work)
 	}
 	// Where the first pass explains enough and the readings run out:
@@ -283,12 +304,27 @@ func TestHolesWithinWork(t *testing.T) {
 	if in, err = newInstance(p); err != nil {
 		t.Fatal(err)
 	}
-	_, alt, full := holes(in, 1<<40)
+	_, alt, full := holes(in, 1<<40, 0)
 	if len(alt) != 4*300 {
 		t.Fatalf("%d holes with peels first, want %d", len(alt), 4*300)
 	}
+	// Cutting the holes again stays within its own budget, passed by
+	// one group's ways at most (three holes, six points: 680 ways of
+	// three rectangles over five sections).
+	// With 100,000 units every relay of the first reading has become its
+	// fork (360,000 cut every pair and triple again, to no avail after
+	// that); with 1,000, few have.
+	for _, recut := range []int64{1000, 10_000, 100_000} {
+		hs, alt, spent := holes(in, 1<<40, recut)
+		if spent > full+recut+680*3*5 {
+			t.Fatalf("holes spent %d cutting again on a budget of %d", spent-full, recut)
+		}
+		if same := sameHoles(hs, alt); same != (recut == 100_000) {
+			t.Fatalf("cut again within %d: the readings are the same: %v", recut, same)
+		}
+	}
 	for _, work := range []int64{full / 4, full / 2, 3 * full / 4} {
-		if _, alt, spent := holes(in, work); spent > work+3*int64(in.positions) || len(alt) >= 4*300 {
+		if _, alt, spent := holes(in, work, 0); spent > work+3*int64(in.positions) || len(alt) >= 4*300 {
 			t.Fatalf("holes spent %d and found %d on a budget of %d (%d when nothing stops it)", spent, len(alt), work, full)
 		}
 	}

@@ -77,7 +77,9 @@
 // size, and pairs of them one ending where the other starts, when they
 // explain a quarter of the shortfall at least, and then holes peeled off
 // what is left where pieces start or end together (in two readings, a
-// quarter of the orders each); so the cuts around them are found again
+// quarter of the orders each), overlapping ones cut again where the
+// buffers around them say other rectangles with the same shortfall are
+// the missing pieces; so the cuts around them are found again
 // (holes, and blocks of holes alone, that no merge took into a block with
 // a buffer are not packed). The blocks left are packed as buffers of
 // their own by the same steps, and, while the peak stays above the goal,

@@ -90,12 +90,14 @@ func TestBlocksFindBandedTilings(t *testing.T) {
 // 5,000, seeds 2, 4, 5 and 7: +20.01, +18.61, +20.23 and +21.93 %, and,
 // with exact holes but no relays, +10.24, +0.00, +2.36 and +9.74 %).
 // Seeds 18, 28, 29 and 31 of 5,000 ended +9.83, +9.96, +5.41 and +7.79 %
-// while blocks of holes alone were packed and before peels.
+// while blocks of holes alone were packed and before peels; seeds 19, 20
+// and 23, +5.77, +5.53 and +7.57 % before holes were cut again where the
+// buffers around them say so.
 func TestBlocksFindHoledTilings(t *testing.T) {
 	for _, c := range []struct {
 		n     int
 		seeds []uint64
-	}{{1000, []uint64{2, 3}}, {2000, []uint64{2, 3, 4, 5}}, {5000, []uint64{2, 4, 5, 7, 18, 28, 29, 31}}} {
+	}{{1000, []uint64{2, 3}}, {2000, []uint64{2, 3, 4, 5}}, {5000, []uint64{2, 4, 5, 7, 18, 19, 20, 23, 28, 29, 31}}} {
 		for _, seed := range c.seeds {
 			if g, method := fastGap(t, families.Holed(c.n, seed)); g != 0 {
 				t.Errorf("holed %d seed %d: %.2f %% over the lower bound (%s)", c.n, seed, 100*g, method)
