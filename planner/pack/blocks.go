@@ -862,7 +862,8 @@ const blockRounds = 8
 // pass and, with what it leaves, both readings. Holed tilings of 5,000
 // buffers (seeds 0 to 127) take 7 to 103 per section when nothing stops
 // them; at 16, matching stopped before the end on most of them, and at
-// 128 it still does on a few (seed 36).
+// 128 it still does on a few (seed 36). Cutting the holes again may
+// spend as much again.
 const holeCost = 128
 
 // A junction is where the two parts of a chain meet: the section the
@@ -948,7 +949,8 @@ func blocks(in *instance, o Options, work int64, res *Result, sc scope) int64 {
 	// peels first. The others merge the buffers alone. With holes in
 	// every order (exact ones alone, then), MiniMalloc's D ended +0.10 %
 	// above the lower bound, where without them it is at it.
-	hs, alt, spent := holes(in, min(holeCost*(int64(in.positions)+1), work/8), min(holeCost*(int64(in.positions)+1), work/8))
+	share := min(holeCost*(int64(in.positions)+1), work/8)
+	hs, alt, spent := holes(in, share, share)
 	if spent >= work {
 		return spent
 	}

@@ -310,10 +310,10 @@ func TestHolesWithinWork(t *testing.T) {
 	}
 	// Cutting the holes again stays within its own budget, passed by
 	// one group's ways at most (three holes, six points: 680 ways of
-	// three rectangles over five sections).
-	// With 100,000 units every relay of the first reading has become its
-	// fork (360,000 cut every pair and triple again, to no avail after
-	// that); with 1,000, few have.
+	// three rectangles over five sections). With 100,000 units every
+	// relay of the first reading has become its fork (360,000 cut every
+	// pair and triple again, to no avail after that); with 1,000, few
+	// have.
 	for _, recut := range []int64{1000, 10_000, 100_000} {
 		hs, alt, spent := holes(in, 1<<40, recut)
 		if spent > full+recut+680*3*5 {
