@@ -2,6 +2,7 @@ package pack
 
 import (
 	"cmp"
+	"math/big"
 	"slices"
 	"testing"
 
@@ -466,4 +467,79 @@ func TestBlockerMakesPinwheels(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestPropertyRecutKeepsTheShortfall: better replaces two or three holes
+// only by as many rectangles with the same shortfall at every section,
+// each of positive size, more of them with evidence; else it leaves them
+// as they are. Sizes reach 2^63, where sums of sizes wrap a uint64: three
+// holes starting together, [0, 1) × 2^61, [0, 3) × 2^62 + 2^61 and [0, 2)
+// × 2^61, would read as [0, 2), [1, 3) and a third of 2^64 − 2^62 − 2^61
+// over [1, 2) if wrapped sums balanced.
+func TestPropertyRecutKeepsTheShortfall(t *testing.T) {
+	profile := func(group []hole, at int32) *big.Int {
+		sum := new(big.Int)
+		for _, h := range group {
+			if h.start <= at && at < h.end {
+				sum.Add(sum, new(big.Int).SetUint64(h.size))
+			}
+		}
+		return sum
+	}
+	check := func(fatalf func(string, ...any), group []hole, e *evidence) {
+		before := slices.Clone(group)
+		score := func(hs []hole) int {
+			n := 0
+			for _, h := range hs {
+				if e.backs(h) {
+					n++
+				}
+			}
+			return n
+		}
+		_, ok := e.better(group)
+		if !ok {
+			if !slices.Equal(group, before) {
+				fatalf("%v changed to %v, reported unchanged", before, group)
+			}
+			return
+		}
+		for _, h := range group {
+			if h.size == 0 || h.start >= h.end {
+				fatalf("%v cut into %v: %v is no rectangle", before, group, h)
+			}
+		}
+		for at := int32(0); at < 8; at++ {
+			if profile(group, at).Cmp(profile(before, at)) != 0 {
+				fatalf("%v cut into %v: the shortfall at %d is %v, was %v", before, group, at, profile(group, at), profile(before, at))
+			}
+		}
+		if score(group) <= score(before) {
+			fatalf("%v cut into %v with no more evidence", before, group)
+		}
+	}
+	rapid.Check(t, func(t *rapid.T) {
+		e := &evidence{life: map[[2]int32]bool{}, ends: map[sectionSize]bool{}, starts: map[sectionSize]bool{}}
+		for a := int32(0); a < 7; a++ {
+			for b := a + 1; b < 8; b++ {
+				if rapid.IntRange(0, 3).Draw(t, "backed") == 0 {
+					e.life[[2]int32{a, b}] = true
+				}
+			}
+		}
+		group := make([]hole, rapid.IntRange(2, 3).Draw(t, "holes"))
+		for q := range group {
+			a := rapid.Int32Range(0, 6).Draw(t, "start")
+			size := rapid.Uint64Range(1, 8).Draw(t, "size")
+			if rapid.Bool().Draw(t, "huge") {
+				size = rapid.Uint64Range(1<<61, 1<<63).Draw(t, "huge size")
+			}
+			group[q] = hole{a, rapid.Int32Range(a+1, 7).Draw(t, "end"), size}
+		}
+		check(t.Fatalf, group, e)
+	})
+	// The wrap above, with evidence for its first two rectangles (and so
+	// for [1, 3) of another way, which keeps the shortfall).
+	e := &evidence{life: map[[2]int32]bool{{0, 2}: true, {1, 3}: true}, ends: map[sectionSize]bool{}, starts: map[sectionSize]bool{}}
+	check(t.Fatalf, []hole{{0, 1, 1 << 61}, {0, 3, 1<<62 + 1<<61}, {0, 2, 1 << 61}}, e)
 }

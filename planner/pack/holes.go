@@ -2,6 +2,7 @@ package pack
 
 import (
 	"cmp"
+	"math/bits"
 	"slices"
 )
 
@@ -56,17 +57,17 @@ type hole struct {
 // (recut): two or three holes that overlap in time (two may also meet)
 // become as many other rectangles with the same shortfall where more of
 // those have a buffer around them that says they are missing pieces,
-// within recut units of work (a unit per rectangle and section of each
-// way looked at). On holed 5,000 seed 6 the readings had 171 holes each
-// for 171 missing pieces, 122 and 123 of them right; cut again, 133 and
-// 137. Held out, fast effort, holed 5,000 seeds 0 to 127 went from a
-// mean +1.98 % above the lower bound, 90 at it and 23 above +5 %, to
-// +0.61 %, 104 and 4; perfect, sliced, halving and pinwheel tilings of
-// 1,000 and 5,000 with a tenth, a twentieth or a fiftieth of any of
-// their pieces missing (seeds 0 and 1, 48 instances) from +6.78 % and 24
-// above +5 % to +5.65 % and 19 (lower on 15, higher on one by 0.07
-// points). holes returns the two readings and the work spent: the
-// sections looked at and the units cutting again.
+// within recut units of work, passed by one group's at most (a unit per
+// rectangle and section of each way looked at). On holed 5,000 seed 6
+// the readings had 171 holes each for 171 missing pieces, 122 and 123 of
+// them right; cut again, 133 and 137. Held out, fast effort, holed 5,000
+// seeds 0 to 127 went from a mean +1.98 % above the lower bound, 90 at
+// it and 23 above +5 %, to +0.61 %, 104 and 4; perfect, sliced, halving
+// and pinwheel tilings of 1,000 and 5,000 with a tenth, a twentieth or a
+// fiftieth of any of their pieces missing (seeds 0 and 1, 48 instances)
+// from +6.78 % and 24 above +5 % to +5.65 % and 19 (lower on 15, higher
+// on one by 0.07 points). holes returns the two readings and the work
+// spent: the sections looked at and the units cutting again.
 //
 // The blocker takes them as buffers of their own (see blocks): a tiling
 // with pieces missing is one without again, and its cuts are found again
@@ -171,11 +172,15 @@ func (e *evidence) backs(h hole) bool {
 	return e.life[[2]int32{h.start, h.end}] || e.ends[sectionSize{h.start, h.size}] || e.starts[sectionSize{h.end, h.size}]
 }
 
-// recut cuts again, within work, the shortfall of two holes of hs that
-// overlap or meet in time, or of three that overlap each other, into as
-// many other rectangles, where more of those than of the holes have
-// evidence: pairs until none is cut again, then triples. It returns the
-// work spent.
+// recut cuts again the shortfall of two holes of hs that overlap or meet
+// in time, or of three that overlap each other, into as many other
+// rectangles, where more of those than of the holes have evidence: pairs,
+// in passes until one cuts none again (maxRecuts at most), then triples
+// the same way. Each pass takes the holes by start as they are when it
+// begins; a hole cut again during a pass keeps its place in that order,
+// so a later group of the pass may not overlap (better keeps its
+// shortfall all the same). It returns the work spent: work, passed by
+// one group's ways at most.
 func (e *evidence) recut(hs []hole, work int64) int64 {
 	var spent int64
 	// The holes by start, as indices: the holes keep their order.
@@ -204,7 +209,8 @@ func (e *evidence) recut(hs []hole, work int64) int64 {
 						}
 						continue
 					}
-					// Three: each overlaps the others in time.
+					// Three: each overlaps the others in time (as
+					// the pass began).
 					for l := j + 1; l < len(by) && hs[by[l]].start < min(a.end, b.end) && spent < work; l++ {
 						c := &hs[by[l]]
 						group := [3]hole{*a, *b, *c}
@@ -225,11 +231,12 @@ func (e *evidence) recut(hs []hole, work int64) int64 {
 // maxRecuts is the most passes recut makes over the holes.
 const maxRecuts = 8
 
-// better replaces the holes of group, which overlap in time, by as many
-// rectangles with the same shortfall, each starting and ending where one
-// of them does, of which more have evidence, the most there are; it
-// reports whether it did, and the work spent (a unit per rectangle and
-// section of each way looked at).
+// better replaces the holes of group by as many rectangles with the same
+// shortfall, each starting and ending where one of them does, of which
+// more have evidence: of the ways whose sizes follow section by section
+// (a section one rectangle of unknown size covers gives its size), the
+// first with the most. It reports whether it did, and the work spent (a
+// unit per rectangle and section of each way looked at).
 func (e *evidence) better(group []hole) (int64, bool) {
 	k := len(group)
 	var pts []int32
@@ -241,10 +248,14 @@ func (e *evidence) better(group []hole) (int64, bool) {
 	// The shortfall of each section between two points.
 	prof := make([]uint64, len(pts)-1)
 	for s := range prof {
+		var carry uint64
 		for _, h := range group {
 			if h.start <= pts[s] && pts[s] < h.end {
-				prof[s] += h.size
+				prof[s], carry = add(prof[s], h.size, carry)
 			}
+		}
+		if carry != 0 {
+			return 0, false
 		}
 	}
 	score := func(hs []hole) int {
@@ -288,11 +299,11 @@ func (e *evidence) better(group []hole) (int64, bool) {
 			progress = false
 			for s, v := range prof {
 				unknown, at := 0, -1
-				var sum uint64
+				var sum, carry uint64
 				for q := range k {
 					if try[q].start <= pts[s] && pts[s] < try[q].end {
 						if known[q] {
-							sum += try[q].size
+							sum, carry = add(sum, try[q].size, carry)
 						} else {
 							unknown++
 							at = q
@@ -300,7 +311,7 @@ func (e *evidence) better(group []hole) (int64, bool) {
 					}
 				}
 				if unknown == 1 {
-					if sum >= v {
+					if carry != 0 || sum >= v {
 						return
 					}
 					try[at].size, known[at] = v-sum, true
@@ -314,13 +325,13 @@ func (e *evidence) better(group []hole) (int64, bool) {
 			}
 		}
 		for s, v := range prof {
-			var sum uint64
+			var sum, carry uint64
 			for q := range k {
 				if try[q].start <= pts[s] && pts[s] < try[q].end {
-					sum += try[q].size
+					sum, carry = add(sum, try[q].size, carry)
 				}
 			}
-			if sum != v {
+			if carry != 0 || sum != v {
 				return
 			}
 		}
@@ -335,6 +346,12 @@ func (e *evidence) better(group []hole) (int64, bool) {
 	}
 	copy(group, found)
 	return spent, true
+}
+
+// add returns a+b and a carry that stays set once any sum overflowed.
+func add(a, b, carry uint64) (uint64, uint64) {
+	sum, c := bits.Add64(a, b, 0)
+	return sum, carry | c
 }
 
 // minExplained is the share of the shortfall (in bytes times sections)
