@@ -488,15 +488,6 @@ func TestPropertyRecutKeepsTheShortfall(t *testing.T) {
 	}
 	check := func(fatalf func(string, ...any), group []hole, e *evidence) {
 		before := slices.Clone(group)
-		score := func(hs []hole) int {
-			n := 0
-			for _, h := range hs {
-				if e.backs(h) {
-					n++
-				}
-			}
-			return n
-		}
 		_, ok := e.better(group)
 		if !ok {
 			if !slices.Equal(group, before) {
@@ -514,7 +505,7 @@ func TestPropertyRecutKeepsTheShortfall(t *testing.T) {
 				fatalf("%v cut into %v: the shortfall at %d is %v, was %v", before, group, at, profile(group, at), profile(before, at))
 			}
 		}
-		if score(group) <= score(before) {
+		if e.score(group) <= e.score(before) {
 			fatalf("%v cut into %v with no more evidence", before, group)
 		}
 	}

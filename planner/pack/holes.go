@@ -172,6 +172,17 @@ func (e *evidence) backs(h hole) bool {
 	return e.life[[2]int32{h.start, h.end}] || e.ends[sectionSize{h.start, h.size}] || e.starts[sectionSize{h.end, h.size}]
 }
 
+// score counts the holes of hs that have evidence.
+func (e *evidence) score(hs []hole) int {
+	n := 0
+	for _, h := range hs {
+		if e.backs(h) {
+			n++
+		}
+	}
+	return n
+}
+
 // recut cuts again the shortfall of two holes of hs that overlap or meet
 // in time, or of three that overlap each other, into as many other
 // rectangles, where more of those than of the holes have evidence: pairs,
@@ -258,16 +269,7 @@ func (e *evidence) better(group []hole) (int64, bool) {
 			return 0, false
 		}
 	}
-	score := func(hs []hole) int {
-		n := 0
-		for _, h := range hs {
-			if e.backs(h) {
-				n++
-			}
-		}
-		return n
-	}
-	best := score(group)
+	best := e.score(group)
 	var spans [][2]int
 	for a := range pts {
 		for b := a + 1; b < len(pts); b++ {
@@ -335,7 +337,7 @@ func (e *evidence) better(group []hole) (int64, bool) {
 				return
 			}
 		}
-		if n := score(try); n > best {
+		if n := e.score(try); n > best {
 			best = n
 			found = append(found[:0], try...)
 		}
