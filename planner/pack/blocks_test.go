@@ -534,3 +534,72 @@ func TestPropertyRecutKeepsTheShortfall(t *testing.T) {
 	e := &evidence{life: map[[2]int32]bool{{0, 2}: true, {1, 3}: true}, ends: map[sectionSize]bool{}, starts: map[sectionSize]bool{}}
 	check(t.Fatalf, []hole{{0, 1, 1 << 61}, {0, 3, 1<<62 + 1<<61}, {0, 2, 1 << 61}}, e)
 }
+
+// TestTrimWaryRefusesUnconfirmed: a wary blocker stacks three blocks or
+// more only where some of them sum to a neighbour's size; one that is not
+// stacks all of them and counts the stack as unconfirmed. A refused
+// stack is not weighed again (no subsets are tried) until a neighbour
+// changes: a block whose size is their sum, ending where they start,
+// confirms them. Pairs are stacked as before.
+func TestTrimWaryRefusesUnconfirmed(t *testing.T) {
+	setup := func(same, near []uint64) (*blocker, []int32) {
+		p := &Problem{}
+		for _, s := range same {
+			p.Buffers = append(p.Buffers, Buffer{Start: 10, End: 20, Size: s})
+		}
+		for _, s := range near {
+			p.Buffers = append(p.Buffers, Buffer{Start: 0, End: 10, Size: s})
+		}
+		in, err := newInstance(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids := make([]int32, len(same))
+		for i := range ids {
+			ids[i] = int32(i)
+		}
+		return newBlocker(in, nil), ids
+	}
+	sizes := func(k *blocker, ids []int32) []uint64 {
+		var out []uint64
+		for _, id := range ids {
+			out = append(out, k.blocks[id].size)
+		}
+		return out
+	}
+	start, end := int32(1), int32(2) // the sections of [10, 20)
+
+	k, same := setup([]uint64{5, 7, 11, 13}, []uint64{99})
+	if got := sizes(k, k.trim(slices.Clone(same), start, end)); len(got) != 4 || k.unconfirmed != 1 {
+		t.Fatalf("not wary: kept %v, %d unconfirmed; want all four, 1", got, k.unconfirmed)
+	}
+
+	k, same = setup([]uint64{5, 7, 11, 13}, []uint64{99})
+	k.wary = true
+	if got := k.trim(slices.Clone(same), start, end); len(got) != 0 || k.unconfirmed != 0 {
+		t.Fatalf("wary: kept %v, %d unconfirmed; want none, 0", sizes(k, got), k.unconfirmed)
+	}
+	first := k.work
+	if got := k.trim(slices.Clone(same), start, end); len(got) != 0 {
+		t.Fatalf("wary, again: kept %v, want none", sizes(k, got))
+	}
+	if again := k.work - first; again >= first {
+		t.Errorf("wary, again: %d units, the first time %d: want fewer (no subsets weighed)", again, first)
+	}
+	k.add(block{start: 0, end: start, size: 5 + 7 + 11 + 13, align: 1, buf: -1})
+	if got := sizes(k, k.trim(slices.Clone(same), start, end)); len(got) != 4 {
+		t.Errorf("wary, with a neighbour of their sum: kept %v, want all four", got)
+	}
+
+	k, same = setup([]uint64{5, 7, 11, 13}, []uint64{18})
+	k.wary = true
+	if got := sizes(k, k.trim(slices.Clone(same), start, end)); !slices.Equal(got, []uint64{7, 11}) {
+		t.Errorf("wary, a pair sums to a neighbour: kept %v, want [7 11]", got)
+	}
+
+	k, same = setup([]uint64{5, 7}, []uint64{99})
+	k.wary = true
+	if got := sizes(k, k.trim(slices.Clone(same), start, end)); len(got) != 2 {
+		t.Errorf("wary, a pair: kept %v, want both", got)
+	}
+}

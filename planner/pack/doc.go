@@ -95,9 +95,15 @@
 // blocker can finish and leave work to pack its blocks), every
 // other one making at first only the chains whose result can stack at
 // once (a coincidental chain is the merge that most often hides a
-// tiling, but holding chains back lets stacks take blocks from theirs),
-// packs each result once cheaply (the blocks' packings run the portfolio,
-// the dive and the canonical search, not the skyline restarts), and refines
+// tiling, but holding chains back lets stacks take blocks from theirs);
+// where a quarter or more of the first order's stacks were of three
+// blocks or more whose sizes no neighbour confirms (tilings with many
+// pieces to a tick, where blocks of unrelated parts live over the same
+// sections by chance), six wary orders follow that refuse such stacks,
+// with an eighth of the work among them (on the caller's problem only).
+// It packs each result once cheaply (the blocks' packings run the
+// portfolio, the dive and the canonical search, not the skyline
+// restarts), and refines
 // the ones that packed lowest, two at a time (with Options.Spawn the orders
 // after the first run ahead on another core and the two refine at once,
 // with the same results). Most of the merges that go astray are stacks, so
