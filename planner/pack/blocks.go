@@ -1080,12 +1080,12 @@ func blocks(in *instance, o Options, work int64, res *Result, sc scope) int64 {
 	// bound to all at it, 700 seeds 0 to 3 from +8.65 to +4.19 %, 1,000
 	// seeds 6 to 15 from +12.16 to +8.08 %; from 1,200 buffers they gain
 	// little or nothing (1,200: +13.92 to +12.57 %; 1,500: +15.03 to
-	// +15.37 %). A wary blocker leaves more blocks: on coarse 2,000 seed
-	// 0, 517 where the first order leaves 376, 69 of them wrong, and with
-	// the oracle refusing every wrong merge too, 424 blocks still pack
-	// +4.04 % above the bound at the exact effort. They run on the
-	// caller's problem only: on refine's, they took holed tilings off the
-	// bound (5,000 buffers, seeds 18 and 19: +7.49 and +3.77 %).
+	// +15.37 %). A wary blocker leaves more blocks, fewer of them wrong:
+	// in the buffers' own order, 225 (20 wrong) where the first order
+	// leaves 163 (67) on coarse 1,000 seed 0, and 443 (55) where it
+	// leaves 376 (135) on coarse 2,000 seed 0. They run on the caller's
+	// problem only: on refine's, they took holed tilings off the bound
+	// (5,000 buffers, seeds 18 and 19: +7.49 and +3.77 %).
 	wary := 0
 	if sc == whole && k0.unconfirmed > 0 && 4*k0.unconfirmed >= k0.stacks {
 		wary = waryOrders

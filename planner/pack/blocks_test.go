@@ -536,11 +536,11 @@ func TestPropertyRecutKeepsTheShortfall(t *testing.T) {
 }
 
 // TestTrimWaryRefusesUnconfirmed: a wary blocker stacks three blocks or
-// more only where some of them sum to a neighbour's size; one that is not
-// stacks all of them and counts the stack as unconfirmed. A refused
-// stack is not weighed again (no subsets are tried) until a neighbour
-// changes: a block whose size is their sum, ending where they start,
-// confirms them. Pairs are stacked as before.
+// more only where some of them sum to a neighbour's size; a blocker that
+// is not wary stacks all of them and counts the stack as unconfirmed. A
+// refused stack is not weighed again (no subsets are tried) until a
+// neighbour changes: a block whose size is their sum, ending where they
+// start, confirms them. Pairs are stacked as before.
 func TestTrimWaryRefusesUnconfirmed(t *testing.T) {
 	setup := func(same, near []uint64) (*blocker, []int32) {
 		p := &Problem{}

@@ -103,10 +103,9 @@
 // with an eighth of the work among them (on the caller's problem only).
 // It packs each result once cheaply (the blocks' packings run the
 // portfolio, the dive and the canonical search, not the skyline
-// restarts), and refines
-// the ones that packed lowest, two at a time (with Options.Spawn the orders
-// after the first run ahead on another core and the two refine at once,
-// with the same results). Most of the merges that go astray are stacks, so
+// restarts), and refines the ones that packed lowest, two at a time
+// (with Options.Spawn the orders after the first run ahead on another
+// core and the two refine at once, with the same results). Most of the merges that go astray are stacks, so
 // after the first packing every stack is taken apart too, and blocks merge
 // what is left again (once, one level down) before it is packed: the block
 // a stack took by chance goes back to its own part. So is every chain that
