@@ -100,8 +100,9 @@
 // blocks or more whose sizes no neighbour confirms (tilings with many
 // pieces to a tick, where blocks of unrelated parts live over the same
 // sections by chance), six wary orders follow that refuse such stacks,
-// with an eighth of the work among them (on the caller's problem only).
-// It packs each result once cheaply (the blocks' packings run the
+// with an eighth of the work among them (on the caller's problem only,
+// and where each one's share is eight times what the first order spent
+// at least: a wary blocker spends eight to nine times as much). It packs each result once cheaply (the blocks' packings run the
 // portfolio, the dive and the canonical search, not the skyline
 // restarts), and refines the ones that packed lowest, two at a time
 // (with Options.Spawn the orders after the first run ahead on another
