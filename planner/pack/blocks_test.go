@@ -390,30 +390,43 @@ func TestTrimKeepsTheFewestThatSum(t *testing.T) {
 		{[]uint64{5, 7, 11, 13}, []uint64{23, 31}, []uint64{5, 7, 11}}, // no pair sums to either; 5+7+11 = 23
 		{[]uint64{1, 2, 4, 8, 16, 32, 64, 128, 256}, []uint64{510}, []uint64{2, 4, 8, 16, 32, 64, 128, 256}},
 	} {
-		p := &Problem{}
-		for _, s := range c.same {
-			p.Buffers = append(p.Buffers, Buffer{Start: 10, End: 20, Size: s})
-		}
-		for _, s := range c.near {
-			p.Buffers = append(p.Buffers, Buffer{Start: 0, End: 10, Size: s})
-		}
-		in, err := newInstance(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		k := newBlocker(in, nil)
-		same := make([]int32, len(c.same))
-		for i := range same {
-			same[i] = int32(i)
-		}
-		var got []uint64
-		for _, id := range k.trim(same, in.start[0], in.end[0]) {
-			got = append(got, k.blocks[id].size)
-		}
-		if !slices.Equal(got, c.want) {
+		k, same := trimCase(t, c.same, c.near)
+		if got := blockSizes(k, k.trim(same, k.blocks[0].start, k.blocks[0].end)); !slices.Equal(got, c.want) {
 			t.Errorf("same %v, near %v: kept %v, want %v", c.same, c.near, got, c.want)
 		}
 	}
+}
+
+// trimCase returns a blocker of buffers of sizes same live over [10,
+// 20), then of sizes near over [0, 10) (their neighbours), and the ids of
+// the first.
+func trimCase(t *testing.T, same, near []uint64) (*blocker, []int32) {
+	t.Helper()
+	p := &Problem{}
+	for _, s := range same {
+		p.Buffers = append(p.Buffers, Buffer{Start: 10, End: 20, Size: s})
+	}
+	for _, s := range near {
+		p.Buffers = append(p.Buffers, Buffer{Start: 0, End: 10, Size: s})
+	}
+	in, err := newInstance(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := make([]int32, len(same))
+	for i := range ids {
+		ids[i] = int32(i)
+	}
+	return newBlocker(in, nil), ids
+}
+
+// blockSizes returns the sizes of the blocks ids of k.
+func blockSizes(k *blocker, ids []int32) []uint64 {
+	var out []uint64
+	for _, id := range ids {
+		out = append(out, k.blocks[id].size)
+	}
+	return out
 }
 
 // TestBlockerMakesPinwheels: a box cut into a pinwheel, in either hand,
@@ -542,64 +555,39 @@ func TestPropertyRecutKeepsTheShortfall(t *testing.T) {
 // neighbour changes: a block whose size is their sum, ending where they
 // start, confirms them. Pairs are stacked as before.
 func TestTrimWaryRefusesUnconfirmed(t *testing.T) {
-	setup := func(same, near []uint64) (*blocker, []int32) {
-		p := &Problem{}
-		for _, s := range same {
-			p.Buffers = append(p.Buffers, Buffer{Start: 10, End: 20, Size: s})
-		}
-		for _, s := range near {
-			p.Buffers = append(p.Buffers, Buffer{Start: 0, End: 10, Size: s})
-		}
-		in, err := newInstance(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ids := make([]int32, len(same))
-		for i := range ids {
-			ids[i] = int32(i)
-		}
-		return newBlocker(in, nil), ids
-	}
-	sizes := func(k *blocker, ids []int32) []uint64 {
-		var out []uint64
-		for _, id := range ids {
-			out = append(out, k.blocks[id].size)
-		}
-		return out
-	}
 	start, end := int32(1), int32(2) // the sections of [10, 20)
 
-	k, same := setup([]uint64{5, 7, 11, 13}, []uint64{99})
-	if got := sizes(k, k.trim(slices.Clone(same), start, end)); len(got) != 4 || k.unconfirmed != 1 {
+	k, same := trimCase(t, []uint64{5, 7, 11, 13}, []uint64{99})
+	if got := blockSizes(k, k.trim(slices.Clone(same), start, end)); len(got) != 4 || k.unconfirmed != 1 {
 		t.Fatalf("not wary: kept %v, %d unconfirmed; want all four, 1", got, k.unconfirmed)
 	}
 
-	k, same = setup([]uint64{5, 7, 11, 13}, []uint64{99})
+	k, same = trimCase(t, []uint64{5, 7, 11, 13}, []uint64{99})
 	k.wary = true
 	if got := k.trim(slices.Clone(same), start, end); len(got) != 0 || k.unconfirmed != 0 {
-		t.Fatalf("wary: kept %v, %d unconfirmed; want none, 0", sizes(k, got), k.unconfirmed)
+		t.Fatalf("wary: kept %v, %d unconfirmed; want none, 0", blockSizes(k, got), k.unconfirmed)
 	}
 	first := k.work
 	if got := k.trim(slices.Clone(same), start, end); len(got) != 0 {
-		t.Fatalf("wary, again: kept %v, want none", sizes(k, got))
+		t.Fatalf("wary, again: kept %v, want none", blockSizes(k, got))
 	}
 	if again := k.work - first; again >= first {
 		t.Errorf("wary, again: %d units, the first time %d: want fewer (no subsets weighed)", again, first)
 	}
 	k.add(block{start: 0, end: start, size: 5 + 7 + 11 + 13, align: 1, buf: -1})
-	if got := sizes(k, k.trim(slices.Clone(same), start, end)); len(got) != 4 {
+	if got := blockSizes(k, k.trim(slices.Clone(same), start, end)); len(got) != 4 {
 		t.Errorf("wary, with a neighbour of their sum: kept %v, want all four", got)
 	}
 
-	k, same = setup([]uint64{5, 7, 11, 13}, []uint64{18})
+	k, same = trimCase(t, []uint64{5, 7, 11, 13}, []uint64{18})
 	k.wary = true
-	if got := sizes(k, k.trim(slices.Clone(same), start, end)); !slices.Equal(got, []uint64{7, 11}) {
+	if got := blockSizes(k, k.trim(slices.Clone(same), start, end)); !slices.Equal(got, []uint64{7, 11}) {
 		t.Errorf("wary, a pair sums to a neighbour: kept %v, want [7 11]", got)
 	}
 
-	k, same = setup([]uint64{5, 7}, []uint64{99})
+	k, same = trimCase(t, []uint64{5, 7}, []uint64{99})
 	k.wary = true
-	if got := sizes(k, k.trim(slices.Clone(same), start, end)); len(got) != 2 {
+	if got := blockSizes(k, k.trim(slices.Clone(same), start, end)); len(got) != 2 {
 		t.Errorf("wary, a pair: kept %v, want both", got)
 	}
 }
