@@ -199,8 +199,26 @@ func (e *evidence) recut(hs []hole, work int64) int64 {
 	for i := range by {
 		by[i] = i
 	}
+	// again says a pass cut a group again; cut weighs the holes ps as a
+	// group and writes back what better makes of them.
+	var again bool
+	cut := func(ps ...*hole) {
+		var group [3]hole
+		for q, p := range ps {
+			group[q] = *p
+		}
+		w, ok := e.better(group[:len(ps)])
+		spent += w
+		if ok {
+			for q, p := range ps {
+				*p = group[q]
+			}
+			again = true
+		}
+	}
 	for k := 2; k <= 3; k++ {
-		for again, pass := true, 0; again && pass < maxRecuts && spent < work; pass++ {
+		again = true
+		for pass := 0; again && pass < maxRecuts && spent < work; pass++ {
 			again = false
 			slices.SortFunc(by, func(a, b int) int {
 				x, y := hs[a], hs[b]
@@ -211,26 +229,13 @@ func (e *evidence) recut(hs []hole, work int64) int64 {
 				for j := i + 1; j < len(by) && hs[by[j]].start <= a.end && spent < work; j++ {
 					b := &hs[by[j]]
 					if k == 2 {
-						group := [2]hole{*a, *b}
-						w, ok := e.better(group[:])
-						spent += w
-						if ok {
-							*a, *b = group[0], group[1]
-							again = true
-						}
+						cut(a, b)
 						continue
 					}
 					// Three: each overlaps the others in time (as
 					// the pass began).
 					for l := j + 1; l < len(by) && hs[by[l]].start < min(a.end, b.end) && spent < work; l++ {
-						c := &hs[by[l]]
-						group := [3]hole{*a, *b, *c}
-						w, ok := e.better(group[:])
-						spent += w
-						if ok {
-							*a, *b, *c = group[0], group[1], group[2]
-							again = true
-						}
+						cut(a, b, &hs[by[l]])
 					}
 				}
 			}
@@ -259,13 +264,8 @@ func (e *evidence) better(group []hole) (int64, bool) {
 	// The shortfall of each section between two points.
 	prof := make([]uint64, len(pts)-1)
 	for s := range prof {
-		var carry uint64
-		for _, h := range group {
-			if h.start <= pts[s] && pts[s] < h.end {
-				prof[s], carry = add(prof[s], h.size, carry)
-			}
-		}
-		if carry != 0 {
+		var wrapped bool
+		if prof[s], wrapped = liveAt(group, pts[s]); wrapped {
 			return 0, false
 		}
 	}
@@ -327,13 +327,7 @@ func (e *evidence) better(group []hole) (int64, bool) {
 			}
 		}
 		for s, v := range prof {
-			var sum, carry uint64
-			for q := range k {
-				if try[q].start <= pts[s] && pts[s] < try[q].end {
-					sum, carry = add(sum, try[q].size, carry)
-				}
-			}
-			if carry != 0 || sum != v {
+			if sum, wrapped := liveAt(try, pts[s]); wrapped || sum != v {
 				return
 			}
 		}
@@ -348,6 +342,18 @@ func (e *evidence) better(group []hole) (int64, bool) {
 	}
 	copy(group, found)
 	return spent, true
+}
+
+// liveAt returns the sum of the sizes of the holes of hs live at section
+// t, and whether it wrapped a uint64.
+func liveAt(hs []hole, t int32) (uint64, bool) {
+	var sum, carry uint64
+	for _, h := range hs {
+		if h.start <= t && t < h.end {
+			sum, carry = add(sum, h.size, carry)
+		}
+	}
+	return sum, carry != 0
 }
 
 // add returns a+b and a carry that stays set once any sum overflowed.
