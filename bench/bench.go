@@ -187,7 +187,7 @@ func inFile(err error, file string) error {
 const FamiliesSuite = "families"
 
 // Families returns the instances of families.Suite: perfect, halving,
-// sliced, pinwheel, banded, coarse and holed packings, transformer
+// sliced, pinwheel, banded, dense, coarse and holed packings, transformer
 // training steps as a compiler's memory pass sees them and mixed
 // training-step instances, each planned as a DSA instance. Named
 // families, if any, are the only ones kept.

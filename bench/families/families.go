@@ -25,6 +25,10 @@
 //     bands, many of one size, live over the same long sections (much as
 //     weights and optimizer state live through a whole step), so each
 //     instant starts and ends few pieces but many live across it.
+//   - dense: a perfect packing cut from a box with half as many ticks
+//     as pieces: about two pieces start at each instant, so pieces of
+//     unrelated parts of the tiling end and start together, and live
+//     over the same sections, far more often than in perfect's box.
 //   - coarse: a perfect packing cut from a box with a tenth as many
 //     ticks as pieces, as a training step has far fewer ops than
 //     tensors: most instants start and end many pieces, so pieces of
@@ -70,7 +74,7 @@ import (
 )
 
 // Names lists the families.
-var Names = []string{"perfect", "halving", "sliced", "pinwheel", "banded", "coarse", "holed", "transformer", "mixed"}
+var Names = []string{"perfect", "halving", "sliced", "pinwheel", "banded", "dense", "coarse", "holed", "transformer", "mixed"}
 
 // rng returns the generator of one instance: PCG seeded by the family and
 // the seed, so instances of different families never share a stream.
@@ -133,6 +137,12 @@ func Pinwheel(n int, seed uint64) *dsa.Instance { return tiling("pinwheel", n, s
 // bound.
 func Banded(n int, seed uint64) *dsa.Instance { return tiling("banded", n, seed, bandedCuts) }
 
+// Dense is Perfect cut from a box max(n/2, 1) ticks wide: the same cuts,
+// with two pieces to a tick, so that pieces of unrelated parts of the
+// tiling end and start at one instant, and live over the same sections,
+// by chance. The optimum is PerfectHeight, the lower bound.
+func Dense(n int, seed uint64) *dsa.Instance { return tiling("dense", n, seed, denseCuts) }
+
 // Coarse is Perfect cut from a box max(n/10, 1) ticks wide: the same
 // cuts, but with ten pieces to a tick, most cuts in time fall on an
 // instant other cuts fall on too. The optimum is PerfectHeight, the
@@ -156,11 +166,12 @@ const (
 	pinwheelCuts             // as perfect, or a pinwheel
 	holedCuts                // as perfect, then pieces left out
 	coarseCuts               // as perfect, a tenth as many ticks
+	denseCuts                // as perfect, half as many ticks
 	bandedCuts               // as perfect, nine cuts in ten in bytes
 )
 
 // tiling cuts n pieces from the box of family (perfect, halving, sliced,
-// pinwheel, banded, coarse or holed); see Perfect.
+// pinwheel, banded, dense, coarse or holed); see Perfect.
 func tiling(family string, n int, seed uint64, how cuts) *dsa.Instance {
 	r := rng(family, seed)
 	type rect struct {
@@ -168,8 +179,11 @@ func tiling(family string, n int, seed uint64, how cuts) *dsa.Instance {
 		b0, b1 uint64 // bytes
 	}
 	width := int64(4 * max(n, 1))
-	if how == coarseCuts {
+	switch how {
+	case coarseCuts:
 		width = int64(max(n/10, 1))
+	case denseCuts:
+		width = int64(max(n/2, 1))
 	}
 	rects := []rect{{0, width, 0, PerfectHeight}}
 	area := func(x rect) float64 { return float64(x.t1-x.t0) * float64(x.b1-x.b0) }
@@ -497,7 +511,7 @@ func Mixed(n int, seed uint64) *dsa.Instance {
 type Spec struct {
 	Family string
 	// Size is the buffers of a tiling (perfect, halving, sliced,
-	// pinwheel, banded, coarse; the pieces cut, for holed) or a mixed
+	// pinwheel, banded, dense, coarse; the pieces cut, for holed) or a mixed
 	// instance, or the layers of a transformer.
 	Size int
 	Seed uint64
@@ -508,7 +522,7 @@ func (s Spec) String() string { return fmt.Sprintf("%s-%d-s%d", s.Family, s.Size
 // tilings are the families of pieces cut from a box, by name.
 var tilings = map[string]func(n int, seed uint64) *dsa.Instance{
 	"perfect": Perfect, "halving": Halving, "sliced": Sliced, "pinwheel": Pinwheel,
-	"banded": Banded, "coarse": Coarse, "holed": Holed,
+	"banded": Banded, "dense": Dense, "coarse": Coarse, "holed": Holed,
 }
 
 // Generate builds the instance a Spec names.
@@ -532,12 +546,12 @@ func Generate(s Spec) (*dsa.Instance, error) {
 }
 
 // Suite lists the bench's family instances: perfect packings of 100 to
-// 10,000 buffers, halving, sliced, pinwheel, banded, coarse and holed ones
-// of 100 to 5,000 and mixed instances of 300 to 20,000 buffers, two seeds
-// each, and transformers of 1 to 96 layers, four seeds each (both shapes,
-// with one micro-batch and two). maxBuffers > 0 leaves out tilings and
-// mixed instances larger than it (transformers are kept: their buffer count
-// depends on the shape the seed picks).
+// 10,000 buffers, halving, sliced, pinwheel, banded, dense, coarse and
+// holed ones of 100 to 5,000 and mixed instances of 300 to 20,000
+// buffers, two seeds each, and transformers of 1 to 96 layers, four seeds
+// each (both shapes, with one micro-batch and two). maxBuffers > 0 leaves
+// out tilings and mixed instances larger than it (transformers are kept:
+// their buffer count depends on the shape the seed picks).
 func Suite(maxBuffers int) []Spec {
 	var out []Spec
 	for _, n := range []int{100, 300, 1000, 2000, 5000, 10000} {
@@ -547,7 +561,7 @@ func Suite(maxBuffers int) []Spec {
 			}
 		}
 	}
-	for _, family := range []string{"halving", "sliced", "pinwheel", "banded", "coarse", "holed"} {
+	for _, family := range []string{"halving", "sliced", "pinwheel", "banded", "dense", "coarse", "holed"} {
 		for _, n := range []int{100, 300, 1000, 2000, 5000} {
 			for seed := range uint64(2) {
 				if maxBuffers <= 0 || n <= maxBuffers {

@@ -16,15 +16,15 @@ import (
 
 // TestPerfectIsTight: the pieces of every tiling family tile the box, so
 // the lower bound is the box's height, and the same seed gives the same
-// instance (the area they cover pins the box's width: a tenth as many
-// ticks as pieces for coarse). Banded tilings are cut in bytes nine
+// instance (the area they cover pins the box's width: half as many ticks
+// as pieces for dense, a tenth as many for coarse). Banded tilings are cut in bytes nine
 // times in ten: most of their pieces live over more than a tenth of the
 // box, where few of perfect's do.
 func TestPerfectIsTight(t *testing.T) {
 	for _, c := range []struct {
 		family string
 		tiling func(int, uint64) *dsa.Instance
-	}{{"perfect", families.Perfect}, {"halving", families.Halving}, {"sliced", families.Sliced}, {"pinwheel", families.Pinwheel}, {"banded", families.Banded}, {"coarse", families.Coarse}} {
+	}{{"perfect", families.Perfect}, {"halving", families.Halving}, {"sliced", families.Sliced}, {"pinwheel", families.Pinwheel}, {"banded", families.Banded}, {"dense", families.Dense}, {"coarse", families.Coarse}} {
 		for _, n := range []int{1, 2, 100, 1000} {
 			checkTiling(t, c.family, c.tiling, n)
 		}
@@ -45,8 +45,11 @@ func TestPerfectIsTight(t *testing.T) {
 // boxTicks is how many ticks wide the box a tiling of family cuts n
 // pieces from is.
 func boxTicks(family string, n int) int64 {
-	if family == "coarse" {
+	switch family {
+	case "coarse":
 		return int64(max(n/10, 1))
+	case "dense":
+		return int64(max(n/2, 1))
 	}
 	return int64(4 * n)
 }
@@ -163,7 +166,7 @@ func pinwheels(in *dsa.Instance) (right, left int) {
 }
 
 func TestGenerateRejects(t *testing.T) {
-	for _, s := range []families.Spec{{Family: "perfect", Size: 0}, {Family: "sliced", Size: 0}, {Family: "pinwheel", Size: 0}, {Family: "banded", Size: 0}, {Family: "coarse", Size: 0}, {Family: "transformer", Size: 97}, {Family: "mixed", Size: 3}, {Family: "nope", Size: 10}} {
+	for _, s := range []families.Spec{{Family: "perfect", Size: 0}, {Family: "sliced", Size: 0}, {Family: "pinwheel", Size: 0}, {Family: "banded", Size: 0}, {Family: "dense", Size: 0}, {Family: "coarse", Size: 0}, {Family: "transformer", Size: 97}, {Family: "mixed", Size: 3}, {Family: "nope", Size: 10}} {
 		if _, err := families.Generate(s); err == nil {
 			t.Errorf("%v: no error", s)
 		}
@@ -236,6 +239,10 @@ func ExampleSuite() {
 	// banded-100-s1
 	// banded-300-s0
 	// banded-300-s1
+	// dense-100-s0
+	// dense-100-s1
+	// dense-300-s0
+	// dense-300-s1
 	// coarse-100-s0
 	// coarse-100-s1
 	// coarse-300-s0
