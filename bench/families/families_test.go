@@ -17,9 +17,9 @@ import (
 // TestPerfectIsTight: the pieces of every tiling family tile the box, so
 // the lower bound is the box's height, and the same seed gives the same
 // instance (the area they cover pins the box's width: half as many ticks
-// as pieces for dense, a tenth as many for coarse). Banded tilings are cut in bytes nine
-// times in ten: most of their pieces live over more than a tenth of the
-// box, where few of perfect's do.
+// as pieces for dense, a tenth as many for coarse). Banded tilings are
+// cut in bytes nine times in ten: most of their pieces live over more
+// than a tenth of the box, where few of perfect's do.
 func TestPerfectIsTight(t *testing.T) {
 	for _, c := range []struct {
 		family string

@@ -94,10 +94,11 @@
 // blocker could not finish within an order's share, so that each order's
 // blocker can finish and leave work to pack its blocks), every
 // other one making at first only the chains whose result can stack at
-// once (those spend more: where the second order's blocker spent three
-// quarters of a share, each of them may spend half as much again as it
-// did) (a coincidental chain is the merge that most often hides a
-// tiling, but holding chains back lets stacks take blocks from theirs);
+// once (a coincidental chain is the merge that most often hides a
+// tiling, but holding chains back lets stacks take blocks from theirs;
+// such an order spends more, and where the second order's blocker spent
+// three quarters of a share, each of them may spend half as much again
+// as it did);
 // where a quarter or more of the first order's stacks were of three
 // blocks or more whose sizes no neighbour confirms (tilings with many
 // pieces to a tick, where blocks of unrelated parts live over the same
