@@ -1044,6 +1044,13 @@ func blocks(in *instance, o Options, work int64, res *Result, sc scope) int64 {
 		probe = work / 4 / int64(orders)
 	}
 	noWheels := k0.pinwheels*100 < len(in.bufs)
+	// ordered is order v's blocker (v > 0, not wary), run within limit.
+	ordered := func(v int, limit int64, h *halt) *blocker {
+		k := newBlocker(in, withHoles(v))
+		k.noWheels, k.wheelsFirst = noWheels, !noWheels
+		k.run(limit, v, v%2 == 1, h)
+		return k
+	}
 	// An order confirming chains first (the odd ones) spends more than the
 	// first: its blocker meets again every block it held back once its queue
 	// is empty. Where the first order spent half a probe or more, the second
@@ -1067,9 +1074,7 @@ func blocks(in *instance, o Options, work int64, res *Result, sc scope) int64 {
 	odd := probe // what an odd order may spend
 	var k1 *blocker
 	if 2*k0.work >= probe && orders > minOrders {
-		k1 = newBlocker(in, withHoles(1))
-		k1.noWheels, k1.wheelsFirst = noWheels, !noWheels
-		k1.run(work/4/minOrders, 1, true, o.halt)
+		k1 = ordered(1, work/4/minOrders, o.halt)
 		spent += k1.work // the second order's trial then counts its packing alone
 		if 4*k1.work > 3*probe {
 			odd = k1.work + k1.work/2
@@ -1142,9 +1147,7 @@ func blocks(in *instance, o Options, work int64, res *Result, sc scope) int64 {
 			if v%2 == 1 {
 				limit = odd
 			}
-			k = newBlocker(in, withHoles(v))
-			k.noWheels, k.wheelsFirst = noWheels, !noWheels
-			k.run(limit, v, v%2 == 1, ahalt)
+			k = ordered(v, limit, ahalt)
 		}
 		p := probed{k: k, roots: k.roots(), work: k.work}
 		if k == k1 {
