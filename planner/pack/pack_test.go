@@ -356,3 +356,41 @@ func TestGreedySkippedAtTheBound(t *testing.T) {
 		t.Errorf("optimal %v by %s, %d ranges merged; greedy-size alone merges %d", r.Optimal, r.Method, r.Merged, g.Merged)
 	}
 }
+
+// TestPropertyAdjacencyCountsPairs: adjacency turns an instance down
+// exactly when its overlapping pairs are more than maxPairs (it counts
+// them before it builds any), and otherwise lists every pair.
+func TestPropertyAdjacencyCountsPairs(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		p := drawProblem(t, 12, 8, false)
+		in, err := newInstance(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := len(p.Buffers)
+		want := make([][]int32, n)
+		pairs := 0
+		for i := range n {
+			for j := i + 1; j < n; j++ {
+				if overlap(&p.Buffers[i], &p.Buffers[j]) {
+					pairs++
+					want[i] = append(want[i], int32(j))
+					want[j] = append(want[j], int32(i))
+				}
+			}
+		}
+		for i := range want {
+			slices.Sort(want[i])
+		}
+		maxPairs := rapid.IntRange(0, pairs+1).Draw(t, "maxPairs")
+		adj, ok := in.adjacency(maxPairs)
+		if ok != (pairs <= maxPairs) {
+			t.Fatalf("%d pairs, at most %d: adjacency ok %v", pairs, maxPairs, ok)
+		}
+		for i := range adj {
+			if !slices.Equal(adj[i], want[i]) {
+				t.Fatalf("buffer %d: adjacency %v, want %v", i, adj[i], want[i])
+			}
+		}
+	})
+}

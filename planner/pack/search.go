@@ -81,6 +81,20 @@ func (in *instance) adjacency(maxPairs int) (adj [][]int32, ok bool) {
 	slices.SortFunc(byStart, func(a, b int32) int {
 		return cmp.Or(cmp.Compare(in.start[a], in.start[b]), cmp.Compare(a, b))
 	})
+	// Count the pairs first (for the k-th buffer to start, the k before
+	// it less those ended by then), so that an instance with too many is
+	// turned down before any is built.
+	ends := slices.Clone(in.end)
+	slices.Sort(ends)
+	total, e := 0, 0
+	for k, i := range byStart {
+		for e < n && ends[e] <= in.start[i] {
+			e++
+		}
+		if total += k - e; total > maxPairs {
+			return nil, false
+		}
+	}
 	adj = make([][]int32, n)
 	pairs := 0
 	for x, i := range byStart {
