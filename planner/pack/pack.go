@@ -15,8 +15,9 @@ type Effort string
 
 const (
 	// Fast runs a portfolio of best-fit placements under several orders
-	// within a work budget and, on small instances still more than 1 %
-	// above the lower bound, a short search. It is the default.
+	// within a work budget and, where the peak is still above the lower
+	// bound, a short search (on instances of more than 1,024 buffers,
+	// only where it is more than 0.5 % above). It is the default.
 	Fast Effort = "fast"
 	// Exact runs Fast and, unless that reached the lower bound, the
 	// portfolio, blocks and a search over canonical placements (see
@@ -62,11 +63,16 @@ type budget struct {
 	portfolio int64 // byte ranges the optional members may merge
 	sky       int64 // work of the skyline restarts
 	nodes     int64 // canonical search nodes
-	// The canonical search runs on instances this small whose
-	// overlapping pairs fit in memory...
-	maxBuffers, maxPairs int
-	// ... when the best peak exceeds the goal by more than this many
-	// parts per million (the skyline restarts too).
+	// The canonical search runs where the best peak is above the goal:
+	// on instances of at most blockBuffers buffers whose overlapping
+	// pairs fit in blockPairs (blocks' problems, and the caller's); on
+	// the caller's problem also when it is larger, its pairs fit in
+	// maxPairs and the peak exceeds the goal by more than searchAbove
+	// parts per million.
+	blockBuffers, blockPairs, maxPairs int
+	searchAbove                        uint64
+	// Blocks and the skyline restarts run when the best peak exceeds the
+	// goal by more than this many parts per million.
 	above uint64
 }
 
@@ -79,10 +85,10 @@ func budgetOf(e Effort, n int, positions int32) budget {
 	switch e {
 	case Exact:
 		return budget{work: DefaultExactBudget, portfolio: 1 << 40, sky: DefaultExactBudget / 16, nodes: 1 << 40,
-			maxBuffers: 1 << 20, maxPairs: 1 << 24}
+			blockBuffers: 1 << 20, blockPairs: 1 << 24, maxPairs: 1 << 24}
 	default:
 		return budget{work: 1<<27 + 512*size, portfolio: 1<<20 + 32*size, sky: 1<<23 + 1024*size, nodes: 20_000,
-			maxBuffers: 1024, maxPairs: 1 << 20, above: 10_000}
+			blockBuffers: 1024, blockPairs: 1 << 20, maxPairs: 1 << 22, searchAbove: 5_000, above: 10_000}
 	}
 }
 
@@ -382,8 +388,12 @@ func pack(p *Problem, o Options, limit int64, sc scope) (*Result, error) {
 	}
 	// The search's setup (the adjacency, a unit per buffer) is paid
 	// from its share.
-	if target > in.goal && (in.far(res.Peak, b.above) || target < res.Peak) && len(in.bufs) <= b.maxBuffers && left() > int64(len(in.bufs)) {
-		if adj, ok := in.adjacency(b.maxPairs); ok {
+	maxPairs, runs := b.blockPairs, len(in.bufs) <= b.blockBuffers
+	if !runs && sc == whole {
+		maxPairs, runs = b.maxPairs, in.far(res.Peak, b.searchAbove) || target < res.Peak
+	}
+	if target > in.goal && runs && left() > int64(len(in.bufs)) {
+		if adj, ok := in.adjacency(maxPairs); ok {
 			spent += int64(len(in.bufs))
 			spent += improve(in, adj, f, b.nodes, left(), target, res)
 		}

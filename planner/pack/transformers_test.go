@@ -1,0 +1,32 @@
+package pack_test
+
+import (
+	"testing"
+
+	"github.com/tmmu/tmmu/bench/families"
+)
+
+// TestFastOnTransformers: training steps of transformers that the bench's
+// suite does not hold (its seeds are 0 to 3) are packed within +0.5 % of
+// the lower bound by the fast effort, the bar for real graphs. The
+// canonical search used to run there only on up to 1,024 buffers whose
+// peak was more than 1 % above the bound and whose overlapping pairs fit
+// in 2^20; these ended +0.51 to +1.65 % above it (in the generator's
+// order: 1 layer seed 81 at 147 buffers and 4 layers seed 26 at 716
+// below the 1 %, 8 layers seed 26 +1.65 % at 1,363 buffers, 24 layers
+// seed 26 with more pairs than 2^20), and each is at it now, most after
+// one dive of the search.
+func TestFastOnTransformers(t *testing.T) {
+	for _, c := range []struct {
+		layers int
+		seed   uint64
+	}{{1, 81}, {4, 26}, {8, 26}, {8, 86}, {12, 26}, {16, 4}, {16, 54}, {24, 26}, {32, 36}} {
+		in, err := families.Transformer(c.layers, c.seed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g, method := fastGap(t, in); g > 0.005 {
+			t.Errorf("%s (%d buffers): %.3f %% over the lower bound (%s), want at most 0.5 %%", in.Name, len(in.Buffers), 100*g, method)
+		}
+	}
+}
