@@ -17,7 +17,7 @@ const (
 	// Fast runs a portfolio of best-fit placements under several orders
 	// within a work budget and, where the peak is still above the lower
 	// bound, a short search (on instances of more than 1,024 buffers,
-	// only where it is more than 0.5 % above). It is the default.
+	// only where it is 0.5 to 5 % above). It is the default.
 	Fast Effort = "fast"
 	// Exact runs Fast and, unless that reached the lower bound, the
 	// portfolio, blocks and a search over canonical placements (see
@@ -68,9 +68,9 @@ type budget struct {
 	// pairs fit in blockPairs (blocks' problems, and the caller's); on
 	// the caller's problem also when it is larger, its pairs fit in
 	// maxPairs and the peak exceeds the goal by more than searchAbove
-	// parts per million.
+	// parts per million and by at most searchBelow (0: any).
 	blockBuffers, blockPairs, maxPairs int
-	searchAbove                        uint64
+	searchAbove, searchBelow           uint64
 	// Blocks and the skyline restarts run when the best peak exceeds the
 	// goal by more than this many parts per million.
 	above uint64
@@ -88,7 +88,7 @@ func budgetOf(e Effort, n int, positions int32) budget {
 			blockBuffers: 1 << 20, blockPairs: 1 << 24, maxPairs: 1 << 24}
 	default:
 		return budget{work: 1<<27 + 512*size, portfolio: 1<<20 + 32*size, sky: 1<<23 + 1024*size, nodes: 20_000,
-			blockBuffers: 1024, blockPairs: 1 << 20, maxPairs: 1 << 22, searchAbove: 5_000, above: 10_000}
+			blockBuffers: 1024, blockPairs: 1 << 20, maxPairs: 1 << 22, searchAbove: 5_000, searchBelow: 50_000, above: 10_000}
 	}
 }
 
@@ -390,7 +390,8 @@ func pack(p *Problem, o Options, limit int64, sc scope) (*Result, error) {
 	// from its share.
 	maxPairs, runs := b.blockPairs, len(in.bufs) <= b.blockBuffers
 	if !runs && sc == whole {
-		maxPairs, runs = b.maxPairs, in.far(res.Peak, b.searchAbove) || target < res.Peak
+		near := b.searchBelow == 0 || !in.far(res.Peak, b.searchBelow)
+		maxPairs, runs = b.maxPairs, in.far(res.Peak, b.searchAbove) && near || target < res.Peak
 	}
 	if target > in.goal && runs && left() > int64(len(in.bufs)) {
 		if adj, ok := in.adjacency(maxPairs); ok {
