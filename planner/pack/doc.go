@@ -169,13 +169,15 @@
 // is left, wherever the peak is above the lower bound on up to 1,024
 // buffers (2^20 overlapping pairs), and on larger instances (blocks'
 // problems aside) whose pairs fit in 2^22 where the peak is 0.5 to 5 %
-// above it. Held-out transformer training steps ended up to +1.65 %
+// above it and what is left pays for a dive (six work units per square
+// of its buffers). Held-out transformer training steps ended up to +1.65 %
 // above the bound when the search ran only on up to 1,024 buffers more
 // than 1 % above it (8 layers, seed 26, 1,363 buffers); the search's
 // first dive, about as many nodes as buffers, places each at the bound.
 // A dive of n buffers costs a few times n^2 units (up to a second at
-// 4,000 buffers), which is why larger instances already within +0.5 %
-// are left as they are, and so are those more than 5 % above, tilings
+// 4,000 buffers; from about 4,500 buffers the fast budget cannot pay for
+// one), which is why larger instances already within +0.5 % are left as
+// they are, and so are those more than 5 % above, tilings
 // that blocks could not rebuild: on the suite's the search found nothing
 // lower, and at the exact effort, which starts with the fast one, the
 // exact steps missed the work it took (coarse 2,000 seeds 0 and 1 ended
