@@ -3,6 +3,7 @@ package pack
 import (
 	"errors"
 	"fmt"
+	"math/bits"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -430,9 +431,16 @@ func capacityErr(p *Problem, res *Result) error {
 }
 
 // far reports whether peak is above the goal by more than ppm parts per
-// million of the lower bound.
+// million of the lower bound: (peak-goal)·10^6 > lb·ppm, compared in 128
+// bits (the bound divided by 10^6 first was 0 for an arena under a
+// million bytes, which was then far at any peak above the goal).
 func (in *instance) far(peak, ppm uint64) bool {
-	return peak > in.goal && peak-in.goal > in.lb/1_000_000*ppm
+	if peak <= in.goal {
+		return false
+	}
+	h1, l1 := bits.Mul64(peak-in.goal, 1_000_000)
+	h2, l2 := bits.Mul64(in.lb, ppm)
+	return h1 > h2 || h1 == h2 && l1 > l2
 }
 
 // peakOf returns the highest end of a placement.

@@ -2,6 +2,7 @@ package pack
 
 import (
 	"errors"
+	"math/big"
 	"runtime"
 	"slices"
 	"strings"
@@ -393,4 +394,37 @@ func TestPropertyAdjacencyCountsPairs(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestPropertyFar: far agrees with exact arithmetic (math/big) on
+// (peak-goal)·10^6 > lb·ppm, for bounds from a byte to 2^64-1 and any
+// ppm: dividing the bound by 10^6 first made every arena under a million
+// bytes far at any peak above the goal.
+func TestPropertyFar(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		lb := rapid.OneOf(rapid.Uint64Range(1, 2_000_000), rapid.Uint64()).Draw(t, "lb")
+		lb = max(lb, 1)
+		goal := lb + rapid.Uint64Range(0, 64).Draw(t, "pad")
+		if goal < lb {
+			goal = lb
+		}
+		peak := goal + rapid.OneOf(rapid.Uint64Range(0, 100_000), rapid.Uint64()).Draw(t, "over")
+		if peak < goal {
+			peak = ^uint64(0)
+		}
+		ppm := rapid.OneOf(rapid.SampledFrom([]uint64{0, 1, 5_000, 10_000, 50_000, 1_000_000}), rapid.Uint64()).Draw(t, "ppm")
+		in := &instance{lb: lb, goal: goal}
+		over := new(big.Int).Mul(new(big.Int).SetUint64(peak-goal), big.NewInt(1_000_000))
+		limit := new(big.Int).Mul(new(big.Int).SetUint64(lb), new(big.Int).SetUint64(ppm))
+		want := peak > goal && over.Cmp(limit) > 0
+		if got := in.far(peak, ppm); got != want {
+			t.Fatalf("lb %d goal %d peak %d ppm %d: far %v, want %v", lb, goal, peak, ppm, got, want)
+		}
+	})
+	// The case that was wrong: 1 % of a 100,000-byte bound is 1,000
+	// bytes, so 999 bytes over is not far and 1,001 is.
+	in := &instance{lb: 100_000, goal: 100_000}
+	if in.far(100_999, 10_000) || !in.far(101_001, 10_000) {
+		t.Errorf("far on a 100,000-byte bound at 1 %%: 999 bytes over %v, 1,001 over %v; want false, true", in.far(100_999, 10_000), in.far(101_001, 10_000))
+	}
 }
