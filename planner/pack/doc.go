@@ -188,8 +188,8 @@
 // that reached the lower bound; otherwise it runs its own steps with the
 // rest (blocks three quarters of what the portfolio and the dive leave,
 // the skyline restarts up to a sixteenth of the total and the rest to the
-// canonical search on any instance whose overlapping pairs fit in memory,
-// 2^24) and keeps the lower of the two, so with its default budget it
+// canonical search on instances of up to 2^20 buffers whose overlapping
+// pairs fit in memory, 2^24) and keeps the lower of the two, so with its default budget it
 // never ends above fast. A packing of blocks counts its greedy members
 // as work like the rest, within its share, and is given up when they
 // pass it (the guarantee against greedy-size is owed to the caller's

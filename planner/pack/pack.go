@@ -77,13 +77,12 @@ type budget struct {
 	// The canonical search runs where the best peak is above the goal:
 	// on instances of at most blockBuffers buffers whose overlapping
 	// pairs fit in blockPairs (blocks' problems, and the caller's); on
-	// the caller's problem also when it is larger, its pairs fit in
-	// maxPairs, the peak exceeds the goal by more than searchAbove parts
-	// per million and by at most searchBelow (0: any) or a capacity is to
-	// be met, and, with dives, what is left pays for a dive (diveWork).
+	// the caller's problem also when it is larger, where maxPairs is not
+	// 0 and its pairs fit in it, the peak exceeds the goal by more than
+	// searchAbove parts per million and by at most searchBelow or a
+	// capacity is to be met, and what is left pays for a dive (diveWork).
 	blockBuffers, blockPairs, maxPairs int
 	searchAbove, searchBelow           uint64
-	dives                              bool
 	// Blocks and the skyline restarts run when the best peak exceeds the
 	// goal by more than this many parts per million.
 	above uint64
@@ -98,10 +97,10 @@ func budgetOf(e Effort, n int, positions int32) budget {
 	switch e {
 	case Exact:
 		return budget{work: DefaultExactBudget, portfolio: 1 << 40, sky: DefaultExactBudget / 16, nodes: 1 << 40,
-			blockBuffers: 1 << 20, blockPairs: 1 << 24, maxPairs: 1 << 24}
+			blockBuffers: 1 << 20, blockPairs: 1 << 24}
 	default:
 		return budget{work: 1<<27 + 512*size, portfolio: 1<<20 + 32*size, sky: 1<<23 + 1024*size, nodes: 20_000,
-			blockBuffers: 1024, blockPairs: 1 << 20, maxPairs: 1 << 22, searchAbove: 5_000, searchBelow: 50_000, dives: true, above: 10_000}
+			blockBuffers: 1024, blockPairs: 1 << 20, maxPairs: 1 << 22, searchAbove: 5_000, searchBelow: 50_000, above: 10_000}
 	}
 }
 
@@ -402,10 +401,10 @@ func pack(p *Problem, o Options, limit int64, sc scope) (*Result, error) {
 	// The search's setup (the adjacency, a unit per buffer) is paid
 	// from its share.
 	maxPairs, runs := b.blockPairs, len(in.bufs) <= b.blockBuffers
-	if !runs && sc == whole {
+	if !runs && sc == whole && b.maxPairs > 0 {
 		n := int64(len(in.bufs))
-		within := in.far(res.Peak, b.searchAbove) && (b.searchBelow == 0 || !in.far(res.Peak, b.searchBelow))
-		pays := !b.dives || left() >= diveWork*n*n
+		within := in.far(res.Peak, b.searchAbove) && !in.far(res.Peak, b.searchBelow)
+		pays := left() >= diveWork*n*n
 		maxPairs, runs = b.maxPairs, (within || target < res.Peak) && pays
 	}
 	if target > in.goal && runs && left() > int64(len(in.bufs)) {
