@@ -18,6 +18,7 @@ import (
 	"path"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -101,18 +102,22 @@ func splitList(list string) []string {
 // Suite loads the instances of dir: every *.csv (DSA instances) and every
 // *.json or *.cbor (IR graphs, planned in their default mode), in name
 // order. An empty dir means the embedded suite: its DSA instances, then
-// the generated graphs; FamiliesSuite, the generated families (see
-// Families), and "families:" with a comma-separated list, those alone.
+// the generated graphs; FamiliesSuite, the generated families, and
+// "families:" with a comma-separated list, those alone (see Selection).
 func Suite(dir string) ([]Instance, error) {
-	if dir == FamiliesSuite {
-		return Families()
-	}
-	if list, ok := strings.CutPrefix(dir, FamiliesSuite+":"); ok {
-		named := splitList(list)
-		if len(named) == 0 {
-			return nil, failure.New(failure.InvalidOptions, OpSuite, fmt.Sprintf("no families named after %q (families: %s)", FamiliesSuite+":", strings.Join(families.Names, ", ")), "suite", dir)
+	if specs, ok, err := Selection(dir, nil, nil); ok {
+		if err != nil {
+			return nil, err
 		}
-		return Families(named...)
+		out := make([]Instance, 0, len(specs))
+		for _, spec := range specs {
+			in, err := Family(spec)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, in)
+		}
+		return out, nil
 	}
 	var fsys fs.FS = embedded
 	root := "dsa"
@@ -186,32 +191,74 @@ func inFile(err error, file string) error {
 // ("families:coarse,holed"), for those alone.
 const FamiliesSuite = "families"
 
-// Families returns the instances of families.Suite: perfect, halving,
-// sliced, pinwheel, banded, dense, coarse and holed packings, transformer
-// training steps as a compiler's memory pass sees them and mixed
-// training-step instances, each planned as a DSA instance. Named
-// families, if any, are the only ones kept.
-func Families(names ...string) ([]Instance, error) {
-	for _, name := range names {
-		if !slices.Contains(families.Names, name) {
-			return nil, failure.New(failure.InvalidOptions, OpSuite, fmt.Sprintf("unknown family %q (families: %s)", name, strings.Join(families.Names, ", ")), "family", name)
+// Selection returns the family instances a suite names: FamiliesSuite,
+// every family, or "families:" with a comma-separated list, those alone
+// (see families.Select), at the given sizes and seeds (nil: the suite's);
+// ok is false for any other suite. An unknown family, none named, or a
+// size or count families.Select turns down is an invalid option that
+// names it.
+func Selection(suite string, sizes []int, seeds []uint64) (specs []families.Spec, ok bool, err error) {
+	var names []string
+	if suite != FamiliesSuite {
+		list, ok := strings.CutPrefix(suite, FamiliesSuite+":")
+		if !ok {
+			return nil, false, nil
+		}
+		if names = splitList(list); len(names) == 0 {
+			return nil, true, failure.New(failure.InvalidOptions, OpSuite, fmt.Sprintf("no families named after %q (families: %s)", FamiliesSuite+":", strings.Join(families.Names, ", ")), "suite", suite)
 		}
 	}
-	var out []Instance
-	for _, spec := range families.Suite(0) {
-		if len(names) > 0 && !slices.Contains(names, spec.Family) {
-			continue
+	specs, err = families.Select(names, sizes, seeds)
+	if err != nil {
+		return nil, true, failure.New(failure.InvalidOptions, OpSuite, err.Error(), "suite", suite)
+	}
+	return specs, true, nil
+}
+
+// Family generates the instance spec names, planned as a DSA instance.
+func Family(spec families.Spec) (Instance, error) {
+	in, err := families.Generate(spec)
+	if err != nil {
+		return Instance{}, failure.New(failure.InvalidOptions, OpSuite, err.Error(), "family", spec.String())
+	}
+	g, err := ir.Compile(in.Model())
+	if err != nil {
+		return Instance{}, fmt.Errorf("%s: %w", in.Name, err)
+	}
+	opts := in.Options(g)
+	return Instance{Name: in.Name, Kind: "family", Graph: g, Mode: opts.Mode, Arenas: opts.Arenas, Times: opts.PositionTimes}, nil
+}
+
+// ParseCounts parses a comma-separated list of numbers and ranges, such
+// as "0-99,120": each range from its first to its last, inclusive. It
+// reports a malformed entry, a range that runs backwards, or more than
+// families.MaxSelected numbers, naming it.
+func ParseCounts(list string) ([]uint64, error) {
+	var out []uint64
+	for _, f := range splitList(list) {
+		a, b, isRange := strings.Cut(f, "-")
+		lo, err1 := strconv.ParseUint(strings.TrimSpace(a), 10, 64)
+		hi, err2 := lo, error(nil)
+		if isRange {
+			hi, err2 = strconv.ParseUint(strings.TrimSpace(b), 10, 64)
 		}
-		in, err := families.Generate(spec)
-		if err != nil {
-			return nil, err
+		switch {
+		case err1 != nil || err2 != nil:
+			return nil, fmt.Errorf("%q is not a number or a range such as 0-99", f)
+		case hi < lo:
+			return nil, fmt.Errorf("range %q runs backwards", f)
+		case hi-lo >= families.MaxSelected || len(out)+int(hi-lo+1) > families.MaxSelected:
+			return nil, fmt.Errorf("more than %d numbers", families.MaxSelected)
 		}
-		g, err := ir.Compile(in.Model())
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", in.Name, err)
+		for v := lo; ; v++ {
+			out = append(out, v)
+			if v == hi {
+				break
+			}
 		}
-		opts := in.Options(g)
-		out = append(out, Instance{Name: in.Name, Kind: "family", Graph: g, Mode: opts.Mode, Arenas: opts.Arenas, Times: opts.PositionTimes})
+	}
+	if len(out) == 0 {
+		return nil, errors.New("no numbers named")
 	}
 	return out, nil
 }

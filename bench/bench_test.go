@@ -3,6 +3,7 @@ package bench
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -104,6 +105,30 @@ func TestFamiliesByName(t *testing.T) {
 	for _, none := range []string{":", ": , "} {
 		if _, err := Suite(FamiliesSuite + none); failure.CodeOf(err) != failure.InvalidOptions || !strings.Contains(err.Error(), "no families named") {
 			t.Fatalf("%q: %v", FamiliesSuite+none, err)
+		}
+	}
+}
+
+// TestParseCounts: numbers and inclusive ranges, spaces and empty
+// entries skipped; a malformed entry, a backward range, too many numbers
+// or none are errors that name them.
+func TestParseCounts(t *testing.T) {
+	got, err := ParseCounts(" 0-3, 7,, 10-10 ")
+	if err != nil || !slices.Equal(got, []uint64{0, 1, 2, 3, 7, 10}) {
+		t.Fatalf("ParseCounts: %v, %v", got, err)
+	}
+	for list, want := range map[string]string{
+		"x":                      `"x" is not a number`,
+		"1-":                     `"1-" is not a number`,
+		"-1":                     `"-1" is not a number`,
+		"5-2":                    `range "5-2" runs backwards`,
+		"0-100000":               "more than 100000 numbers",
+		"0-99999,1":              "more than 100000 numbers",
+		"0-18446744073709551615": "more than 100000 numbers",
+		" , ":                    "no numbers named",
+	} {
+		if _, err := ParseCounts(list); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("ParseCounts(%q): %v, want %q", list, err, want)
 		}
 	}
 }

@@ -298,8 +298,8 @@ func tiling(family string, n int, seed uint64, how cuts) *dsa.Instance {
 // micro-batches. The seed also picks the width, batch and sequence among
 // realistic ones, and which kernels are there.
 func Transformer(layers int, seed uint64) (*dsa.Instance, error) {
-	if layers < 1 || layers > 96 {
-		return nil, fmt.Errorf("families: transformer layers %d outside 1..96", layers)
+	if layers < 1 || layers > MaxLayers {
+		return nil, fmt.Errorf("families: transformer layers %d outside 1..%d", layers, MaxLayers)
 	}
 	r := rng("transformer", seed)
 	var m *ir.Model
@@ -554,33 +554,99 @@ func Generate(s Spec) (*dsa.Instance, error) {
 // their buffer count depends on the shape the seed picks).
 func Suite(maxBuffers int) []Spec {
 	var out []Spec
-	for _, n := range []int{100, 300, 1000, 2000, 5000, 10000} {
-		for seed := range uint64(2) {
-			if maxBuffers <= 0 || n <= maxBuffers {
-				out = append(out, Spec{"perfect", n, seed})
-			}
-		}
-	}
-	for _, family := range []string{"halving", "sliced", "pinwheel", "banded", "dense", "coarse", "holed"} {
-		for _, n := range []int{100, 300, 1000, 2000, 5000} {
-			for seed := range uint64(2) {
-				if maxBuffers <= 0 || n <= maxBuffers {
+	for _, family := range Names {
+		sizes, seeds := suiteOf(family)
+		for _, n := range sizes {
+			for seed := range seeds {
+				if maxBuffers <= 0 || family == "transformer" || n <= maxBuffers {
 					out = append(out, Spec{family, n, seed})
 				}
 			}
 		}
 	}
-	for _, layers := range []int{1, 4, 12, 24, 48, 96} {
-		for seed := range uint64(4) {
-			out = append(out, Spec{"transformer", layers, seed})
+	return out
+}
+
+// suiteOf returns the sizes the suite holds of family and how many seeds
+// of each (0 to seeds-1).
+func suiteOf(family string) (sizes []int, seeds uint64) {
+	switch family {
+	case "perfect":
+		return []int{100, 300, 1000, 2000, 5000, 10000}, 2
+	case "transformer":
+		return []int{1, 4, 12, 24, 48, 96}, 4
+	case "mixed":
+		return []int{300, 2000, 20000}, 2
+	}
+	return []int{100, 300, 1000, 2000, 5000}, 2
+}
+
+// Limits of Select: the most instances it lists, and the largest tiling
+// or mixed instance (cutting a tiling takes time quadratic in its pieces)
+// and transformer it takes.
+const (
+	MaxSelected = 100_000
+	MaxBuffers  = 1 << 16
+	MaxLayers   = 96
+)
+
+// Select lists the instances of the named families (every family when
+// none is named), in the order of Names, each at every size (buffers; a
+// transformer's layers) and seed, sizes first. Without sizes a family
+// takes the suite's, without seeds the suite's (0 and 1; 0 to 3 for
+// transformers), so Select(names, nil, nil) is Suite(0) with those
+// families alone. It reports an unknown family, a size out of a family's
+// range (tilings 1 to MaxBuffers, mixed 10 to MaxBuffers, transformers 1
+// to MaxLayers) or more than MaxSelected instances, naming it.
+func Select(names []string, sizes []int, seeds []uint64) ([]Spec, error) {
+	for _, name := range names {
+		if !slices.Contains(Names, name) {
+			return nil, fmt.Errorf("families: unknown family %q (families: %s)", name, strings.Join(Names, ", "))
 		}
 	}
-	for _, n := range []int{300, 2000, 20000} {
-		for seed := range uint64(2) {
-			if maxBuffers <= 0 || n <= maxBuffers {
-				out = append(out, Spec{"mixed", n, seed})
+	var out []Spec
+	for _, family := range Names {
+		if len(names) > 0 && !slices.Contains(names, family) {
+			continue
+		}
+		fsizes, n := suiteOf(family)
+		fseeds := seeds
+		if fseeds == nil {
+			for seed := range n {
+				fseeds = append(fseeds, seed)
+			}
+		}
+		if sizes != nil {
+			fsizes = sizes
+		}
+		for _, size := range fsizes {
+			if err := check(family, size); err != nil {
+				return nil, err
+			}
+		}
+		if len(out)+len(fsizes)*len(fseeds) > MaxSelected {
+			return nil, fmt.Errorf("families: more than %d instances selected", MaxSelected)
+		}
+		for _, size := range fsizes {
+			for _, seed := range fseeds {
+				out = append(out, Spec{family, size, seed})
 			}
 		}
 	}
-	return out
+	return out, nil
+}
+
+// check reports a size out of family's range.
+func check(family string, size int) error {
+	lo, hi, what := 1, MaxBuffers, "buffers"
+	switch family {
+	case "transformer":
+		hi, what = MaxLayers, "layers"
+	case "mixed":
+		lo = 10
+	}
+	if size < lo || size > hi {
+		return fmt.Errorf("families: %s takes %d to %d %s, not %d", family, lo, hi, what, size)
+	}
+	return nil
 }

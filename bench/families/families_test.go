@@ -173,6 +173,53 @@ func TestGenerateRejects(t *testing.T) {
 	}
 }
 
+// TestSelect: with no sizes or seeds Select is the suite with the named
+// families alone, in the suite's order whatever the names' order; with
+// them, every family at every size and seed, sizes first; out-of-range
+// sizes, unknown families and too many instances are turned down, naming
+// them.
+func TestSelect(t *testing.T) {
+	all, err := families.Select(nil, nil, nil)
+	if err != nil || !reflect.DeepEqual(all, families.Suite(0)) {
+		t.Fatalf("Select(nil, nil, nil): %d specs, err %v; Suite(0) has %d", len(all), err, len(families.Suite(0)))
+	}
+	two, err := families.Select([]string{"mixed", "coarse"}, nil, nil)
+	if err != nil || len(two) != 16 || two[0].String() != "coarse-100-s0" || two[15].String() != "mixed-20000-s1" {
+		t.Fatalf("coarse and mixed: %v, %v", two, err)
+	}
+	held, err := families.Select([]string{"transformer", "holed"}, []int{3, 7}, []uint64{10, 11, 12})
+	var names []string
+	for _, s := range held {
+		names = append(names, s.String())
+	}
+	want := "holed-3-s10 holed-3-s11 holed-3-s12 holed-7-s10 holed-7-s11 holed-7-s12 transformer-3-s10 transformer-3-s11 transformer-3-s12 transformer-7-s10 transformer-7-s11 transformer-7-s12"
+	if err != nil || strings.Join(names, " ") != want {
+		t.Fatalf("held out: %v, %v", names, err)
+	}
+	seeds, err := families.Select([]string{"transformer"}, nil, []uint64{9})
+	if err != nil || len(seeds) != 6 || seeds[5].String() != "transformer-96-s9" {
+		t.Fatalf("transformer seed 9 at the suite's sizes: %v, %v", seeds, err)
+	}
+	many := make([]uint64, families.MaxSelected/2+1)
+	for _, c := range []struct {
+		names []string
+		sizes []int
+		seeds []uint64
+		want  string
+	}{
+		{[]string{"nope"}, nil, nil, `unknown family "nope"`},
+		{[]string{"transformer"}, []int{97}, nil, "transformer takes 1 to 96 layers, not 97"},
+		{[]string{"mixed"}, []int{9}, nil, "mixed takes 10 to 65536 buffers, not 9"},
+		{[]string{"coarse"}, []int{0}, nil, "coarse takes 1 to 65536 buffers, not 0"},
+		{[]string{"perfect"}, []int{families.MaxBuffers + 1}, nil, "perfect takes 1 to 65536 buffers, not 65537"},
+		{[]string{"perfect"}, []int{1, 2}, many, "more than 100000 instances"},
+	} {
+		if _, err := families.Select(c.names, c.sizes, c.seeds); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Select(%v, %v, %d seeds): %v, want %q", c.names, c.sizes, len(c.seeds), err, c.want)
+		}
+	}
+}
+
 // TestPackedNeverLosesToGreedy is the guarantee over every family
 // instance of up to 5,000 buffers, at both efforts: a valid placement no
 // higher than GreedySize's. The exact effort runs under a small budget

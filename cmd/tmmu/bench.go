@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"time"
 
@@ -15,13 +16,15 @@ import (
 var benchCmd = &command{
 	name:    "bench",
 	summary: "Compare placement strategies on a suite: peak bytes, % over the lower bound and planning time; every plan verified.",
-	usage:   "bench [--suite DIR|families|families:LIST] [--strategies LIST] [--budget N] [-o text|json]",
+	usage:   "bench [--suite DIR|families|families:LIST [--sizes LIST] [--seeds LIST]] [--strategies LIST] [--budget N] [-o text|json]",
 	run:     runBench,
 }
 
 func runBench(c *command, e *env, args []string) error {
 	fs := newFlags(e, c)
 	suite := fs.String("suite", "", "directory of instances: *.csv (DSA: id,lower,upper,size) and *.json/*.cbor (IR graphs); \"families\": the generated families (perfect packings of 100 to 10,000 buffers, halving ones (power-of-two sizes), sliced ones (any piece cut, slivers), pinwheel ones (not guillotine), banded ones (nine cuts in ten in bytes), dense ones (half as many ticks as pieces), coarse ones (a tenth as many ticks as pieces) and holed ones (pieces missing) of 100 to 5,000, transformer training steps of 1 to 96 layers as a compiler's memory pass sees them, mixed training steps; see package bench/families); \"families:coarse,holed\": those families alone; default: the built-in suite (minimalloc A-F, somas-resnet50, iopddl G_1 and S_1, GPT-2 small and Llama-2-7B in train_full and inference)")
+	sizes := fs.String("sizes", "", "with a families suite: the sizes to generate instead of the suite's, as numbers and ranges (\"1000,5000\", \"1-8\"): buffers of a tiling (1 to 65,536) or a mixed instance (10 to 65,536), layers of a transformer (1 to 96)")
+	seeds := fs.String("seeds", "", "with a families suite: the seeds to generate instead of the suite's (0-1; transformers 0-3), as numbers and ranges (\"0-99\"), for instances the suite does not hold")
 	budget := fs.Int64("budget", 0, "work budget of the packed methods (0: each effort's own)")
 	list := fs.String("strategies", "slots,greedy-size,packed", "comma-separated methods: slots, greedy-size, packed, packed:exact")
 	out := fs.String("o", "text", "output: text or json")
@@ -47,19 +50,23 @@ func runBench(c *command, e *env, args []string) error {
 			methods[k].Budget = *budget
 		}
 	}
-	insts, err := bench.Suite(*suite)
+	count, instance, err := benchSource(*suite, *sizes, *seeds)
 	var fe *failure.Error
 	if errors.As(err, &fe) {
-		return err // names the file and what is wrong with it
+		return err // names the file, flag or family and what is wrong with it
 	}
 	if err != nil {
 		return ioError(err, *suite)
 	}
 	progress := isTerminal(e.stderr)
 	var results []bench.Result
-	for k, in := range insts {
+	for k := range count {
+		in, err := instance(k)
+		if err != nil {
+			return err
+		}
 		if progress {
-			fmt.Fprintf(e.stderr, "\r\033[Kbench [%d/%d] %s", k+1, len(insts), in.Name)
+			fmt.Fprintf(e.stderr, "\r\033[Kbench [%d/%d] %s", k+1, count, in.Name)
 		}
 		results = append(results, bench.Measure(in, methods))
 	}
@@ -81,6 +88,45 @@ func runBench(c *command, e *env, args []string) error {
 		}
 	}
 	return nil
+}
+
+// benchSource returns how many instances a bench of suite runs and the
+// function that gives the k-th: a families suite generates each when it
+// is measured, so a held-out run of thousands holds one at a time; a
+// directory or the built-in suite is loaded whole. --sizes and --seeds
+// take a families suite only.
+func benchSource(suite, sizes, seeds string) (int, func(k int) (bench.Instance, error), error) {
+	var sz []int
+	var sd []uint64
+	for _, f := range []struct {
+		flag, list string
+		into       func([]uint64)
+	}{
+		{"sizes", sizes, func(v []uint64) {
+			for _, x := range v {
+				sz = append(sz, int(min(x, math.MaxInt)))
+			}
+		}},
+		{"seeds", seeds, func(v []uint64) { sd = v }},
+	} {
+		if f.list == "" {
+			continue
+		}
+		v, err := bench.ParseCounts(f.list)
+		if err != nil {
+			return 0, nil, failure.New(failure.InvalidOptions, opIO, "--"+f.flag+": "+err.Error(), f.flag, f.list)
+		}
+		f.into(v)
+	}
+	specs, ok, err := bench.Selection(suite, sz, sd)
+	if !ok {
+		if sizes != "" || seeds != "" {
+			return 0, nil, failure.New(failure.InvalidOptions, opIO, "--sizes and --seeds take a families suite (--suite families or families:LIST)", "suite", suite)
+		}
+		insts, err := bench.Suite(suite)
+		return len(insts), func(k int) (bench.Instance, error) { return insts[k], nil }, err
+	}
+	return len(specs), func(k int) (bench.Instance, error) { return bench.Family(specs[k]) }, err
 }
 
 func printBench(w io.Writer, results []bench.Result, methods []bench.Method) {

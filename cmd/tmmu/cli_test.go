@@ -226,6 +226,37 @@ func TestBenchAndViz(t *testing.T) {
 	}
 }
 
+// TestBenchHeldOut: --sizes and --seeds bench family instances the suite
+// does not hold, each family at every size and seed, every plan verified.
+func TestBenchHeldOut(t *testing.T) {
+	status, out, errOut := runCLI(t, "", "bench", "--suite", "families:transformer, coarse", "--sizes", "2,30", "--seeds", "7-8", "--strategies", "greedy-size,packed", "-o", "json")
+	if status != 0 {
+		t.Fatalf("bench held out: exit %d\n%s%s", status, out, errOut)
+	}
+	var got struct {
+		Results []struct {
+			Instance string `json:"instance"`
+			Runs     []struct {
+				Verified bool `json:"verified"`
+			} `json:"runs"`
+		} `json:"results"`
+	}
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, r := range got.Results {
+		names = append(names, r.Instance)
+		if len(r.Runs) != 2 || !r.Runs[0].Verified || !r.Runs[1].Verified {
+			t.Errorf("%s: %d runs, or a plan that did not verify", r.Instance, len(r.Runs))
+		}
+	}
+	want := "coarse-2-s7 coarse-2-s8 coarse-30-s7 coarse-30-s8 transformer-llama-2L-s7 transformer-gpt2-2L-s8 transformer-llama-30L-s7 transformer-gpt2-30L-s8"
+	if strings.Join(names, " ") != want {
+		t.Fatalf("instances %v, want %s", names, want)
+	}
+}
+
 // TestShardCLI: shard validate, plan --shard-spec for one rank and for all
 // ranks, and shard view.
 func TestShardCLI(t *testing.T) {
