@@ -209,8 +209,15 @@ func Selection(suite string, sizes []int, seeds []uint64) (specs []families.Spec
 		}
 	}
 	specs, err = families.Select(names, sizes, seeds)
+	if errors.Is(err, families.ErrSize) {
+		list := make([]string, len(sizes))
+		for k, size := range sizes {
+			list[k] = strconv.Itoa(size)
+		}
+		return nil, true, failure.New(failure.InvalidOptions, OpSuite, err.Error(), "sizes", strings.Join(list, ",")).Wrap(err)
+	}
 	if err != nil {
-		return nil, true, failure.New(failure.InvalidOptions, OpSuite, err.Error(), "suite", suite)
+		return nil, true, failure.New(failure.InvalidOptions, OpSuite, err.Error(), "suite", suite).Wrap(err)
 	}
 	return specs, true, nil
 }
@@ -230,11 +237,14 @@ func Family(spec families.Spec) (Instance, error) {
 }
 
 // ParseCounts parses a comma-separated list of numbers and ranges, such
-// as "0-99,120": each range from its first to its last, inclusive. It
-// reports a malformed entry, a range that runs backwards, or more than
-// families.MaxSelected numbers, naming it.
+// as "0-99,120": each range from its first to its last, inclusive, each
+// number once, in the order first given. It reports a malformed entry, a
+// number past 2^64-1, a range that runs backwards, or more than
+// families.MaxSelected numbers written, naming it.
 func ParseCounts(list string) ([]uint64, error) {
 	var out []uint64
+	seen := map[uint64]bool{}
+	written := 0
 	for _, f := range splitList(list) {
 		a, b, isRange := strings.Cut(f, "-")
 		lo, err1 := strconv.ParseUint(strings.TrimSpace(a), 10, 64)
@@ -243,15 +253,21 @@ func ParseCounts(list string) ([]uint64, error) {
 			hi, err2 = strconv.ParseUint(strings.TrimSpace(b), 10, 64)
 		}
 		switch {
+		case errors.Is(err1, strconv.ErrRange) || errors.Is(err2, strconv.ErrRange):
+			return nil, fmt.Errorf("%q is past 2^64-1", f)
 		case err1 != nil || err2 != nil:
 			return nil, fmt.Errorf("%q is not a number or a range such as 0-99", f)
 		case hi < lo:
 			return nil, fmt.Errorf("range %q runs backwards", f)
-		case hi-lo >= families.MaxSelected || len(out)+int(hi-lo+1) > families.MaxSelected:
+		case hi-lo >= families.MaxSelected || written+int(hi-lo+1) > families.MaxSelected:
 			return nil, fmt.Errorf("more than %d numbers", families.MaxSelected)
 		}
+		written += int(hi - lo + 1)
 		for v := lo; ; v++ {
-			out = append(out, v)
+			if !seen[v] {
+				seen[v] = true
+				out = append(out, v)
+			}
 			if v == hi {
 				break
 			}

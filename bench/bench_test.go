@@ -109,12 +109,13 @@ func TestFamiliesByName(t *testing.T) {
 	}
 }
 
-// TestParseCounts: numbers and inclusive ranges, spaces and empty
-// entries skipped; a malformed entry, a backward range, too many numbers
-// or none are errors that name them.
+// TestParseCounts: numbers and inclusive ranges, each number once in the
+// order first given, spaces and empty entries skipped; a malformed entry,
+// a number past 2^64-1, a backward range, too many numbers or none are
+// errors that name them.
 func TestParseCounts(t *testing.T) {
-	got, err := ParseCounts(" 0-3, 7,, 10-10 ")
-	if err != nil || !slices.Equal(got, []uint64{0, 1, 2, 3, 7, 10}) {
+	got, err := ParseCounts(" 7, 0-3,, 10-10, 2-8 ")
+	if err != nil || !slices.Equal(got, []uint64{7, 0, 1, 2, 3, 10, 4, 5, 6, 8}) {
 		t.Fatalf("ParseCounts: %v, %v", got, err)
 	}
 	for list, want := range map[string]string{
@@ -125,6 +126,7 @@ func TestParseCounts(t *testing.T) {
 		"0-100000":               "more than 100000 numbers",
 		"0-99999,1":              "more than 100000 numbers",
 		"0-18446744073709551615": "more than 100000 numbers",
+		"99999999999999999999":   `"99999999999999999999" is past 2^64-1`,
 		" , ":                    "no numbers named",
 	} {
 		if _, err := ParseCounts(list); err == nil || !strings.Contains(err.Error(), want) {

@@ -61,6 +61,7 @@
 package families
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -590,25 +591,60 @@ const (
 	MaxLayers   = 96
 )
 
+// Errors of Select, wrapped with the details.
+var (
+	ErrFamily = errors.New("families: unknown family")
+	ErrSize   = errors.New("families: size out of range")
+	ErrCount  = errors.New("families: too many instances")
+)
+
 // Select lists the instances of the named families (every family when
-// none is named), in the order of Names, each at every size (buffers; a
-// transformer's layers) and seed, sizes first. Without sizes a family
-// takes the suite's, without seeds the suite's (0 and 1; 0 to 3 for
+// none is named), in the order of Names whatever the names' order, each
+// at its sizes and every seed, sizes first. Without sizes a family takes
+// the suite's, without seeds the suite's (0 and 1; 0 to 3 for
 // transformers), so Select(names, nil, nil) is Suite(0) with those
-// families alone. It reports an unknown family, a size out of a family's
-// range (tilings 1 to MaxBuffers, mixed 10 to MaxBuffers, transformers 1
-// to MaxLayers) or more than MaxSelected instances, naming it.
+// families alone. With sizes, a family takes those in its range (tilings
+// 1 to MaxBuffers, mixed 10 to MaxBuffers, transformers 1 to MaxLayers),
+// in their order: a size no selected family takes, or a named family that
+// takes none of them, is ErrSize (where no family is named, a family
+// that takes none is left out). More than MaxSelected instances are
+// ErrCount, and an unknown family ErrFamily.
 func Select(names []string, sizes []int, seeds []uint64) ([]Spec, error) {
 	for _, name := range names {
 		if !slices.Contains(Names, name) {
-			return nil, fmt.Errorf("families: unknown family %q (families: %s)", name, strings.Join(Names, ", "))
+			return nil, fmt.Errorf("%w %q (families: %s)", ErrFamily, name, strings.Join(Names, ", "))
+		}
+	}
+	selected := Names
+	if len(names) > 0 {
+		selected = slices.DeleteFunc(slices.Clone(Names), func(f string) bool { return !slices.Contains(names, f) })
+	}
+	for _, size := range sizes {
+		if !slices.ContainsFunc(selected, func(f string) bool { return takes(f, size) }) {
+			// The families that take one range, together.
+			var ranges []string
+			var named [][]string
+			for _, f := range selected {
+				lo, hi, what := sizeRange(f)
+				r := fmt.Sprintf("%d to %d %s", lo, hi, what)
+				if k := slices.Index(ranges, r); k >= 0 {
+					named[k] = append(named[k], f)
+					continue
+				}
+				ranges, named = append(ranges, r), append(named, []string{f})
+			}
+			for k, r := range ranges {
+				verb := " takes "
+				if len(named[k]) > 1 {
+					verb = " take "
+				}
+				ranges[k] = strings.Join(named[k], ", ") + verb + r
+			}
+			return nil, fmt.Errorf("%w: %s, not %d", ErrSize, strings.Join(ranges, "; "), size)
 		}
 	}
 	var out []Spec
-	for _, family := range Names {
-		if len(names) > 0 && !slices.Contains(names, family) {
-			continue
-		}
+	for _, family := range selected {
 		fsizes, n := suiteOf(family)
 		fseeds := seeds
 		if fseeds == nil {
@@ -617,15 +653,21 @@ func Select(names []string, sizes []int, seeds []uint64) ([]Spec, error) {
 			}
 		}
 		if sizes != nil {
-			fsizes = sizes
+			fsizes = slices.DeleteFunc(slices.Clone(sizes), func(size int) bool { return !takes(family, size) })
 		}
-		for _, size := range fsizes {
-			if err := check(family, size); err != nil {
-				return nil, err
+		if len(fsizes) == 0 {
+			if len(names) == 0 {
+				continue
 			}
+			lo, hi, what := sizeRange(family)
+			given := make([]string, len(sizes))
+			for k, size := range sizes {
+				given[k] = strconv.Itoa(size)
+			}
+			return nil, fmt.Errorf("%w: %s takes %d to %d %s, none of %s", ErrSize, family, lo, hi, what, strings.Join(given, ", "))
 		}
 		if len(out)+len(fsizes)*len(fseeds) > MaxSelected {
-			return nil, fmt.Errorf("families: more than %d instances selected", MaxSelected)
+			return nil, fmt.Errorf("%w: more than %d selected", ErrCount, MaxSelected)
 		}
 		for _, size := range fsizes {
 			for _, seed := range fseeds {
@@ -636,17 +678,19 @@ func Select(names []string, sizes []int, seeds []uint64) ([]Spec, error) {
 	return out, nil
 }
 
-// check reports a size out of family's range.
-func check(family string, size int) error {
-	lo, hi, what := 1, MaxBuffers, "buffers"
+// sizeRange returns the sizes family takes and what they count.
+func sizeRange(family string) (lo, hi int, what string) {
 	switch family {
 	case "transformer":
-		hi, what = MaxLayers, "layers"
+		return 1, MaxLayers, "layers"
 	case "mixed":
-		lo = 10
+		return 10, MaxBuffers, "buffers"
 	}
-	if size < lo || size > hi {
-		return fmt.Errorf("families: %s takes %d to %d %s, not %d", family, lo, hi, what, size)
-	}
-	return nil
+	return 1, MaxBuffers, "buffers"
+}
+
+// takes reports whether size is in family's range.
+func takes(family string, size int) bool {
+	lo, hi, _ := sizeRange(family)
+	return size >= lo && size <= hi
 }

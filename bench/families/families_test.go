@@ -1,9 +1,11 @@
 package families_test
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -175,9 +177,10 @@ func TestGenerateRejects(t *testing.T) {
 
 // TestSelect: with no sizes or seeds Select is the suite with the named
 // families alone, in the suite's order whatever the names' order; with
-// them, every family at every size and seed, sizes first; out-of-range
-// sizes, unknown families and too many instances are turned down, naming
-// them.
+// them, every family at each size in its range and every seed, sizes
+// first; a size no selected family takes, a named family that takes none
+// of the sizes, unknown families and too many instances are turned down,
+// naming them.
 func TestSelect(t *testing.T) {
 	all, err := families.Select(nil, nil, nil)
 	if err != nil || !reflect.DeepEqual(all, families.Suite(0)) {
@@ -200,6 +203,25 @@ func TestSelect(t *testing.T) {
 	if err != nil || len(seeds) != 6 || seeds[5].String() != "transformer-96-s9" {
 		t.Fatalf("transformer seed 9 at the suite's sizes: %v, %v", seeds, err)
 	}
+	// A size goes to the families that take it: with every family, 5
+	// leaves mixed out and 100 transformers; named, sliced takes 200 and
+	// 24, the transformer 24 alone.
+	var at5 []string
+	all5, err := families.Select(nil, []int{5}, []uint64{0})
+	for _, s := range all5 {
+		at5 = append(at5, s.String())
+	}
+	if err != nil || len(all5) != 9 || at5[8] != "transformer-5-s0" || slices.Contains(at5, "mixed-5-s0") {
+		t.Fatalf("every family at 5: %v, %v", at5, err)
+	}
+	all100, err := families.Select(nil, []int{100}, []uint64{0})
+	if err != nil || len(all100) != 9 || all100[8].String() != "mixed-100-s0" {
+		t.Fatalf("every family at 100: %v, %v", all100, err)
+	}
+	mixedSizes, err := families.Select([]string{"transformer", "sliced"}, []int{200, 24}, []uint64{0})
+	if err != nil || fmt.Sprint(mixedSizes) != "[sliced-200-s0 sliced-24-s0 transformer-24-s0]" {
+		t.Fatalf("sliced and transformer at 200 and 24: %v, %v", mixedSizes, err)
+	}
 	many := make([]uint64, families.MaxSelected/2+1)
 	for _, c := range []struct {
 		names []string
@@ -212,10 +234,17 @@ func TestSelect(t *testing.T) {
 		{[]string{"mixed"}, []int{9}, nil, "mixed takes 10 to 65536 buffers, not 9"},
 		{[]string{"coarse"}, []int{0}, nil, "coarse takes 1 to 65536 buffers, not 0"},
 		{[]string{"perfect"}, []int{families.MaxBuffers + 1}, nil, "perfect takes 1 to 65536 buffers, not 65537"},
-		{[]string{"perfect"}, []int{1, 2}, many, "more than 100000 instances"},
+		{[]string{"coarse", "transformer"}, []int{24, 0}, nil, "coarse takes 1 to 65536 buffers; transformer takes 1 to 96 layers, not 0"},
+		{[]string{"coarse", "transformer"}, []int{100, 200}, nil, "transformer takes 1 to 96 layers, none of 100, 200"},
+		{nil, []int{70000}, nil, "perfect, halving, sliced, pinwheel, banded, dense, coarse, holed take 1 to 65536 buffers; transformer takes 1 to 96 layers; mixed takes 10 to 65536 buffers, not 70000"},
+		{[]string{"perfect"}, []int{1, 2}, many, "too many instances: more than 100000 selected"},
 	} {
-		if _, err := families.Select(c.names, c.sizes, c.seeds); err == nil || !strings.Contains(err.Error(), c.want) {
+		_, err := families.Select(c.names, c.sizes, c.seeds)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("Select(%v, %v, %d seeds): %v, want %q", c.names, c.sizes, len(c.seeds), err, c.want)
+		}
+		if want := map[bool]error{true: families.ErrFamily, false: families.ErrSize}[strings.Contains(c.want, "unknown")]; !strings.Contains(c.want, "too many") && !errors.Is(err, want) {
+			t.Errorf("Select(%v, %v): %v is not %v", c.names, c.sizes, err, want)
 		}
 	}
 }

@@ -2,13 +2,14 @@ package main
 
 import (
 	"errors"
+	"flag"
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"time"
 
 	"github.com/tmmu/tmmu/bench"
+	"github.com/tmmu/tmmu/bench/families"
 	"github.com/tmmu/tmmu/failure"
 	"github.com/tmmu/tmmu/planner"
 )
@@ -23,8 +24,8 @@ var benchCmd = &command{
 func runBench(c *command, e *env, args []string) error {
 	fs := newFlags(e, c)
 	suite := fs.String("suite", "", "directory of instances: *.csv (DSA: id,lower,upper,size) and *.json/*.cbor (IR graphs); \"families\": the generated families (perfect packings of 100 to 10,000 buffers, halving ones (power-of-two sizes), sliced ones (any piece cut, slivers), pinwheel ones (not guillotine), banded ones (nine cuts in ten in bytes), dense ones (half as many ticks as pieces), coarse ones (a tenth as many ticks as pieces) and holed ones (pieces missing) of 100 to 5,000, transformer training steps of 1 to 96 layers as a compiler's memory pass sees them, mixed training steps; see package bench/families); \"families:coarse,holed\": those families alone; default: the built-in suite (minimalloc A-F, somas-resnet50, iopddl G_1 and S_1, GPT-2 small and Llama-2-7B in train_full and inference)")
-	sizes := fs.String("sizes", "", "with a families suite: the sizes to generate instead of the suite's, as numbers and ranges (\"1000,5000\", \"1-8\"): buffers of a tiling (1 to 65,536) or a mixed instance (10 to 65,536), layers of a transformer (1 to 96)")
-	seeds := fs.String("seeds", "", "with a families suite: the seeds to generate instead of the suite's (0-1; transformers 0-3), as numbers and ranges (\"0-99\"), for instances the suite does not hold")
+	sizes := fs.String("sizes", "", "with a families suite: the sizes to generate instead of the suite's, as numbers and ranges (\"1000,5000\", \"1-8\"), each once: the pieces cut of a tiling (1 to 65,536; holed leaves about 1 in 32 out), buffers of a mixed instance (10 to 65,536), layers of a transformer (1 to 96); a family takes the sizes in its range, and a size no family selected takes, or a named family that takes none, is an error")
+	seeds := fs.String("seeds", "", "with a families suite: the seeds to generate instead of the suite's (0-1; transformers 0-3), as numbers and ranges (\"0-99\"), each once, for instances the suite does not hold; instances come family by family in the suite's order, then by size and seed as given")
 	budget := fs.Int64("budget", 0, "work budget of the packed methods (0: each effort's own)")
 	list := fs.String("strategies", "slots,greedy-size,packed", "comma-separated methods: slots, greedy-size, packed, packed:exact")
 	out := fs.String("o", "text", "output: text or json")
@@ -50,7 +51,9 @@ func runBench(c *command, e *env, args []string) error {
 			methods[k].Budget = *budget
 		}
 	}
-	count, instance, err := benchSource(*suite, *sizes, *seeds)
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	count, instance, err := benchSource(*suite, *sizes, *seeds, given)
 	var fe *failure.Error
 	if errors.As(err, &fe) {
 		return err // names the file, flag or family and what is wrong with it
@@ -94,33 +97,39 @@ func runBench(c *command, e *env, args []string) error {
 // function that gives the k-th: a families suite generates each when it
 // is measured, so a held-out run of thousands holds one at a time; a
 // directory or the built-in suite is loaded whole. --sizes and --seeds
-// take a families suite only.
-func benchSource(suite, sizes, seeds string) (int, func(k int) (bench.Instance, error), error) {
+// (given says which flags were set) take a families suite only.
+func benchSource(suite, sizes, seeds string, given map[string]bool) (int, func(k int) (bench.Instance, error), error) {
 	var sz []int
 	var sd []uint64
 	for _, f := range []struct {
 		flag, list string
-		into       func([]uint64)
+		into       func([]uint64) error
 	}{
-		{"sizes", sizes, func(v []uint64) {
+		{"sizes", sizes, func(v []uint64) error {
 			for _, x := range v {
-				sz = append(sz, int(min(x, math.MaxInt)))
+				if x > families.MaxBuffers {
+					return fmt.Errorf("%d is larger than any family takes (at most %d)", x, families.MaxBuffers)
+				}
+				sz = append(sz, int(x))
 			}
+			return nil
 		}},
-		{"seeds", seeds, func(v []uint64) { sd = v }},
+		{"seeds", seeds, func(v []uint64) error { sd = v; return nil }},
 	} {
-		if f.list == "" {
+		if !given[f.flag] {
 			continue
 		}
 		v, err := bench.ParseCounts(f.list)
+		if err == nil {
+			err = f.into(v)
+		}
 		if err != nil {
 			return 0, nil, failure.New(failure.InvalidOptions, opIO, "--"+f.flag+": "+err.Error(), f.flag, f.list)
 		}
-		f.into(v)
 	}
 	specs, ok, err := bench.Selection(suite, sz, sd)
 	if !ok {
-		if sizes != "" || seeds != "" {
+		if given["sizes"] || given["seeds"] {
 			return 0, nil, failure.New(failure.InvalidOptions, opIO, "--sizes and --seeds take a families suite (--suite families or families:LIST)", "suite", suite)
 		}
 		insts, err := bench.Suite(suite)
