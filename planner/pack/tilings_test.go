@@ -218,6 +218,15 @@ func fastGap(t *testing.T, in *dsa.Instance) (float64, string) {
 	return float64(r.Peak)/float64(r.LowerBound) - 1, r.Method
 }
 
+// fastWithin fails t unless the fast effort packs in within most (a
+// fraction) of its lower bound.
+func fastWithin(t *testing.T, in *dsa.Instance, most float64) {
+	t.Helper()
+	if g, method := fastGap(t, in); g > most {
+		t.Errorf("%s (%d buffers): %.3f %% over the lower bound (%s), want at most %.3f %%", in.Name, len(in.Buffers), 100*g, method, 100*most)
+	}
+}
+
 // TestSameWithSpawn: with a spawner blocks runs its orders ahead on
 // another core and refines its best trials two at a time, skyline
 // restarts run two at a time, and what will be thrown away is halted, yet

@@ -25,8 +25,19 @@ func TestFastOnTransformers(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if g, method := fastGap(t, in); g > 0.005 {
-			t.Errorf("%s (%d buffers): %.3f %% over the lower bound (%s), want at most 0.5 %%", in.Name, len(in.Buffers), 100*g, method)
-		}
+		fastWithin(t, in, 0.005)
 	}
+}
+
+// TestFastOnMixed: mixed training steps the bench's suite does not hold
+// (other sizes and seeds), where the fast effort ends within 1 % of the
+// lower bound with more overlapping pairs than it searches, so that
+// neither blocks nor the search runs and most of the budget is left:
+// the portfolio members its budget cut then run, and reach the bound.
+// Before, only the two mandatory members ran there, and these ended
+// +0.65 % (5,000 buffers, seed 2) and +0.46 % (10,000, seed 6) above it
+// (in the generator's order, as here, and through the planner).
+func TestFastOnMixed(t *testing.T) {
+	fastWithin(t, families.Mixed(5000, 2), 0.00001)
+	fastWithin(t, families.Mixed(10000, 6), 0.00001)
 }
