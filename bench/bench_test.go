@@ -118,6 +118,9 @@ func TestParseCounts(t *testing.T) {
 	if err != nil || !slices.Equal(got, []uint64{7, 0, 1, 2, 3, 10, 4, 5, 6, 8}) {
 		t.Fatalf("ParseCounts: %v, %v", got, err)
 	}
+	if all, err := ParseCounts("0-99999"); err != nil || len(all) != 100000 || all[99999] != 99999 {
+		t.Fatalf("ParseCounts(0-99999): %d numbers, %v", len(all), err)
+	}
 	for list, want := range map[string]string{
 		"x":                      `"x" is not a number`,
 		"1-":                     `"1-" is not a number`,

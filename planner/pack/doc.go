@@ -48,13 +48,15 @@
 // it, so a query merges O(log T) short sets instead of visiting every
 // buffer met (28,526 buffers with 43 million overlapping pairs take about
 // 0.12 s per placement). The other members run while they fit the
-// portfolio budget, and those it cut run once the other steps are done,
-// while work is left, on instances of up to 20,000 buffers: where neither
-// blocks nor the search ran (a peak within 1 % of the bound, pairs too
-// many to search) most of it is (held out, mixed training steps of
-// 5,000 to 20,000 buffers, seeds 0 to 7: a mean +0.262 % became
-// +0.175 %, with 3 of 24 above +0.5 % where 4 were; mixed 5,000 seed 2
-// went from +0.65 % to the bound).
+// portfolio budget, and on a fast run (not the one the exact effort
+// starts with, whose own portfolio runs them all) those it cut run once
+// the other steps are done, while work is left, on instances of up to
+// 20,000 buffers: where neither blocks nor the search ran (a peak within
+// 1 % of the bound; pairs too many to search, a peak within 0.5 %, or a
+// dive the budget cannot pay for) most of it is (held out, mixed
+// training steps of 5,000 to 20,000 buffers, seeds 0 to 7: a mean
+// +0.262 % became +0.175 %, with 3 of 24 above +0.5 % where 4 were;
+// mixed 5,000 seed 2 went from +0.65 % to the bound).
 //
 // # Blocks
 //
