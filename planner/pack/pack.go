@@ -457,7 +457,7 @@ func pack(p *Problem, o Options, limit int64, sc scope) (*Result, error) {
 			return nil, err
 		}
 		res.Merged = pl.merged
-		res.Optimal = res.Optimal || res.Peak <= in.goal
+		res.Optimal = res.Peak <= in.goal
 	}
 	res.Work = spent
 	return res, capacityErr(p, res)
