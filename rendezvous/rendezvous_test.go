@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/url"
 	"slices"
 	"strings"
@@ -16,21 +15,20 @@ import (
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/goleak"
 	"go.uber.org/zap"
+
+	"github.com/tmmu/tmmu/internal/freeport"
 )
 
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// freeURL returns an http URL on a loopback port that was free a moment ago.
+// freeURL returns an http URL on a loopback port that was free a moment
+// ago, never the same one twice (see internal/freeport).
 func freeURL(t *testing.T) url.URL {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := freeport.Addr()
 	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
 	return url.URL{Scheme: "http", Host: addr}

@@ -2,13 +2,14 @@ package transport
 
 import (
 	"context"
-	"net"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+
+	"github.com/tmmu/tmmu/internal/freeport"
 )
 
 // restartable is a nats-server with JetStream on disk that a test stops
@@ -22,7 +23,13 @@ type restartable struct {
 }
 
 func newRestartable(t *testing.T) *restartable {
-	r := &restartable{t: t, opts: server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true}}
+	// A port outside the range outgoing connections take theirs from, so
+	// that none takes it while NATS is down (see internal/freeport).
+	port, err := freeport.Port()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &restartable{t: t, opts: server.Options{Host: "127.0.0.1", Port: port, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true}}
 	r.start()
 	t.Cleanup(r.stop)
 	return r
@@ -41,7 +48,6 @@ func (r *restartable) start() {
 		r.t.Fatal("nats-server not ready")
 	}
 	r.s = s
-	r.opts.Port = s.Addr().(*net.TCPAddr).Port
 }
 
 func (r *restartable) stop() {

@@ -17,6 +17,7 @@ import (
 	"github.com/tmmu/tmmu/coord/api"
 
 	"github.com/tmmu/tmmu/checkpoint"
+	"github.com/tmmu/tmmu/internal/freeport"
 )
 
 // Cluster runs several coordinator nodes in one process on loopback, each
@@ -37,15 +38,11 @@ type Cluster struct {
 }
 
 // FreeAddr returns a loopback address with a port that was free a moment
-// ago.
-func FreeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
-}
+// ago, never the same one twice in a process, and below the kernel's
+// ephemeral range where it says which that is (see internal/freeport):
+// no listener on port 0 nor outgoing connection is given it, so a node
+// stopped and started again finds its port free.
+func FreeAddr() (string, error) { return freeport.Addr() }
 
 // ClusterOptions configure StartClusterWith.
 type ClusterOptions struct {
@@ -70,24 +67,12 @@ func StartClusterWith(dir string, n int, o ClusterOptions) (*Cluster, error) {
 		return nil, err
 	}
 	c := &Cluster{dir: dir, fast: true, log: o.Logger, opts: o, irs: irs, Nodes: make([]*coord.Node, n), servers: make([]*http.Server, n), bootstrapped: n}
-	// Ports picked free one after the other can repeat: pick until all
-	// differ.
-	used := map[string]bool{}
-	pick := func() (string, error) {
-		for {
-			a, err := FreeAddr()
-			if err != nil || !used[a] {
-				used[a] = true
-				return a, err
-			}
-		}
-	}
 	for i := range n {
-		ra, err := pick()
+		ra, err := FreeAddr()
 		if err != nil {
 			return nil, err
 		}
-		ha, err := pick()
+		ha, err := FreeAddr()
 		if err != nil {
 			return nil, err
 		}
