@@ -178,7 +178,13 @@
 // buffers (2^20 overlapping pairs), and on larger instances (blocks'
 // problems aside) whose pairs fit in 2^22 where the peak is 0.5 to 5 %
 // above it and what is left pays for a dive (six work units per square
-// of its buffers). Held-out transformer training steps ended up to +1.65 %
+// of its buffers). Where blocks leave the caller's problem of up to 8,192
+// buffers more than 5 % above the bound, and the caller did not set the
+// budget, Fast adds three times its budget and runs blocks again, keeping
+// the lower result (about 3.6 times the planning time there: coarse 2,000
+// seed 0, 0.60 s became 2.21 s; held out, dense and sliced 5,000 seeds
+// 100 to 115 above +5 % went from 7 of 32 to 3, and none ended higher;
+// Result.Budget says what was allowed). Held-out transformer training steps ended up to +1.65 %
 // above the bound when the search ran only on up to 1,024 buffers more
 // than 1 % above it (8 layers, seed 26, 1,363 buffers); the search's
 // first dive, about as many nodes as buffers, places each at the bound.

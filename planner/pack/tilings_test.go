@@ -174,9 +174,11 @@ func TestBlocksOnSliced(t *testing.T) {
 // size confirms, and wary orders, which refuse those, run too. Coarse
 // 500, seeds 0 to 2, ended +5.80, +4.55 and +2.70 % above the lower
 // bound without them, and now are at it; coarse 1,000 seeds 10 and 12,
-// +10.13 and +10.08 %, now within +5 %.
+// +10.13 and +10.08 %, now within +5 %. Seed 3 of 1,000 ended +9.22 %
+// before blocks ran again where they left the peak more than 5 % above
+// the bound, now +0.07 %.
 func TestBlocksOnCoarse(t *testing.T) {
-	gapsWithin(t, families.Coarse, []gapCase{{500, 0, 0}, {500, 1, 0}, {500, 2, 0}, {1000, 10, 0.05}, {1000, 12, 0.05}})
+	gapsWithin(t, families.Coarse, []gapCase{{500, 0, 0}, {500, 1, 0}, {500, 2, 0}, {1000, 10, 0.05}, {1000, 12, 0.05}, {1000, 3, 0.01}})
 }
 
 // TestBlocksOnDense: on tilings with about two pieces to a tick (family
@@ -184,9 +186,11 @@ func TestBlocksOnCoarse(t *testing.T) {
 // first spend nearly a probe on merging alone; before they were given
 // half as much again as the second order spent, a third of them packed
 // nothing on seed 9, and seeds 9 and 12 of 5,000 buffers ended +14.89
-// and +17.82 % above the lower bound, now +0.91 % and at it.
+// and +17.82 % above the lower bound, now +0.91 % and at it. Seed 3
+// ended +11.51 % before blocks ran again where they left the peak more
+// than 5 % above the bound, now +4.40 %.
 func TestBlocksOnDense(t *testing.T) {
-	gapsWithin(t, families.Dense, []gapCase{{5000, 9, 0.01}, {5000, 12, 0}})
+	gapsWithin(t, families.Dense, []gapCase{{5000, 9, 0.01}, {5000, 12, 0}, {5000, 3, 0.05}})
 }
 
 // gapCase is a tiling of n buffers cut with seed that the fast effort
