@@ -71,8 +71,8 @@ func writeSecrets(t *testing.T, dir string) {
 }
 
 // free returns a loopback address free a moment ago, and none twice
-// (see coordtest.FreeAddr: outside the ports outgoing connections take,
-// so NATS, etcd and coordinators restart on theirs).
+// (see coordtest.FreeAddr: below the kernel's ephemeral range, so that
+// NATS, etcd and coordinators find theirs free when they restart).
 func free(t *testing.T) string {
 	a, err := coordtest.FreeAddr()
 	if err != nil {

@@ -30,7 +30,7 @@ import (
 	"sync"
 )
 
-// lowest is the first port Addr considers below the ephemeral range:
+// lowest is the first port Port considers below the ephemeral range:
 // ports under it are often taken by services a machine runs.
 const lowest = 10000
 

@@ -184,8 +184,9 @@
 // the lower result (about 3.6 times the planning time there: coarse 2,000
 // seed 0, 0.60 s became 2.21 s; held out, dense and sliced 5,000 seeds
 // 100 to 115 above +5 % went from 7 of 32 to 3, and none ended higher;
-// Result.Budget says what was allowed). Held-out transformer training steps ended up to +1.65 %
-// above the bound when the search ran only on up to 1,024 buffers more
+// Result.Budget says what was allowed). Held-out transformer training
+// steps ended up to +1.65 % above the bound when the search ran only on
+// up to 1,024 buffers more
 // than 1 % above it (8 layers, seed 26, 1,363 buffers); the search's
 // first dive, about as many nodes as buffers, places each at the bound.
 // A dive of n buffers costs a few times n^2 units (up to a second at

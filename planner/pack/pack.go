@@ -430,10 +430,11 @@ func pack(p *Problem, o Options, limit int64, sc scope) (*Result, error) {
 		// budget from the start, +15.19 and +14.25 % in 2 s). Held out,
 		// fast, through the planner: dense and sliced 5,000 seeds 100 to
 		// 115, 7 of 32 above +5 % became 3 (dense 4 to 0), a mean of
-		// +2.25 % became +1.24 %; holed 5,000 seeds 200 to 231, 3 became 2; coarse 1,000
-		// and 3,000 seeds 100 to 107, 14 of 16 became 12; perfect, pinwheel,
-		// banded, halving, mixed and transformer instances the same (they
-		// end within 5 % the first time); none ended higher. It costs
+		// +2.25 % became +1.24 %; holed 5,000 seeds 200 to 231, 3 became
+		// 2; coarse 1,000 and 3,000 seeds 100 to 107, 14 of 16 became 12;
+		// perfect, pinwheel, banded, halving, mixed and transformer
+		// instances the same (they end within 5 % the first time); none
+		// ended higher. It costs
 		// about 3.6 times the planning time where it runs (coarse 2,000
 		// seed 0: 0.60 s became 2.21 s, at the same peak) and nothing
 		// where the first blocks were within 5 %. Giving four times the
