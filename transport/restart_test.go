@@ -23,8 +23,9 @@ type restartable struct {
 }
 
 func newRestartable(t *testing.T) *restartable {
-	// A port outside the range outgoing connections take theirs from, so
-	// that none takes it while NATS is down (see internal/freeport).
+	// A port below the kernel's ephemeral range, which no listener on
+	// port 0 nor outgoing connection is given, so that none takes it
+	// while NATS is down (see internal/freeport).
 	port, err := freeport.Port()
 	if err != nil {
 		t.Fatal(err)
