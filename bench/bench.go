@@ -194,9 +194,10 @@ const FamiliesSuite = "families"
 // Selection returns the family instances a suite names: FamiliesSuite,
 // every family, or "families:" with a comma-separated list, those alone
 // (see families.Select), at the given sizes and seeds (nil: the suite's);
-// ok is false for any other suite. An unknown family, none named, or a
-// size or count families.Select turns down is an invalid option that
-// names it.
+// ok is false for any other suite. An unknown family or none named is an
+// invalid option that names the suite, a size families.Select turns down
+// one that names the sizes, and more instances than it lists one that
+// names the sizes and how many seeds.
 func Selection(suite string, sizes []int, seeds []uint64) (specs []families.Spec, ok bool, err error) {
 	var names []string
 	if suite != FamiliesSuite {
@@ -209,14 +210,21 @@ func Selection(suite string, sizes []int, seeds []uint64) (specs []families.Spec
 		}
 	}
 	specs, err = families.Select(names, sizes, seeds)
-	if errors.Is(err, families.ErrSize) {
-		list := make([]string, len(sizes))
-		for k, size := range sizes {
-			list[k] = strconv.Itoa(size)
+	switch {
+	case errors.Is(err, families.ErrSize):
+		return nil, true, failure.New(failure.InvalidOptions, OpSuite, err.Error(), "sizes", families.FormatSizes(sizes)).Wrap(err)
+	case errors.Is(err, families.ErrCount):
+		// The sizes times the seeds are the culprit; a seed list may
+		// hold 100,000 numbers, so its length stands for it.
+		sizesGiven, seedsGiven := "the suite's", "the suite's"
+		if sizes != nil {
+			sizesGiven = families.FormatSizes(sizes)
 		}
-		return nil, true, failure.New(failure.InvalidOptions, OpSuite, err.Error(), "sizes", strings.Join(list, ",")).Wrap(err)
-	}
-	if err != nil {
+		if seeds != nil {
+			seedsGiven = fmt.Sprintf("%d seeds", len(seeds))
+		}
+		return nil, true, failure.New(failure.InvalidOptions, OpSuite, err.Error(), "sizes", sizesGiven, "seeds", seedsGiven).Wrap(err)
+	case err != nil:
 		return nil, true, failure.New(failure.InvalidOptions, OpSuite, err.Error(), "suite", suite).Wrap(err)
 	}
 	return specs, true, nil

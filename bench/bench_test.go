@@ -1,6 +1,8 @@
 package bench
 
 import (
+	"errors"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -105,6 +107,30 @@ func TestFamiliesByName(t *testing.T) {
 	for _, none := range []string{":", ": , "} {
 		if _, err := Suite(FamiliesSuite + none); failure.CodeOf(err) != failure.InvalidOptions || !strings.Contains(err.Error(), "no families named") {
 			t.Fatalf("%q: %v", FamiliesSuite+none, err)
+		}
+	}
+}
+
+// TestSelectionNamesTheCulprit: a size no family takes names the sizes;
+// too many instances name the sizes and the number of seeds (not the
+// suite, which is not at fault); an unknown family names the suite.
+func TestSelectionNamesTheCulprit(t *testing.T) {
+	many := make([]uint64, 60_000)
+	for _, c := range []struct {
+		suite string
+		sizes []int
+		seeds []uint64
+		diags map[string]string
+	}{
+		{FamiliesSuite + ":coarse", []int{100, 0}, nil, map[string]string{"sizes": "100, 0"}},
+		{FamiliesSuite + ":perfect", []int{1, 2}, many, map[string]string{"sizes": "1, 2", "seeds": "60000 seeds"}},
+		{FamiliesSuite + ":perfect,coarse", nil, many, map[string]string{"sizes": "the suite's", "seeds": "60000 seeds"}},
+		{FamiliesSuite + ":nope", nil, nil, map[string]string{"suite": FamiliesSuite + ":nope"}},
+	} {
+		_, ok, err := Selection(c.suite, c.sizes, c.seeds)
+		fe, isFailure := errors.AsType[*failure.Error](err)
+		if !ok || !isFailure || fe.Code != failure.InvalidOptions || !maps.Equal(fe.Diagnostics, c.diags) {
+			t.Errorf("Selection(%q, %v, %d seeds): ok %v, %v; want diagnostics %v", c.suite, c.sizes, len(c.seeds), ok, err, c.diags)
 		}
 	}
 }

@@ -660,14 +660,10 @@ func Select(names []string, sizes []int, seeds []uint64) ([]Spec, error) {
 				continue
 			}
 			lo, hi, what := sizeRange(family)
-			given := make([]string, len(sizes))
-			for k, size := range sizes {
-				given[k] = strconv.Itoa(size)
-			}
-			return nil, fmt.Errorf("%w: %s takes %d to %d %s, none of %s", ErrSize, family, lo, hi, what, strings.Join(given, ", "))
+			return nil, fmt.Errorf("%w: %s takes %d to %d %s, none of %s", ErrSize, family, lo, hi, what, FormatSizes(sizes))
 		}
 		if len(out)+len(fsizes)*len(fseeds) > MaxSelected {
-			return nil, fmt.Errorf("%w: more than %d selected", ErrCount, MaxSelected)
+			return nil, fmt.Errorf("%w: more than %d selected (%s adds %s × %s to %d)", ErrCount, MaxSelected, family, counted(len(fsizes), "size"), counted(len(fseeds), "seed"), len(out))
 		}
 		for _, size := range fsizes {
 			for _, seed := range fseeds {
@@ -676,6 +672,23 @@ func Select(names []string, sizes []int, seeds []uint64) ([]Spec, error) {
 		}
 	}
 	return out, nil
+}
+
+// FormatSizes writes sizes as Select's errors name them: "100, 2000".
+func FormatSizes(sizes []int) string {
+	list := make([]string, len(sizes))
+	for k, size := range sizes {
+		list[k] = strconv.Itoa(size)
+	}
+	return strings.Join(list, ", ")
+}
+
+// counted writes n and what it counts: "1 size", "2 sizes".
+func counted(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return strconv.Itoa(n) + " " + what + "s"
 }
 
 // sizeRange returns the sizes family takes and what they count.

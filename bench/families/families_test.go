@@ -237,7 +237,8 @@ func TestSelect(t *testing.T) {
 		{[]string{"coarse", "transformer"}, []int{24, 0}, nil, "coarse takes 1 to 65536 buffers; transformer takes 1 to 96 layers, not 0"},
 		{[]string{"coarse", "transformer"}, []int{100, 200}, nil, "transformer takes 1 to 96 layers, none of 100, 200"},
 		{nil, []int{70000}, nil, "perfect, halving, sliced, pinwheel, banded, dense, coarse, holed take 1 to 65536 buffers; transformer takes 1 to 96 layers; mixed takes 10 to 65536 buffers, not 70000"},
-		{[]string{"perfect"}, []int{1, 2}, many, "too many instances: more than 100000 selected"},
+		{[]string{"perfect"}, []int{1, 2}, many, "too many instances: more than 100000 selected (perfect adds 2 sizes × 50001 seeds to 0)"},
+		{[]string{"coarse", "perfect"}, []int{1}, many, "too many instances: more than 100000 selected (coarse adds 1 size × 50001 seeds to 50001)"},
 	} {
 		_, err := families.Select(c.names, c.sizes, c.seeds)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
