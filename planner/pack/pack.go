@@ -348,6 +348,10 @@ func pack(p *Problem, o Options, limit int64, sc scope) (*Result, error) {
 	// within the budget: no guarantee is owed there, and what they will
 	// cost is known only once they ran.
 	capped := sc != whole
+	// Pack's exact effort starts with a fast run on the caller's problem
+	// under a limit (half its budget); only blocks' problems, never
+	// whole, are also packed under one.
+	startsExact := sc == whole && limit > 0
 	if capped {
 		b.above = 0
 	}
@@ -486,11 +490,11 @@ func pack(p *Problem, o Options, limit int64, sc scope) (*Result, error) {
 	// may reach the goal (mixed 5,000 seed 2: first fit by total, width
 	// and size, the ninth member, at it; the first eight end +0.65 % to
 	// +5.17 % above). Not on the fast run the exact effort starts with
-	// (limit > 0): its own portfolio runs every member, and the work is
+	// (startsExact): its own portfolio runs every member, and the work is
 	// its steps' (mixed 2,000 seed 3 under a budget of 2^25 ended
 	// +0.192 % where it ends +0.113 %), nor once a search proved the peak
 	// optimal.
-	if sc == whole && limit == 0 && res.Peak > in.goal && !res.Optimal && next < len(portfolio) && len(in.bufs) <= secondPass && left() > 0 {
+	if sc == whole && !startsExact && res.Peak > in.goal && !res.Optimal && next < len(portfolio) && len(in.bufs) <= secondPass && left() > 0 {
 		if _, err := members(next, false); err != nil {
 			return nil, err
 		}
