@@ -103,7 +103,10 @@ func splitList(list string) []string {
 // *.json or *.cbor (IR graphs, planned in their default mode), in name
 // order. An empty dir means the embedded suite: its DSA instances, then
 // the generated graphs; FamiliesSuite, the generated families, and
-// "families:" with a comma-separated list, those alone (see Selection).
+// "families:" with a comma-separated list, those alone (see Selection),
+// every instance generated before Suite returns: to hold one at a time,
+// as tmmu bench does, list them with Selection and generate each with
+// Family.
 func Suite(dir string) ([]Instance, error) {
 	if specs, ok, err := Selection(dir, nil, nil); ok {
 		if err != nil {
