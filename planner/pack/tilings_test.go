@@ -193,6 +193,17 @@ func TestBlocksOnDense(t *testing.T) {
 	gapsWithin(t, families.Dense, []gapCase{{5000, 9, 0.01}, {5000, 12, 0}, {5000, 3, 0.05}})
 }
 
+// TestRelaxOnFarTilings: where blocks leave a tiling more than 5 % above
+// its lower bound (seeds the suite does not hold), the overlap search
+// lowers it: coarse 2,000 seed 0 ended +14.72 % above the bound before
+// it, now within +10 %; dense 5,000 seed 10 +6.63 %, now within +5 %;
+// holed 5,000 seed 24 +11.40 %, now within +6 %.
+func TestRelaxOnFarTilings(t *testing.T) {
+	fastWithin(t, families.Coarse(2000, 0), 0.10)
+	fastWithin(t, families.Dense(5000, 10), 0.05)
+	fastWithin(t, families.Holed(5000, 24), 0.06)
+}
+
 // gapCase is a tiling of n buffers cut with seed that the fast effort
 // must pack at most a fraction most above its lower bound.
 type gapCase struct {
