@@ -36,6 +36,7 @@ type relaxer struct {
 	capacity int64     // in units
 	dirty    []bool    // buffers to weigh again
 	events   []event
+	links    int64 // the entries of adj: twice the pairs
 	work     int64
 }
 
@@ -89,8 +90,9 @@ func newRelaxer(in *instance, adj [][]int32, unit uint64) *relaxer {
 			r.meet[i][k] = max(min(in.end[i], in.end[j])-max(in.start[i], in.start[j]), 1)
 			r.weight[i][k] = 1
 		}
-		r.work += int64(len(ns))
+		r.links += int64(len(ns))
 	}
+	r.work += r.links
 	return r
 }
 
@@ -168,6 +170,10 @@ func (r *relaxer) move(i int, y int64) {
 // pairs' weights carry over from earlier calls.
 func (r *relaxer) solve(start []int64, capacity, limit int64) bool {
 	in := r.in
+	end := r.work + limit
+	if r.work+r.links > end {
+		return false // cannot weigh the start
+	}
 	r.capacity = capacity
 	for i, y := range start {
 		if r.y[i] = min(y, capacity-r.size[i]); r.y[i] < 0 {
@@ -187,7 +193,6 @@ func (r *relaxer) solve(start []int64, capacity, limit int64) bool {
 		r.work += int64(len(r.adj[i]))
 	}
 	r.raw /= 2
-	end := r.work + limit
 	for r.work < end && r.raw > 0 {
 		// A pass weighs, in index order, every buffer that overlaps and
 		// whose neighbourhood changed since it was last weighed.
@@ -210,6 +215,9 @@ func (r *relaxer) solve(start []int64, capacity, limit int64) bool {
 		}
 		r.work += int64(len(in.bufs))
 		if !moved {
+			if r.work+r.links > end {
+				return false // cannot pay for a round of weights
+			}
 			r.penalise()
 		}
 	}
@@ -245,15 +253,28 @@ func (r *relaxer) penalise() {
 // (one unit) or work is reached. Steps start at a hundredth of the goal.
 // It returns the work spent.
 func relax(in *instance, maxPairs int, work int64, res *Result) int64 {
-	adj, ok := in.adjacency(maxPairs)
+	// Building the pairs, the relaxer and a first weighing cost a unit
+	// per link (twice the pairs) each: the work must pay for them and
+	// leave as much again. The pairs are counted before any is built, so
+	// an instance with too many costs a sort, a unit per buffer.
+	n := int64(len(in.bufs))
+	if work < 16*n {
+		return 0
+	}
+	adj, ok := in.adjacency(int(min(int64(maxPairs), work/8)))
 	if !ok {
-		return int64(len(in.bufs))
+		return n
+	}
+	var links int64
+	for _, ns := range adj {
+		links += int64(len(ns))
 	}
 	unit, ok := relaxable(in, adj, res.Peak)
 	if !ok {
-		return int64(len(in.bufs))
+		return n + links
 	}
 	r := newRelaxer(in, adj, unit)
+	r.work += links // building adj
 	cur := make([]int64, len(in.bufs))
 	for i, off := range res.Offsets {
 		cur[i] = int64(off / unit)
