@@ -68,8 +68,9 @@ func relaxable(in *instance, adj [][]int32, capacity uint64) (unit uint64, ok bo
 		deg = max(deg, len(ns))
 	}
 	// A buffer's cost sums at most deg terms of weight × sections shared
-	// × units overlapped.
-	need := bits.Len64(capacity/unit) + bits.Len32(uint32(in.positions)) + bits.Len(uint(deg)) + bits.Len(maxWeight)
+	// × units overlapped, and the overlap of them all as many terms per
+	// buffer of sections shared × units.
+	need := bits.Len64(capacity/unit) + bits.Len32(uint32(in.positions)) + bits.Len(uint(deg)) + max(bits.Len(maxWeight), bits.Len(uint(len(in.bufs))))
 	return unit, need <= 62
 }
 
