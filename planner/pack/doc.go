@@ -147,9 +147,11 @@
 //
 // # Overlap search
 //
-// Where blocks leave the caller's problem more than 5 % above the lower
-// bound (at the exact effort, 1 %), on up to 8,192 buffers (2^16 at the
-// exact effort) whose overlapping pairs fit in 2^20, a local search over
+// Where the caller's problem is still more than 5 % above the lower bound
+// after blocks (at the exact effort, 1 %; with Conflicts, where blocks do
+// not run, after the dive), on up to 8,192 buffers (2^16 at the exact
+// effort) whose overlapping pairs fit in 2^20 and in an eighth of its
+// work, a local search over
 // overlaps lowers the peak (see relaxer; the approach of strip packers
 // that minimise overlap, such as Egeblad and Pisinger's guided local
 // search, here in one dimension, since lifetimes are fixed): from the best
@@ -208,9 +210,9 @@
 // seed 0, 0.60 s became 2.21 s; held out, dense and sliced 5,000 seeds
 // 100 to 115 above +5 % went from 7 of 32 to 3, and none ended higher;
 // Result.Budget says what was allowed). Where the peak is still more than
-// 5 % above it there, the overlap search gets 2^28 units plus 1,024 per
-// buffer and section, added to the budget in the same way (out of what is
-// left, where the caller set it; about a second at 2,000 buffers); at the
+// 5 % above it there, the overlap search gets up to 2^28 units plus 1,024
+// per buffer and section, what it spends added to the budget (out of what
+// is left, where the caller set it; about a second at 2,000 buffers); at the
 // exact effort, a quarter of DefaultExactBudget, within half of what is
 // left. Held-out transformer training
 // steps ended up to +1.65 % above the bound when the search ran only on

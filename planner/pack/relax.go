@@ -203,7 +203,7 @@ func (r *relaxer) solve(start []int64, capacity, limit int64) bool {
 				continue
 			}
 			if r.work >= end {
-				return false
+				return r.raw == 0
 			}
 			r.dirty[i] = false
 			if r.wov[i] == 0 {
@@ -216,18 +216,19 @@ func (r *relaxer) solve(start []int64, capacity, limit int64) bool {
 		}
 		r.work += int64(len(in.bufs))
 		if !moved {
-			if r.work+r.links > end {
-				return false // cannot pay for a round of weights
+			if r.work+r.links > end || !r.penalise() {
+				return false // cannot pay for a round of weights, or every weight is at its bound
 			}
-			r.penalise()
 		}
 	}
 	return r.raw == 0
 }
 
 // penalise adds one to the weight of every pair that overlaps (up to
-// maxWeight), and marks its buffers to be weighed again.
-func (r *relaxer) penalise() {
+// maxWeight), and marks its buffers to be weighed again; it reports
+// whether any weight changed.
+func (r *relaxer) penalise() bool {
+	changed := false
 	for i := range r.in.bufs {
 		if r.wov[i] == 0 {
 			continue
@@ -242,10 +243,12 @@ func (r *relaxer) penalise() {
 				r.wov[i] += int64(r.meet[i][k]) * ov
 				r.wov[j] += int64(r.meet[i][k]) * ov
 				r.dirty[i], r.dirty[j] = true, true
+				changed = true
 			}
 		}
 		r.work += int64(len(r.adj[i]))
 	}
+	return changed
 }
 
 // relax lowers res's peak by solving within ever lower capacities, each
@@ -255,16 +258,24 @@ func (r *relaxer) penalise() {
 // It returns the work spent.
 func relax(in *instance, maxPairs int, work int64, res *Result) int64 {
 	// Building the pairs, the relaxer and a first weighing cost a unit
-	// per link (twice the pairs) each: the work must pay for them and
-	// leave as much again. The pairs are counted before any is built, so
-	// an instance with too many costs a sort, a unit per buffer.
+	// per link (twice the pairs, conflicts' included) each: at most
+	// three quarters of the work, the rest for the search. The pairs in
+	// time are counted before any is built, so an instance with too many
+	// costs a sort, a unit per buffer; so are the conflicts' links.
 	n := int64(len(in.bufs))
 	if work < 16*n {
 		return 0
 	}
-	adj, ok := in.adjacency(int(min(int64(maxPairs), work/8)))
-	if !ok {
+	var partnerLinks int64
+	for _, ps := range in.partners {
+		partnerLinks += int64(len(ps))
+	}
+	if partnerLinks > work/8 {
 		return n
+	}
+	adj, ok := in.adjacency(int(min(int64(maxPairs), (work/4-partnerLinks)/2)))
+	if !ok {
+		return n + partnerLinks
 	}
 	var links int64
 	for _, ns := range adj {
