@@ -151,7 +151,7 @@ type Result struct {
 	// within. It equals Peak exactly when Optimal.
 	Peak, LowerBound uint64
 	// Method names what produced the placement, e.g. "best-fit by
-	// conflict", "skyline dive" or "search by total,width,area".
+	// conflict", "skyline dive", "relax" or "search by total,width,area".
 	Method string
 	// Merged counts byte ranges the placers merged; Nodes canonical
 	// search nodes.
@@ -272,8 +272,9 @@ func GreedySize(p *Problem) (*Result, error) {
 // mandatory members (best fit by conflict pressure, and GreedySize, so
 // the result is never worse than the baseline), the other members within
 // the portfolio budget, a skyline dive, blocks (buffers merged into
-// rectangles, packed by the same steps), skyline search restarts at the
-// goal, the canonical search bisecting below the best peak, and then, on
+// rectangles, packed by the same steps), where the peak is still far
+// above the bound the overlap search ("relax"), skyline search restarts
+// at the goal, the canonical search bisecting below the best peak, and then, on
 // a fast run of its own of up to 20,000 buffers, the members the
 // portfolio budget cut, while work is left; all but the mandatory members
 // within the work budget.
