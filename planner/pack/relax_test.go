@@ -2,6 +2,7 @@ package pack
 
 import (
 	"math/bits"
+	"slices"
 	"testing"
 
 	"pgregory.net/rapid"
@@ -48,7 +49,7 @@ func TestPropertyRelax(t *testing.T) {
 			if peak != res.Peak || peak >= g.Peak+shift {
 				t.Fatalf("relax reports peak %d, its offsets peak at %d, the start's at %d", res.Peak, peak, g.Peak+shift)
 			}
-		} else if !equalOffsets(res.Offsets, start) || res.Peak != g.Peak+shift {
+		} else if !slices.Equal(res.Offsets, start) || res.Peak != g.Peak+shift {
 			t.Fatalf("relax found nothing but changed the placement")
 		}
 		// Past the limit by at most a buffer's sweep and move (at most n
@@ -58,22 +59,10 @@ func TestPropertyRelax(t *testing.T) {
 			t.Fatalf("relax spent %d of %d", spent, work)
 		}
 		again, spentAgain := run()
-		if spentAgain != spent || again.Peak != res.Peak || again.Method != res.Method || !equalOffsets(again.Offsets, res.Offsets) {
+		if spentAgain != spent || again.Peak != res.Peak || again.Method != res.Method || !slices.Equal(again.Offsets, res.Offsets) {
 			t.Fatalf("relax differs between runs: peak %d after %d, then %d after %d", res.Peak, spent, again.Peak, spentAgain)
 		}
 	})
-}
-
-func equalOffsets(a, b []uint64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // TestRelaxReachesTheBound: on a tiling of four pieces that a first
