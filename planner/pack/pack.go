@@ -377,6 +377,14 @@ func pack(p *Problem, o Options, limit int64, sc scope) (*Result, error) {
 	pl := newPlacer(in)
 	var spent int64 // work after the mandatory members (on blocks' problems, with them)
 	left := func() int64 { return b.work - spent }
+	// upToLimit is work x added to the budget, cut to what the limit
+	// leaves (the exact effort's fast run stays within its half).
+	upToLimit := func(x int64) int64 {
+		if limit > 0 {
+			return min(x, limit-b.work)
+		}
+		return x
+	}
 	// members runs the portfolio from member k on, while its members fit
 	// (within the portfolio budget, inPortfolio) and none has reached the
 	// goal; it returns the first member it did not run (len(portfolio)
@@ -459,11 +467,7 @@ func pack(p *Problem, o Options, limit int64, sc scope) (*Result, error) {
 		// seed 0, at the bound either way: 0.25 s became 0.51 s) and
 		// ended higher on some.
 		if sc == whole && o.Budget <= 0 && b.again > 0 && len(in.bufs) <= b.againBuffers && in.far(res.Peak, b.againAbove) {
-			extra := b.again * b.work
-			if limit > 0 {
-				extra = min(extra, limit-b.work)
-			}
-			b.work += extra
+			b.work += upToLimit(b.again * b.work)
 			res.Budget = b.work
 			spent += blocks(in, o, left()*3/4, res, sc)
 		}
@@ -480,12 +484,9 @@ func pack(p *Problem, o Options, limit int64, sc scope) (*Result, error) {
 	// Where the caller did not set the budget, what it spends is added
 	// to it (so the later steps get no more than they had).
 	if sc == whole && b.relax > 0 && len(in.bufs) <= b.relaxBuffers && in.far(res.Peak, b.relaxAbove) {
-		share, adds := b.relax, o.Budget <= 0
-		switch {
-		case adds && limit > 0:
-			share = min(share, limit-b.work)
-		case !adds:
-			share = min(share, left()/2)
+		share, adds := min(b.relax, left()/2), o.Budget <= 0
+		if adds {
+			share = upToLimit(b.relax)
 		}
 		if share > 0 {
 			w := relax(in, b.relaxPairs, share, res)
