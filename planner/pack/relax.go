@@ -51,33 +51,35 @@ type event struct {
 const maxWeight = 1 << 12
 
 // relaxable returns the unit offsets are counted in (the largest
-// alignment) and whether the relaxer can run on in within capacity:
-// every size a multiple of the unit, and every cost within 63 bits.
-func relaxable(in *instance, adj [][]int32, capacity uint64) (unit uint64, ok bool) {
+// alignment), the entries of adj (links), and whether the relaxer can
+// run on in within capacity: every size a multiple of the unit, and
+// every cost within 63 bits.
+func relaxable(in *instance, adj [][]int32, capacity uint64) (unit uint64, links int64, ok bool) {
 	unit = 1
 	for i := range in.bufs {
 		unit = max(unit, in.bufs[i].align())
 	}
-	for i := range in.bufs {
-		if in.bufs[i].Size%unit != 0 {
-			return 0, false
-		}
-	}
 	deg := 0
 	for _, ns := range adj {
 		deg = max(deg, len(ns))
+		links += int64(len(ns))
+	}
+	for i := range in.bufs {
+		if in.bufs[i].Size%unit != 0 {
+			return 0, links, false
+		}
 	}
 	// A buffer's cost sums at most deg terms of weight × sections shared
 	// × units overlapped, and the overlap of them all as many terms per
 	// buffer of sections shared × units.
 	need := bits.Len64(capacity/unit) + bits.Len32(uint32(in.positions)) + bits.Len(uint(deg)) + max(bits.Len(maxWeight), bits.Len(uint(len(in.bufs))))
-	return unit, need <= 62
+	return unit, links, need <= 62
 }
 
-func newRelaxer(in *instance, adj [][]int32, unit uint64) *relaxer {
+func newRelaxer(in *instance, adj [][]int32, unit uint64, links int64) *relaxer {
 	n := len(in.bufs)
 	r := &relaxer{in: in, adj: adj, rev: make([][]int32, n), meet: make([][]int32, n), weight: make([][]int32, n),
-		size: make([]int64, n), y: make([]int64, n), wov: make([]int64, n), dirty: make([]bool, n)}
+		size: make([]int64, n), y: make([]int64, n), wov: make([]int64, n), dirty: make([]bool, n), links: links}
 	for i, ns := range adj {
 		r.size[i] = int64(in.bufs[i].Size / unit)
 		r.rev[i] = make([]int32, len(ns))
@@ -91,9 +93,8 @@ func newRelaxer(in *instance, adj [][]int32, unit uint64) *relaxer {
 			r.meet[i][k] = max(min(in.end[i], in.end[j])-max(in.start[i], in.start[j]), 1)
 			r.weight[i][k] = 1
 		}
-		r.links += int64(len(ns))
 	}
-	r.work += r.links
+	r.work += links
 	return r
 }
 
@@ -277,15 +278,11 @@ func relax(in *instance, maxPairs int, work int64, res *Result) int64 {
 	if !ok {
 		return n + partnerLinks
 	}
-	var links int64
-	for _, ns := range adj {
-		links += int64(len(ns))
-	}
-	unit, ok := relaxable(in, adj, res.Peak)
+	unit, links, ok := relaxable(in, adj, res.Peak)
 	if !ok {
 		return n + links
 	}
-	r := newRelaxer(in, adj, unit)
+	r := newRelaxer(in, adj, unit, links)
 	r.work += links // building adj
 	cur := make([]int64, len(in.bufs))
 	for i, off := range res.Offsets {
