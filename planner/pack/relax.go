@@ -2,6 +2,7 @@ package pack
 
 import (
 	"cmp"
+	"math"
 	"math/bits"
 	"slices"
 )
@@ -22,28 +23,27 @@ import (
 // proposes is aligned. Costs are integers, so every machine moves the
 // same buffers.
 //
-// Work is counted in neighbours looked at and sweep events sorted.
+// Work is counted in neighbours looked at, corners swept and neighbours
+// shifted to keep them in order.
 type relaxer struct {
-	in       *instance
-	adj      [][]int32
-	rev      [][]int32 // rev[i][k]: the index of i in adj[adj[i][k]]
-	meet     [][]int32 // sections each pair shares (at least 1)
-	weight   [][]int32 // each pair's weight, 1 to maxWeight
-	size     []int64   // sizes in units
-	y        []int64   // offsets in units
-	wov      []int64   // each buffer's weighted overlap
-	raw      int64     // the overlap, in units times sections shared
-	capacity int64     // in units
-	dirty    []bool    // buffers to weigh again
-	events   []event
-	links    int64 // the entries of adj: twice the pairs
-	work     int64
-}
-
-// event is a change of slope, at an offset, of a buffer's weighted
-// overlap as a function of its offset.
-type event struct {
-	at, slope int64
+	in    *instance
+	adj   [][]int32
+	rev   [][]int32 // rev[i][k]: the index of i in adj[adj[i][k]]
+	meet  [][]int32 // sections each pair shares (at least 1)
+	wmeet [][]int64 // each pair's weight (1 to maxWeight) times meet
+	// byLo[i] and byHi[i]: the positions in adj[i] of i's neighbours in
+	// order of their bottoms and of their tops, as best last left them.
+	byLo, byHi [][]int32
+	bots, tops []int64 // scratch for best, as long as the largest degree
+	size       []int64 // sizes in units
+	y          []int64 // offsets in units
+	wov        []int64 // each buffer's weighted overlap
+	raw        int64   // the overlap, in units times sections shared
+	capacity   int64   // in units
+	dirty      []bool  // buffers to weigh again
+	links      int64   // the entries of adj: twice the pairs
+	sorts      int64   // the comparisons of sorting every neighbour order
+	work       int64
 }
 
 // maxWeight bounds a pair's weight, so that costs fit in 63 bits (see
@@ -78,21 +78,32 @@ func relaxable(in *instance, adj [][]int32, capacity uint64) (unit uint64, links
 
 func newRelaxer(in *instance, adj [][]int32, unit uint64, links int64) *relaxer {
 	n := len(in.bufs)
-	r := &relaxer{in: in, adj: adj, rev: make([][]int32, n), meet: make([][]int32, n), weight: make([][]int32, n),
-		size: make([]int64, n), y: make([]int64, n), wov: make([]int64, n), dirty: make([]bool, n), links: links}
+	r := &relaxer{in: in, adj: adj, rev: make([][]int32, n), meet: make([][]int32, n),
+		wmeet: make([][]int64, n), byLo: make([][]int32, n), byHi: make([][]int32, n), size: make([]int64, n), y: make([]int64, n), wov: make([]int64, n), dirty: make([]bool, n), links: links}
 	for i, ns := range adj {
 		r.size[i] = int64(in.bufs[i].Size / unit)
 		r.rev[i] = make([]int32, len(ns))
 		r.meet[i] = make([]int32, len(ns))
-		r.weight[i] = make([]int32, len(ns))
+		r.wmeet[i] = make([]int64, len(ns))
+		r.byLo[i] = make([]int32, len(ns))
+		r.byHi[i] = make([]int32, len(ns))
 		for k, j := range ns {
 			back, _ := slices.BinarySearch(adj[j], int32(i))
 			r.rev[i][k] = int32(back)
 			// A conflict's partners may not meet in time: they weigh as
 			// if they shared one section.
 			r.meet[i][k] = max(min(in.end[i], in.end[j])-max(in.start[i], in.start[j]), 1)
-			r.weight[i][k] = 1
+			r.wmeet[i][k] = int64(r.meet[i][k]) // weight 1
+			r.byLo[i][k], r.byHi[i][k] = int32(k), int32(k)
 		}
+	}
+	deg := 0
+	for _, ns := range adj {
+		deg = max(deg, len(ns))
+	}
+	r.bots, r.tops = make([]int64, deg), make([]int64, deg)
+	for _, ns := range adj {
+		r.sorts += 2 * int64(len(ns)*bits.Len(uint(len(ns))))
 	}
 	r.work += links
 	return r
@@ -108,44 +119,117 @@ func (r *relaxer) overlapOf(i, k int, yi int64) int64 {
 
 // best returns the lowest offset of buffer i in [0, capacity-size] where
 // its weighted overlap is least, and that overlap. The overlap with one
-// neighbour is a trapezoid in i's offset; their sum is swept over the
-// corners, in order.
+// neighbour j is a trapezoid in i's offset: its slope rises by j's
+// weight where i's top meets j's bottom (y = a - s, a and b being j's
+// bottom and top, s i's size), falls by it at y = a and at y = b - s, and
+// rises again at y = b. Their sum is swept over those corners, in order:
+// i's neighbours are kept in order of their bottoms and of their tops
+// (see sorted), so the four streams of corners merge without a sort.
 func (r *relaxer) best(i int) (int64, int64) {
 	s := r.size[i]
 	top := r.capacity - s
-	ev := r.events[:0]
-	var v int64 // the cost at offset 0
-	for k, j := range r.adj[i] {
-		w := int64(r.weight[i][k]) * int64(r.meet[i][k])
-		a, b := r.y[j], r.y[j]+r.size[j]
-		if b <= 0 || a-s >= top {
-			continue // no overlap at any offset in [0, top]
+	ns, lo, hi := r.adj[i], r.byLo[i], r.byHi[i]
+	r.work += 6*int64(len(ns)) + r.sorted(ns, lo, false) + r.sorted(ns, hi, true)
+	w := r.wmeet[i]
+	// The bottoms and tops of the neighbours, in order: the corners at
+	// a - s and a follow bots, those at b - s and b follow tops.
+	bots, tops := r.bots[:len(ns)], r.tops[:len(ns)]
+	for h, k := range lo {
+		bots[h] = r.y[ns[k]]
+	}
+	for h, k := range hi {
+		j := ns[k]
+		tops[h] = r.y[j] + r.size[j]
+	}
+	// Heads of the four streams: p at a - s, q at a, u at b - s, x at b;
+	// past a stream's end, inf.
+	const inf = math.MaxInt64
+	next := func(keys []int64, h int, shift int64) int64 {
+		if h == len(keys) {
+			return inf
 		}
-		v += w * max(min(s, b)-max(0, a), 0)
-		ev = append(ev, event{a - s, w}, event{min(a, b-s), -w}, event{max(a, b-s), -w}, event{b, w})
+		return keys[h] - shift
 	}
-	slices.SortFunc(ev, func(x, y event) int { return cmp.Compare(x.at, y.at) })
-	r.events = ev
-	r.work += int64(len(r.adj[i]) + len(ev)*bits.Len(uint(len(ev))))
-	var slope int64
-	k := 0
-	for ; k < len(ev) && ev[k].at <= 0; k++ {
-		slope += ev[k].slope
-	}
-	bestY, bestV := int64(0), v
-	at := int64(0)
-	for ; k < len(ev) && ev[k].at <= top; k++ {
-		v += slope * (ev[k].at - at)
-		at = ev[k].at
-		slope += ev[k].slope
-		if v < bestV {
-			bestY, bestV = at, v
+	p, q, u, x := 0, 0, 0, 0
+	ap, aq, au, ax := next(bots, 0, s), next(bots, 0, 0), next(tops, 0, s), next(tops, 0, 0)
+	var v, slope, bestY, bestV int64
+	prev := min(ap, au) // the first corner: no overlap below it
+	seen := false       // whether offset 0 was weighed
+	for {
+		c := min(ap, aq, au, ax)
+		if c > 0 && !seen {
+			// Offset 0, between corners (top is at least 0, so this
+			// is met before the sweep ends).
+			bestV, seen = v+slope*(0-prev), true
+		}
+		if c == inf || c > top {
+			break
+		}
+		v += slope * (c - prev)
+		prev = c
+		if c >= 0 && (!seen || v < bestV) {
+			bestY, bestV, seen = c, v, true
+		}
+		switch c {
+		case ap:
+			slope += w[lo[p]]
+			p++
+			ap = next(bots, p, s)
+		case aq:
+			slope -= w[lo[q]]
+			q++
+			aq = next(bots, q, 0)
+		case au:
+			slope -= w[hi[u]]
+			u++
+			au = next(tops, u, s)
+		default:
+			slope += w[hi[x]]
+			x++
+			ax = next(tops, x, 0)
 		}
 	}
-	if v += slope * (top - at); v < bestV {
+	if v += slope * (top - prev); v < bestV {
 		bestY, bestV = top, v
 	}
 	return bestY, bestV
+}
+
+// sorted puts list (positions in ns) in order of the neighbours' bottoms,
+// or of their tops if up, by insertion: the neighbours move little
+// between two looks, so few are out of order. Past as many shifts as a
+// sort's comparisons, it sorts instead. It returns the work: the shifts,
+// and the sort's comparisons if it sorted.
+func (r *relaxer) sorted(ns, list []int32, up bool) int64 {
+	most := int64(len(list) * bits.Len(uint(len(list))))
+	var shifts int64
+	for a := 1; a < len(list); a++ {
+		k := list[a]
+		kk := r.key(ns[k], up)
+		b := a
+		for ; b > 0 && r.key(ns[list[b-1]], up) > kk; b-- {
+			list[b] = list[b-1]
+		}
+		list[b] = k
+		if shifts += int64(a - b); shifts > most {
+			r.sort(ns, list, up)
+			return shifts + most
+		}
+	}
+	return shifts
+}
+
+// key is buffer j's bottom, or its top if up.
+func (r *relaxer) key(j int32, up bool) int64 {
+	if up {
+		return r.y[j] + r.size[j]
+	}
+	return r.y[j]
+}
+
+// sort puts list in order as sorted does, by a sort.
+func (r *relaxer) sort(ns, list []int32, up bool) {
+	slices.SortFunc(list, func(a, b int32) int { return cmp.Compare(r.key(ns[a], up), r.key(ns[b], up)) })
 }
 
 // move puts buffer i at offset y, keeping the overlaps up to date, and
@@ -154,10 +238,9 @@ func (r *relaxer) move(i int, y int64) {
 	old := r.y[i]
 	for k, j := range r.adj[i] {
 		if d := r.overlapOf(i, k, y) - r.overlapOf(i, k, old); d != 0 {
-			d *= int64(r.meet[i][k])
-			r.raw += d
-			r.wov[i] += int64(r.weight[i][k]) * d
-			r.wov[j] += int64(r.weight[i][k]) * d
+			r.raw += d * int64(r.meet[i][k])
+			r.wov[i] += r.wmeet[i][k] * d
+			r.wov[j] += r.wmeet[i][k] * d
 		}
 		r.dirty[j] = true
 	}
@@ -173,8 +256,8 @@ func (r *relaxer) move(i int, y int64) {
 func (r *relaxer) solve(start []int64, capacity, limit int64) bool {
 	in := r.in
 	end := r.work + limit
-	if r.work+r.links > end {
-		return false // cannot weigh the start
+	if r.work+r.links+r.sorts > end {
+		return false // cannot weigh the start and sort the neighbours
 	}
 	r.capacity = capacity
 	for i, y := range start {
@@ -187,13 +270,20 @@ func (r *relaxer) solve(start []int64, capacity, limit int64) bool {
 		r.wov[i] = 0
 		for k := range r.adj[i] {
 			if ov := r.overlapOf(i, k, r.y[i]); ov > 0 {
-				r.wov[i] += int64(r.weight[i][k]) * int64(r.meet[i][k]) * ov
+				r.wov[i] += r.wmeet[i][k] * ov
 				r.raw += int64(r.meet[i][k]) * ov
 			}
 		}
 		r.dirty[i] = true
 		r.work += int64(len(r.adj[i]))
 	}
+	// The start may be far from where the last search left the
+	// neighbours: their orders are sorted afresh.
+	for i, ns := range r.adj {
+		r.sort(ns, r.byLo[i], false)
+		r.sort(ns, r.byHi[i], true)
+	}
+	r.work += r.sorts
 	r.raw /= 2
 	for r.work < end && r.raw > 0 {
 		// A pass weighs, in index order, every buffer that overlaps and
@@ -235,12 +325,12 @@ func (r *relaxer) penalise() bool {
 			continue
 		}
 		for k, j := range r.adj[i] {
-			if int32(i) > j || r.weight[i][k] >= maxWeight {
+			if int32(i) > j || r.wmeet[i][k] >= maxWeight*int64(r.meet[i][k]) {
 				continue
 			}
 			if ov := r.overlapOf(i, k, r.y[i]); ov > 0 {
-				r.weight[i][k]++
-				r.weight[j][r.rev[i][k]]++
+				r.wmeet[i][k] += int64(r.meet[i][k])
+				r.wmeet[j][r.rev[i][k]] += int64(r.meet[i][k])
 				r.wov[i] += int64(r.meet[i][k]) * ov
 				r.wov[j] += int64(r.meet[i][k]) * ov
 				r.dirty[i], r.dirty[j] = true, true
