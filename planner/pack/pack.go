@@ -475,12 +475,12 @@ func pack(p *Problem, o Options, limit int64, sc scope) (*Result, error) {
 	// Still far above the goal on the caller's problem: the overlap
 	// search starts from the best placement (relax). On tilings it
 	// lowers what blocks left (fast, through the planner: the suite's
-	// coarse 2,000 seeds 0 and 1, +14.72 and +16.24 %, became +8.72 and
-	// +8.24 %; held out, coarse 3,000 seeds 100 to 107, +15.77 to
-	// +18.40 %, +9.51 to +12.10 %; dense 5,000 seeds 10 and 23, +6.63
-	// and +5.24 %, +4.38 and +3.74 %; sliced 5,000 seeds 14, 21, 25, 26
-	// and 31, +7.05 to +11.40 %, +4.72 to +9.90 %; none ended higher),
-	// for about a second more at 2,000 to 5,000 buffers.
+	// coarse 2,000 seeds 0 and 1, +14.72 and +16.24 %, became +8.47 and
+	// +7.74 %; held out, coarse 3,000 seeds 100 to 107, +15.77 to
+	// +18.40 %, +8.51 to +10.60 %; dense 5,000 seeds 10 and 23, +6.63
+	// and +5.24 %, +4.63 and +3.74 %; sliced 5,000 seeds 14, 21, 25, 26
+	// and 31, +7.05 to +11.40 %, +3.55 to +9.90 %), for about a second
+	// more at 2,000 to 5,000 buffers.
 	// Where the caller did not set the budget, what it spends is added
 	// to it (so the later steps get no more than they had).
 	if sc == whole && b.relax > 0 && len(in.bufs) <= b.relaxBuffers && in.far(res.Peak, b.relaxAbove) {

@@ -197,11 +197,14 @@ func TestBlocksOnDense(t *testing.T) {
 // its lower bound (seeds the suite does not hold), the overlap search
 // lowers it: coarse 2,000 seed 0 ended +14.72 % above the bound before
 // it, now within +10 %; dense 5,000 seed 10 +6.63 %, now within +5 %;
-// holed 5,000 seed 24 +11.40 %, now within +6 %.
+// holed 5,000 seed 24 +11.40 %, now within +6 %. Coarse 3,000 seed 104
+// ended +11.46 % while each sweep sorted its corners, now within
+// +10.5 %.
 func TestRelaxOnFarTilings(t *testing.T) {
 	fastWithin(t, families.Coarse(2000, 0), 0.10)
 	fastWithin(t, families.Dense(5000, 10), 0.05)
 	fastWithin(t, families.Holed(5000, 24), 0.06)
+	fastWithin(t, families.Coarse(3000, 104), 0.105)
 }
 
 // gapCase is a tiling of n buffers cut with seed that the fast effort
