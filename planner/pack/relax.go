@@ -78,8 +78,9 @@ func relaxable(in *instance, adj [][]int32, capacity uint64) (unit uint64, links
 
 func newRelaxer(in *instance, adj [][]int32, unit uint64, links int64) *relaxer {
 	n := len(in.bufs)
-	r := &relaxer{in: in, adj: adj, rev: make([][]int32, n), meet: make([][]int32, n),
-		wmeet: make([][]int64, n), byLo: make([][]int32, n), byHi: make([][]int32, n), size: make([]int64, n), y: make([]int64, n), wov: make([]int64, n), dirty: make([]bool, n), links: links}
+	r := &relaxer{in: in, adj: adj, rev: make([][]int32, n), meet: make([][]int32, n), wmeet: make([][]int64, n),
+		byLo: make([][]int32, n), byHi: make([][]int32, n),
+		size: make([]int64, n), y: make([]int64, n), wov: make([]int64, n), dirty: make([]bool, n), links: links}
 	for i, ns := range adj {
 		r.size[i] = int64(in.bufs[i].Size / unit)
 		r.rev[i] = make([]int32, len(ns))
@@ -100,11 +101,9 @@ func newRelaxer(in *instance, adj [][]int32, unit uint64, links int64) *relaxer 
 	deg := 0
 	for _, ns := range adj {
 		deg = max(deg, len(ns))
-	}
-	r.bots, r.tops = make([]int64, deg), make([]int64, deg)
-	for _, ns := range adj {
 		r.sorts += 2 * int64(len(ns)*bits.Len(uint(len(ns))))
 	}
+	r.bots, r.tops = make([]int64, deg), make([]int64, deg)
 	r.work += links
 	return r
 }
