@@ -81,7 +81,10 @@ func newRelaxer(in *instance, adj [][]int32, unit uint64, links int64) *relaxer 
 	r := &relaxer{in: in, adj: adj, rev: make([][]int32, n), meet: make([][]int32, n), wmeet: make([][]int64, n),
 		byLo: make([][]int32, n), byHi: make([][]int32, n),
 		size: make([]int64, n), y: make([]int64, n), wov: make([]int64, n), dirty: make([]bool, n), links: links}
+	deg := 0
 	for i, ns := range adj {
+		deg = max(deg, len(ns))
+		r.sorts += 2 * int64(len(ns)*bits.Len(uint(len(ns))))
 		r.size[i] = int64(in.bufs[i].Size / unit)
 		r.rev[i] = make([]int32, len(ns))
 		r.meet[i] = make([]int32, len(ns))
@@ -97,11 +100,6 @@ func newRelaxer(in *instance, adj [][]int32, unit uint64, links int64) *relaxer 
 			r.wmeet[i][k] = int64(r.meet[i][k]) // weight 1
 			r.byLo[i][k], r.byHi[i][k] = int32(k), int32(k)
 		}
-	}
-	deg := 0
-	for _, ns := range adj {
-		deg = max(deg, len(ns))
-		r.sorts += 2 * int64(len(ns)*bits.Len(uint(len(ns))))
 	}
 	r.bots, r.tops = make([]int64, deg), make([]int64, deg)
 	r.work += links
