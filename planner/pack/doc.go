@@ -163,9 +163,10 @@
 // edges: each buffer keeps its neighbours in order of their bottoms and
 // of their tops, mended by insertion as they move, so a sweep merges
 // four ordered streams instead of sorting its corners), and where none
-// can lower its own every pair that still overlaps weighs one more. Once nothing overlaps it asks for a hundredth
-// less again; a capacity it does not reach within a third of its work is
-// asked again at half the step. Conflicts are pairs like the others, and
+// can lower its own every pair that still overlaps weighs one more. Once
+// nothing overlaps it asks for a hundredth less again; a capacity it
+// does not reach within a third of its work is asked again at half the
+// step. Conflicts are pairs like the others, and
 // offsets move in units of the largest alignment (it runs where every
 // size is a multiple of it). At the fast effort, the suite's coarse 2,000
 // seeds 0 and 1, +14.72 and +16.24 % above the bound, became +8.47 and
