@@ -51,6 +51,9 @@ const (
 	CheckpointCorrupt     Code = "CHECKPOINT_CORRUPT"      // a checkpoint object does not hash to its digest, or does not decode
 	RestoreMismatch       Code = "RESTORE_MISMATCH"        // a restored state does not hash to the checkpoint's state hash
 	CheckpointStoreFull   Code = "CHECKPOINT_STORE_FULL"   // the checkpoint store has no room for an object
+	InvalidDataset        Code = "INVALID_DATASET"         // a dataset file is malformed, too short, or holds values the graph cannot take (a token id past the vocabulary)
+	DatasetChanged        Code = "DATASET_CHANGED"         // a dataset's bytes no longer hash to the digest the job named
+	InvalidWeights        Code = "INVALID_WEIGHTS"         // initial weights miss, add, mis-shape or mis-type tensors of the graph's parameters
 )
 
 // Codes lists every code in a fixed order.
@@ -60,7 +63,7 @@ var Codes = []Code{
 	ReadBeforeWrite, InvalidAlias, InvalidExecutionOrder, InvalidOptions,
 	PlanMismatch, IOError, InvalidShardSpec, UnsupportedExecution,
 	ModeViolation, DeviceError, CheckpointCorrupt, RestoreMismatch,
-	CheckpointStoreFull,
+	CheckpointStoreFull, InvalidDataset, DatasetChanged, InvalidWeights,
 }
 
 // Error implements error so that a Code can be the target of errors.Is.
