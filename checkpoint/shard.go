@@ -41,6 +41,10 @@ type Shard struct {
 	// StateHash is the writer's sealed state hash after Step
 	// (CommitExecution_v1); zero for executors that hold no state.
 	StateHash ir.Hash `cbor:"state_hash"`
+	// DataDigest is the digest of the dataset the steps read (package
+	// data; empty for the synthetic task): together with Seed and Step
+	// it is the data cursor, and a resume on other data is refused.
+	DataDigest []byte `cbor:"data_digest,omitempty"`
 }
 
 // Tensor is the part of one persistent tensor a shard holds: the elements

@@ -450,3 +450,12 @@ func (d *Dataset) Scan(limit uint64) (Summary, error) {
 	copy(s.Digest[:], top.Sum(nil))
 	return s, nil
 }
+
+// TokenBytes is the bytes of one token of a token dataset (its first
+// file's width).
+func (d *Dataset) TokenBytes() uint64 {
+	if d.Kind != Tokens || len(d.parts) == 0 {
+		return 0
+	}
+	return uint64(d.parts[0].elem.size)
+}

@@ -42,6 +42,10 @@ type Options struct {
 	// Seed picks the batches (Batch): the batch of a step derives from
 	// (Seed, step, rank).
 	Seed uint64
+	// Weights, when set, are the parameters' initial values (whole
+	// parameters by id, as weights.Load returns them): NewExecutor starts
+	// from them instead of DefaultInit, a ZeRO-3 rank from its partition.
+	Weights map[string][]float32
 }
 
 // Engine runs one rank's planned graph on a backend: the plan's arenas
@@ -64,8 +68,12 @@ type Engine struct {
 	// adam holds the AdamW bias corrections of the step.
 	watched map[string][]uint32
 	adam    [2]uint32
-	// feed holds the inputs FeedLM writes, reused every step.
-	feed struct{ tokens, labels, positions []uint32 }
+	// feed holds the inputs FeedLM and feedTokens write, reused every
+	// step.
+	feed struct {
+		tokens, labels, positions []uint32
+		i32tok, i32lab            []int32
+	}
 }
 
 // New applies p to the backend's memory (ApplyPlan_v1) and prepares the
@@ -122,7 +130,7 @@ func New(g *ir.Graph, p *planner.Plan, opts Options) (*Engine, error) {
 	l := &lowerer{e: e}
 	for _, ni := range live.Order {
 		n := &g.Nodes[ni]
-		a := action{node: n.ID, outputs: n.Outputs}
+		a := action{node: n.ID, outputs: n.Outputs, forward: n.Phase == "" || n.Phase == ir.Forward}
 		if n.Op.Collective() {
 			a.coll, err = l.collective(n)
 		} else {
@@ -403,41 +411,69 @@ func (e *Engine) Step(ctx context.Context) (StepResult, error) { return e.StepAt
 func (e *Engine) StepAt(ctx context.Context, step uint64) (StepResult, error) {
 	e.adam[0] = f32(1 - pow32(e.opts.AdamW.Beta1, float32(e.t)))
 	e.adam[1] = f32(1 - pow32(e.opts.AdamW.Beta2, float32(e.t)))
+	if err := e.run(ctx, step, "", false); err != nil {
+		return StepResult{}, err
+	}
+	e.t++
+	return StepResult{Watched: e.watched}, nil
+}
+
+// Evaluate runs the forward nodes only (no backward, no update: the
+// state is left as it was) and returns the watched tensors, as Step
+// does. key tells its collectives apart from a step's; every rank of
+// the group must evaluate with the same key.
+func (e *Engine) Evaluate(ctx context.Context, key string) (StepResult, error) {
+	if err := e.run(ctx, 0, key, true); err != nil {
+		return StepResult{}, err
+	}
+	return StepResult{Watched: e.watched}, nil
+}
+
+// run runs the actions in order (only the forward ones when forward is
+// set), then waits for the device. Collectives are keyed by the epoch,
+// then key (or the step when key is empty), then the node.
+func (e *Engine) run(ctx context.Context, step uint64, key string, forward bool) error {
 	for i := range e.actions {
 		a := &e.actions[i]
+		if forward && !a.forward {
+			continue
+		}
 		if err := ctx.Err(); err != nil {
-			return StepResult{}, err
+			return err
 		}
 		if a.coll != nil {
-			if err := a.coll.run(ctx, e, fmt.Sprintf("%s%d/%s", e.keyPrefix, step, a.node)); err != nil {
-				return StepResult{}, fmt.Errorf("engine: collective %s: %w", a.node, err)
+			k := fmt.Sprintf("%s%d/%s", e.keyPrefix, step, a.node)
+			if key != "" {
+				k = e.keyPrefix + key + "/" + a.node
+			}
+			if err := a.coll.run(ctx, e, k); err != nil {
+				return fmt.Errorf("engine: collective %s: %w", a.node, err)
 			}
 		}
 		for j, p := range a.prepared {
 			if a.launches[j].Kernel == "adamw" {
 				if err := p.SetParams(adamCorrections, e.adam[:]); err != nil {
-					return StepResult{}, fmt.Errorf("engine: node %s: %w", a.node, deviceError(err))
+					return fmt.Errorf("engine: node %s: %w", a.node, deviceError(err))
 				}
 			}
 			if err := p.Run(); err != nil {
-				return StepResult{}, fmt.Errorf("engine: node %s: %w", a.node, deviceError(err))
+				return fmt.Errorf("engine: node %s: %w", a.node, deviceError(err))
 			}
 		}
 		if len(e.watch) > 0 {
 			for _, id := range a.outputs {
 				if ti, ok := e.watch[id]; ok {
 					if err := e.readInto(e.loc[ti], e.watched[id]); err != nil {
-						return StepResult{}, err
+						return err
 					}
 				}
 			}
 		}
 	}
 	if err := e.opts.Backend.Wait(); err != nil {
-		return StepResult{}, deviceError(err)
+		return deviceError(err)
 	}
-	e.t++
-	return StepResult{Watched: e.watched}, nil
+	return nil
 }
 
 // adamCorrections is where the adamw kernel's params hold the step's

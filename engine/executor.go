@@ -27,6 +27,7 @@ type Executor struct {
 	vocab  uint64
 	closes []func() error // run by Close
 	quiet  bool           // confidential or regulated: no loss reported
+	data   Data           // nil streams: the synthetic task
 }
 
 // Configure applies the job's setup (runner.Configurer): in
@@ -144,9 +145,17 @@ func (x *Executor) MemoryReport() string { return x.e.MemoryReport() }
 // Name is the backend's name ("cpu" or "webgpu").
 func (x *Executor) Name() string { return x.e.opts.Backend.Name() }
 
-// Step runs one training step on the batch of step.
+// Step runs one training step on the batch of step: the step-th batch
+// of the training stream (SetData; steps are numbered from 1), or of the
+// synthetic counting task.
 func (x *Executor) Step(ctx context.Context, step uint64) (runner.StepStats, error) {
-	if err := x.e.FeedLM(step, x.vocab); err != nil {
+	var err error
+	if x.data.Train != nil {
+		err = x.e.feedTokens(x.data.Train, step-1)
+	} else {
+		err = x.e.FeedLM(step, x.vocab)
+	}
+	if err != nil {
 		return runner.StepStats{}, err
 	}
 	res, err := x.e.StepAt(ctx, step)

@@ -16,6 +16,7 @@ const OpExecute = "UML_OS.TMMU.Execute_v1"
 // for a node, or a collective.
 type action struct {
 	node     string
+	forward  bool     // a forward node: Evaluate runs it
 	outputs  []string // the node's outputs, for Watch
 	launches []Launch
 	prepared []Prepared // launches bound once (Engine.prepare)

@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"fmt"
 	"math"
 
 	"github.com/tmmu/tmmu/ir"
@@ -48,6 +47,8 @@ func splitmix(x *uint64) uint64 {
 // InitState writes every parameter from init and zeroes the optimizer
 // state. A parameter partitioned by ZeRO-3 (the input of a dp.all_gather
 // into a whole copy) holds elements [rank·n, rank·n+n) of the whole one.
+// A parameter the engine's Options.Weights hold is copied from there
+// instead of drawn from init.
 func (e *Engine) InitState(init Init) error {
 	if init == nil {
 		init = DefaultInit
@@ -68,9 +69,17 @@ func (e *Engine) InitState(init Init) error {
 		}
 		total, _ := ir.Numel(shape)
 		v := make([]float32, n)
+		w, loaded := e.opts.Weights[id]
+		if loaded && uint64(len(w)) != total {
+			return unsupported("initial weights: parameter %q has %d elements, the weights %d", id, total, len(w))
+		}
 		for k := range v {
 			if g := first + uint64(k); g < total {
-				v[k] = init(id, shape, g)
+				if loaded {
+					v[k] = w[g]
+				} else {
+					v[k] = init(id, shape, g)
+				}
 			}
 		}
 		if err := e.WriteTensor(id, Words(v)); err != nil {
@@ -128,40 +137,19 @@ func batchInto(seed, step, lo, seq, vocab uint64, tok, lab []uint32) {
 	}
 }
 
-// FeedLM writes this rank's slice of the global batch of step into the
-// graph's inputs "tokens" [B,S] and "labels" [B,S] (rows DataRank·B …),
-// and 0…S-1 into "positions" when the graph has it. Token ids are
-// checked against the vocabulary (the rows of "wte" or the embedding
-// table) before anything is written.
+// FeedLM writes this rank's slice of the synthetic global batch of step
+// (Batch) into the graph's inputs "tokens" [B,S] and "labels" [B,S]
+// (rows DataRank·B …), and 0…S-1 into "positions" when the graph has
+// it.
 func (e *Engine) FeedLM(step, vocab uint64) error {
-	ti, ok := e.g.TensorIndex("tokens")
-	if !ok {
-		return fmt.Errorf("engine: the graph has no input \"tokens\"")
+	in, err := lmInputsOf(e.g)
+	if err != nil {
+		return err
 	}
-	shape := e.g.Tensors[ti].Shape
-	if len(shape) != 2 {
-		return fmt.Errorf("engine: tokens has shape %v, want [batch, seq]", shape)
-	}
-	B, S := shape[0], shape[1]
+	B, S := in.B, in.S
 	if len(e.feed.tokens) != int(B*S) {
 		e.feed.tokens, e.feed.labels = make([]uint32, B*S), make([]uint32, B*S)
 	}
 	batchInto(e.opts.Seed, step, e.opts.DataRank*B, S, vocab, e.feed.tokens, e.feed.labels)
-	if err := e.WriteTensor("tokens", e.feed.tokens); err != nil {
-		return err
-	}
-	if err := e.WriteTensor("labels", e.feed.labels); err != nil {
-		return err
-	}
-	if pi, ok := e.g.TensorIndex("positions"); ok {
-		n, _ := ir.Numel(e.g.Tensors[pi].Shape)
-		if uint64(len(e.feed.positions)) != n {
-			e.feed.positions = make([]uint32, n)
-			for i := range e.feed.positions {
-				e.feed.positions[i] = uint32(uint64(i) % S)
-			}
-		}
-		return e.WriteTensor("positions", e.feed.positions)
-	}
-	return nil
+	return e.writeLM(S)
 }

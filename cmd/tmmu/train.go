@@ -1,32 +1,42 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/hex"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/tmmu/tmmu/checkpoint"
+	"github.com/tmmu/tmmu/data"
 	"github.com/tmmu/tmmu/engine"
 	"github.com/tmmu/tmmu/failure"
 	"github.com/tmmu/tmmu/ir"
 	"github.com/tmmu/tmmu/planner"
 	"github.com/tmmu/tmmu/runner"
+	"github.com/tmmu/tmmu/weights"
 )
 
 var trainCmd = &command{
 	name: "train",
 	summary: "Plan a training graph for one device and run its steps there: forward, backward and AdamW on WebGPU or the cpu kernels, " +
-		"every tensor at its planned offset, on a synthetic counting task. Prints each step's loss, and the state hash sealed after the last step (--state-every for more).",
-	usage: "train IR [--executor auto|webgpu|cpu] [--steps N] [--state-every N] [--seed S] [--strategy S] [--lr X] [--unshared] [--data-mode standard|confidential|regulated] [--debug-fill TENSOR] [--device-memory BYTES]\n" +
+		"every tensor at its planned offset, on a dataset (--data) or the synthetic counting task, from initial weights (--weights) or the default initialisation. " +
+		"Prints each step's loss (and the validation loss with --val-data), and the state hash sealed after the last step (--state-every for more); --export writes the trained weights as safetensors.",
+	usage: "train IR [--executor auto|webgpu|cpu] [--steps N] [--state-every N] [--seed S] [--strategy S] [--unshared] [--data-mode standard|confidential|regulated] [--debug-fill TENSOR] [--device-memory BYTES]\n" +
+		"       [--data FILE[,FILE...] [--data-format uint16|uint32|npy] [--order shuffled|sequential]] [--val-data FILE[,FILE...] [--val-every N] [--val-batches N]]\n" +
+		"       [--weights FILE.safetensors] [--export FILE.safetensors [--with-optimizer]] [--lr X] [--beta1 X] [--beta2 X] [--eps X] [--weight-decay X]\n" +
 		"       [--checkpoint-dir DIR [--checkpoint-every N] [--checkpoint-max-bytes SIZE] [--resume]] [-o text|json]",
 	run: runTrain,
 }
 
 type trainStep struct {
-	Step       uint64  `json:"step"`
-	Loss       float32 `json:"loss"`
+	Step       uint64   `json:"step"`
+	Loss       float32  `json:"loss"`
+	ValLoss    *float64 `json:"val_loss,omitempty"` // mean over --val-batches batches of --val-data
 	Seconds    float64 `json:"seconds"` // the step itself (feed, kernels, loss readback)
 	State      string  `json:"state_hash,omitempty"`
 	Checkpoint string  `json:"checkpoint,omitempty"` // the object stored after the step
@@ -50,7 +60,15 @@ type trainResult struct {
 	Steps          []trainStep `json:"steps"`
 	StepsPerSec    float64     `json:"steps_per_second"`
 	// Resumed is the checkpoint the run resumed from (its step's object).
-	Resumed string `json:"resumed,omitempty"`
+	Resumed   string        `json:"resumed,omitempty"`
+	Optimizer optimizerInfo `json:"optimizer"`
+	// Data and ValData are the datasets the run read (nil: the synthetic
+	// task, no validation); Weights the initial weights' file, Export the
+	// file the trained weights went to.
+	Data    *datasetInfo `json:"data,omitempty"`
+	ValData *datasetInfo `json:"val_data,omitempty"`
+	Weights string       `json:"weights,omitempty"`
+	Export  string       `json:"export,omitempty"`
 }
 
 // trainJob names tmmu train's checkpoints in their directory.
@@ -64,6 +82,15 @@ func runTrain(c *command, e *env, args []string) error {
 	// The float32 default, printed as written (0.001, not 0.0010000000474974513).
 	lrDefault, _ := strconv.ParseFloat(strconv.FormatFloat(float64(engine.DefaultAdamW.LR), 'g', -1, 32), 64)
 	lr := fs.Float64("lr", lrDefault, "AdamW learning rate")
+	beta1 := fs.Float64("beta1", float64(engine.DefaultAdamW.Beta1), "AdamW β1")
+	beta2 := fs.Float64("beta2", short(engine.DefaultAdamW.Beta2), "AdamW β2")
+	eps := fs.Float64("eps", short(engine.DefaultAdamW.Eps), "AdamW ε")
+	wd := fs.Float64("weight-decay", short(engine.DefaultAdamW.WeightDecay), "AdamW decoupled weight decay")
+	var df dataFlags
+	df.register(fs)
+	weightsFile := fs.String("weights", "", "start from these weights (safetensors; names as tmmu import torch records them, Hugging Face's for the GPT-2 generator) instead of the default initialisation")
+	exportFile := fs.String("export", "", "after the last step, write the trained weights to this safetensors file (PyTorch's load_state_dict takes it)")
+	withOpt := fs.Bool("with-optimizer", false, "with --export: also write AdamW's moments (<name>.exp_avg, <name>.exp_avg_sq)")
 	unshared := fs.Bool("unshared", false, "give every tensor a device buffer of its own, as an engine without a planner would (the reference the plan must reproduce, in results and beside it in bytes and speed)")
 	mode := fs.String("data-mode", string(ir.DataStandard), "data-handling mode, as tmmu job submit's: standard, confidential or regulated (the last two forbid --debug-fill)")
 	fs.Func("mode", "renamed --data-mode (plan's --mode is the planning mode)", func(string) error {
@@ -87,6 +114,30 @@ func runTrain(c *command, e *env, args []string) error {
 	}
 	if !(*lr > 0) || math.IsInf(*lr, 0) {
 		return usagef("--lr %v: want a positive, finite learning rate", *lr)
+	}
+	for _, h := range []struct {
+		name string
+		v    float64
+		ok   bool
+	}{{"--beta1", *beta1, *beta1 >= 0 && *beta1 < 1}, {"--beta2", *beta2, *beta2 >= 0 && *beta2 < 1}, {"--eps", *eps, *eps > 0 && !math.IsInf(*eps, 0)}, {"--weight-decay", *wd, *wd >= 0 && !math.IsInf(*wd, 0)}} {
+		if !h.ok {
+			return usagef("%s %v: want β in [0, 1), ε > 0 and a weight decay ≥ 0, all finite", h.name, h.v)
+		}
+	}
+	if df.order != string(data.Sequential) && df.order != string(data.Shuffled) {
+		return usagef("--order %q: want sequential or shuffled", df.order)
+	}
+	if df.format != "" && !slices.Contains(data.Formats, data.Format(df.format)) {
+		return usagef("--data-format %q: want uint16, uint32 or npy", df.format)
+	}
+	if (df.valEvery > 0 || df.valBatches != 4) && df.val == "" {
+		return usagef("--val-every and --val-batches need --val-data")
+	}
+	if df.valBatches == 0 {
+		return usagef("--val-batches 0: a validation reads at least one batch")
+	}
+	if *withOpt && *exportFile == "" {
+		return usagef("--with-optimizer needs --export")
 	}
 	if len(pos) != 1 {
 		return usagef("train takes one IR file")
@@ -146,19 +197,63 @@ func runTrain(c *command, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	eopts := engine.Options{Backend: be, DataMode: ir.DataMode(*mode), Unshared: *unshared, AdamW: engine.DefaultAdamW, Seed: *seed}
-	eopts.AdamW.LR = float32(*lr)
+	eopts := engine.Options{Backend: be, DataMode: ir.DataMode(*mode), Unshared: *unshared, Seed: *seed,
+		AdamW: engine.AdamW{LR: float32(*lr), Beta1: float32(*beta1), Beta2: float32(*beta2), Eps: float32(*eps), WeightDecay: float32(*wd)}}
+	res := trainResult{Backend: be.Name(), Device: be.Describe(), PlanHash: p.PlanHash.String(), Unshared: *unshared, Optimizer: optimizerOf(eopts.AdamW)}
+	if *weightsFile != "" {
+		if eopts.Weights, err = loadWeights(*weightsFile, g); err != nil {
+			return err
+		}
+		res.Weights = *weightsFile
+	}
+	// The datasets are opened and scanned (digest, every token id below
+	// the vocabulary) before the device is touched.
+	var feed engine.Data
+	var fed struct{ train, val uint64 } // tokens fed per batch of each
+	for _, ds := range []struct {
+		list   string
+		stream **data.Stream
+		info   **datasetInfo
+		order  data.Order
+		tokens *uint64
+	}{{df.train, &feed.Train, &res.Data, data.Order(df.order), &fed.train}, {df.val, &feed.Val, &res.ValData, data.Sequential, &fed.val}} {
+		if ds.list == "" {
+			continue
+		}
+		vocab := vocabOf(g)
+		if vocab == 0 {
+			return failure.New(failure.UnsupportedExecution, "tmmu.train", "--data feeds a language model's token inputs: this graph embeds no \"tokens\" input", "graph", g.Name)
+		}
+		d, sum, closeData, err := openTokens(ds.list, df.format, vocab)
+		if err != nil {
+			return err
+		}
+		defer closeData()
+		ti, _ := g.TensorIndex("tokens")
+		B, S := g.Tensors[ti].Shape[0], g.Tensors[ti].Shape[1]
+		s, err := data.NewStream(d, ds.order, *seed, sum.Digest, S, B)
+		if err != nil {
+			return err
+		}
+		*ds.stream, *ds.tokens = s, B*S
+		*ds.info = &datasetInfo{Files: d.Files(), Format: string(d.Format), Order: string(ds.order), Digest: sum.DigestString(), Tokens: d.Len, Bytes: sum.Bytes}
+	}
+	feed.ValBatches = df.valBatches
 	x, err := engine.NewExecutor(g, p, eopts, false)
 	if err != nil {
 		return err
 	}
 	defer x.Close()
+	if feed.Train != nil || feed.Val != nil {
+		if err := x.SetData(feed); err != nil {
+			return err
+		}
+	}
 	if *debugFill != "" {
 		if err := x.Engine().DebugFillTensor(*debugFill, 1); err != nil {
 			return err
 		}
 	}
-	res := trainResult{Backend: be.Name(), Device: be.Describe(), PlanHash: p.PlanHash.String(), Unshared: *unshared}
 	st := x.Engine().Memory().Stats()
 	res.ArenaBytes, res.DeviceBytes, res.AllocatedBytes, res.DeviceRegions = st.PlannedBytes, st.ReservedBytes, st.AllocatedBytes, st.Regions
 	res.WorkspaceBytes, res.MemoryReport = x.Engine().WorkspaceBytes(), x.Engine().MemoryReport()
@@ -172,7 +267,7 @@ func runTrain(c *command, e *env, args []string) error {
 			return err
 		}
 		if *resume {
-			step, name, err := resumeTrain(store, x, layout)
+			step, name, err := resumeTrain(store, x, layout, dataDigest(res.Data), df.train)
 			if err != nil {
 				return err
 			}
@@ -192,19 +287,31 @@ func runTrain(c *command, e *env, args []string) error {
 		dt := time.Since(t0)
 		took += dt
 		ts := trainStep{Step: s, Loss: float32(stats.Loss), Seconds: dt.Seconds()}
+		if feed.Val != nil && (s == *steps || (df.valEvery > 0 && s%df.valEvery == 0)) {
+			v, ok, err := x.Validate(context.Background(), s)
+			if err != nil {
+				return err
+			}
+			if ok {
+				ts.ValLoss = &v
+			}
+		}
 		if s == *steps || (*stateEvery > 0 && s%*stateEvery == 0) {
 			if ts.State, err = x.StateHash(); err != nil {
 				return err
 			}
 		}
 		if store != nil && (s == *steps || (*ckptEvery > 0 && s%*ckptEvery == 0)) {
-			if ts.Checkpoint, err = checkpointTrain(store, x, layout, s, *seed); err != nil {
+			if ts.Checkpoint, err = checkpointTrain(store, x, layout, s, *seed, dataDigest(res.Data)); err != nil {
 				return err
 			}
 		}
 		res.Steps = append(res.Steps, ts)
 		if *out == "text" {
 			fmt.Fprintf(e.stdout, "step %3d  loss %.4f  %s", s, stats.Loss, dt.Round(time.Millisecond))
+			if ts.ValLoss != nil {
+				fmt.Fprintf(e.stdout, "  val %.4f", *ts.ValLoss)
+			}
 			if ts.State != "" {
 				fmt.Fprintf(e.stdout, "  state %s", ts.State[:12])
 			}
@@ -217,16 +324,54 @@ func runTrain(c *command, e *env, args []string) error {
 	if n := len(res.Steps); n > 0 {
 		res.StepsPerSec = float64(n) / took.Seconds()
 	}
+	for _, d := range []struct {
+		info   *datasetInfo
+		s      *data.Stream
+		tokens uint64
+		n      uint64
+	}{{res.Data, feed.Train, fed.train, uint64(len(res.Steps))}, {res.ValData, feed.Val, fed.val, feed.ValBatches * uint64(countVal(res.Steps))}} {
+		if d.info != nil {
+			d.info.BytesRead = d.s.D.BytesRead()
+			d.info.BytesFed = d.tokens * d.n * d.s.D.TokenBytes()
+		}
+	}
+	if *exportFile != "" {
+		st, err := x.Export()
+		if err != nil {
+			return err
+		}
+		if err := exportState(*exportFile, g, st.Tensors, st.OptimizerStep, *withOpt); err != nil {
+			return err
+		}
+		res.Export = *exportFile
+	}
 	if *out == "json" {
 		return writeJSON(e.stdout, res)
 	}
 	fmt.Fprintf(e.stdout, "%d steps in %s: %.3g steps/s\n", len(res.Steps), took.Round(time.Millisecond), res.StepsPerSec)
+	if res.Data != nil {
+		fmt.Fprintf(e.stdout, "data %s: %d tokens (%s), digest %.12s; read %d bytes for %d fed\n", strings.Join(res.Data.Files, ","), res.Data.Tokens, res.Data.Format, res.Data.Digest, res.Data.BytesRead, res.Data.BytesFed)
+	}
+	if res.Export != "" {
+		fmt.Fprintf(e.stdout, "weights written to %s (safetensors, %s names)\n", res.Export, weights.NamingOf(g).Scheme)
+	}
 	return nil
+}
+
+// countVal counts the steps with a validation loss.
+func countVal(steps []trainStep) int {
+	n := 0
+	for _, s := range steps {
+		if s.ValLoss != nil {
+			n++
+		}
+	}
+	return n
 }
 
 // checkpointTrain stores the executor's state after step in store and
 // returns the object's name.
-func checkpointTrain(store checkpoint.Store, x *engine.Executor, layout []checkpoint.Slice, step, seed uint64) (string, error) {
+func checkpointTrain(store checkpoint.Store, x *engine.Executor, layout []checkpoint.Slice, step, seed uint64, data []byte) (string, error) {
 	st, err := x.Export()
 	if err != nil {
 		return "", err
@@ -239,7 +384,7 @@ func checkpointTrain(store checkpoint.Store, x *engine.Executor, layout []checkp
 	if err != nil {
 		return "", err
 	}
-	sh := &checkpoint.Shard{Step: step, World: 1, Seed: seed, OptimizerStep: st.OptimizerStep, Tensors: ts}
+	sh := &checkpoint.Shard{Step: step, World: 1, Seed: seed, OptimizerStep: st.OptimizerStep, Tensors: ts, DataDigest: data}
 	if sh.StateHash, err = ir.ParseHash(h); err != nil {
 		return "", err
 	}
@@ -251,11 +396,23 @@ func checkpointTrain(store checkpoint.Store, x *engine.Executor, layout []checkp
 	return name, store.Put(context.Background(), name, data)
 }
 
+// dataDigest is the digest a checkpoint records for a run's data (nil
+// for the synthetic task).
+func dataDigest(d *datasetInfo) []byte {
+	if d == nil {
+		return nil
+	}
+	b, _ := hex.DecodeString(d.Digest)
+	return b
+}
+
 // resumeTrain restores the newest checkpoint in store into x: the
 // object's bytes must hash to the digest its name carries
-// (CHECKPOINT_CORRUPT), and the executor must then seal the state hash
-// the checkpoint recorded (RESTORE_MISMATCH).
-func resumeTrain(store checkpoint.Store, x *engine.Executor, layout []checkpoint.Slice) (uint64, string, error) {
+// (CHECKPOINT_CORRUPT), the run must read the data the checkpoint's
+// steps read (DATASET_CHANGED: its sample stream would not continue),
+// and the executor must then seal the state hash the checkpoint
+// recorded (RESTORE_MISMATCH).
+func resumeTrain(store checkpoint.Store, x *engine.Executor, layout []checkpoint.Slice, data []byte, files string) (uint64, string, error) {
 	objs, err := store.List(context.Background(), checkpoint.JobPrefix(trainJob))
 	if err != nil {
 		return 0, "", err
@@ -271,13 +428,27 @@ func resumeTrain(store checkpoint.Store, x *engine.Executor, layout []checkpoint
 		return 0, "", failure.New(failure.IOError, opIO, "no checkpoint to resume from", "prefix", checkpoint.JobPrefix(trainJob))
 	}
 	_, _, _, digest, _ := checkpoint.ParseName(name)
-	data, err := store.Get(context.Background(), name)
+	obj, err := store.Get(context.Background(), name)
 	if err != nil {
 		return 0, "", err
 	}
-	sh, err := checkpoint.Decode(data, digest)
+	sh, err := checkpoint.Decode(obj, digest)
 	if err != nil {
 		return 0, "", err
+	}
+	if !bytes.Equal(sh.DataDigest, data) {
+		what := func(d []byte, files string) string {
+			if len(d) == 0 {
+				return "the synthetic task"
+			}
+			if files != "" {
+				return fmt.Sprintf("%s (digest %.6x)", files, d)
+			}
+			return fmt.Sprintf("a dataset of digest %.6x", d)
+		}
+		return 0, "", failure.New(failure.DatasetChanged, "tmmu.train",
+			fmt.Sprintf("the checkpoint's steps read %s, this run reads %s: resuming would not continue its sample stream", what(sh.DataDigest, ""), what(data, files)),
+			"object", name)
 	}
 	words, err := checkpoint.Recut([]*checkpoint.Shard{sh}, layout)
 	if err != nil {

@@ -1,0 +1,188 @@
+package main
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/tmmu/tmmu/engine"
+	"github.com/tmmu/tmmu/importer/torch"
+	"github.com/tmmu/tmmu/safetensors"
+)
+
+// pythonWithTorch returns a Python that imports torch, or skips the test
+// (fails it when TMMU_REQUIRE_TORCH is set: CI installs Debian's torch).
+func pythonWithTorch(t *testing.T) string {
+	t.Helper()
+	py, err := torch.Python(torch.Options{})
+	if err == nil {
+		err = exec.Command(py, "-c", "import torch, numpy").Run()
+	}
+	if err != nil {
+		if os.Getenv("TMMU_REQUIRE_TORCH") != "" {
+			t.Fatalf("TMMU_REQUIRE_TORCH is set but Python with torch is missing: %v", err)
+		}
+		t.Skipf("no Python with torch (apt-get install python3-torch): %v", err)
+	}
+	return py
+}
+
+// executors are the backends a parity test runs: cpu, and webgpu where
+// the machine has an adapter (required when TMMU_REQUIRE_WEBGPU=1).
+func executors(t *testing.T) []string {
+	out := []string{"cpu"}
+	be, _, err := engine.Open("webgpu")
+	switch {
+	case err == nil:
+		be.Close()
+		out = append(out, "webgpu")
+	case errors.Is(err, engine.ErrNoAdapter) && os.Getenv("TMMU_REQUIRE_WEBGPU") != "1":
+		t.Logf("no WebGPU adapter: cpu only (%v)", err)
+	default:
+		t.Fatalf("webgpu: %v", err)
+	}
+	return out
+}
+
+// tokenFile writes n tokens below vocab that a model can learn: a
+// first-order Markov chain in which each token has 4 likely successors.
+func tokenFile(t *testing.T, path string, n, vocab int, seed uint64) {
+	t.Helper()
+	b := make([]byte, 2*n)
+	x, tok := seed, 0
+	for i := range n {
+		x = x*6364136223846793005 + 1442695040888963407
+		r := int(x >> 33)
+		if r%8 == 0 {
+			tok = r % vocab
+		} else {
+			tok = (tok*7 + 1 + r%4) % vocab
+		}
+		binary.LittleEndian.PutUint16(b[2*i:], uint16(tok))
+	}
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func readWeights(t *testing.T, path string) map[string][]float32 {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	st, _ := f.Stat()
+	sf, err := safetensors.Open(f, st.Size())
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string][]float32{}
+	for _, i := range sf.Tensors {
+		v, err := sf.Float32s(i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[i.Name] = v
+	}
+	return out
+}
+
+// TestParityGPT2WithPyTorch trains the generator's GPT-2 from weights
+// PyTorch initialised (bench/parity/gpt2.py, Hugging Face names) on a
+// token file in sequential order, with tmmu train and with PyTorch eager
+// fp32 (bench/parity/train.py), and compares every step's loss, the
+// validation loss and the exported weights.
+func TestParityGPT2WithPyTorch(t *testing.T) {
+	py := pythonWithTorch(t)
+	dir := t.TempDir()
+	script := filepath.Join("..", "..", "bench", "parity", "train.py")
+	steps := "50"
+	if testing.Short() {
+		steps = "10"
+	}
+	irFile, w0 := filepath.Join(dir, "gpt2.json"), filepath.Join(dir, "init.safetensors")
+	trainBin, valBin := filepath.Join(dir, "train.bin"), filepath.Join(dir, "val.bin")
+	tokenFile(t, trainBin, 30000, 512, 1)
+	tokenFile(t, valBin, 5000, 512, 2)
+	mustRun(t, "", "gen", "gpt2", "--train", "--layers", "2", "--hidden", "64", "--heads", "4", "--seq", "32", "--context", "32", "--batch", "4", "--vocab", "512", "--out", irFile)
+	pyRun := func(args ...string) []byte {
+		t.Helper()
+		cmd := exec.Command(py, append([]string{script, "--batch", "4", "--threads", "1"}, args...)...)
+		out, err := cmd.Output()
+		if err != nil {
+			var ee *exec.ExitError
+			if errors.As(err, &ee) {
+				t.Fatalf("train.py: %v\n%s", err, ee.Stderr)
+			}
+			t.Fatal(err)
+		}
+		return out
+	}
+	pyRun("--init", w0)
+	ref := filepath.Join(dir, "pytorch.safetensors")
+	var want struct {
+		Losses  []float64 `json:"losses"`
+		ValLoss float64   `json:"val_loss"`
+	}
+	if err := json.Unmarshal(pyRun("--weights", w0, "--data", trainBin, "--val-data", valBin, "--val-batches", "4", "--steps", steps, "--export", ref), &want); err != nil {
+		t.Fatal(err)
+	}
+	refW := readWeights(t, ref)
+	for _, ex := range executors(t) {
+		out := filepath.Join(dir, ex+".safetensors")
+		var got trainResult
+		js := mustRun(t, "", "train", irFile, "--executor", ex, "--steps", steps, "--weights", w0, "--data", trainBin, "--order", "sequential",
+			"--val-data", valBin, "--val-batches", "4", "--export", out, "-o", "json")
+		if err := json.Unmarshal([]byte(js), &got); err != nil {
+			t.Fatal(err)
+		}
+		if len(got.Steps) != len(want.Losses) {
+			t.Fatalf("%s: %d steps, PyTorch %d", ex, len(got.Steps), len(want.Losses))
+		}
+		worstLoss := 0.0
+		for i, s := range got.Steps {
+			d := math.Abs(float64(s.Loss)-want.Losses[i]) / math.Abs(want.Losses[i])
+			worstLoss = max(worstLoss, d)
+			if d > 1e-4 {
+				t.Errorf("%s step %d: loss %.7f, PyTorch %.7f (relative %.2g)", ex, i+1, s.Loss, want.Losses[i], d)
+			}
+		}
+		last := got.Steps[len(got.Steps)-1]
+		if last.ValLoss == nil || math.Abs(*last.ValLoss-want.ValLoss)/want.ValLoss > 1e-4 {
+			t.Errorf("%s: validation loss %v, PyTorch %.7f", ex, last.ValLoss, want.ValLoss)
+		}
+		gotW := readWeights(t, out)
+		if len(gotW) != len(refW) {
+			t.Errorf("%s: %d tensors exported, PyTorch's state_dict has %d", ex, len(gotW), len(refW))
+		}
+		worstW := 0.0
+		for name, rv := range refW {
+			gv, ok := gotW[name]
+			if !ok || len(gv) != len(rv) {
+				t.Errorf("%s: exported %s has %d values, PyTorch's %d", ex, name, len(gv), len(rv))
+				continue
+			}
+			for i := range rv {
+				worstW = max(worstW, math.Abs(float64(gv[i]-rv[i])))
+			}
+		}
+		if worstW > 1e-4 {
+			t.Errorf("%s: exported weights differ from PyTorch's by up to %.3g", ex, worstW)
+		}
+		t.Logf("| gpt2 (generator, 2 layers, hidden 64, vocab 512, batch 4×32) | %s | %s steps | loss %.5f → %.5f | worst loss rel. diff %.2g | val %.5f vs %.5f | worst weight diff %.2g |",
+			ex, steps, got.Steps[0].Loss, last.Loss, worstLoss, *last.ValLoss, want.ValLoss, worstW)
+		if got.Steps[len(got.Steps)-1].Loss >= got.Steps[0].Loss && !testing.Short() {
+			t.Errorf("%s: the loss did not fall (%.4f → %.4f)", ex, got.Steps[0].Loss, last.Loss)
+		}
+	}
+	if _, _, help := runCLI(t, "", "train", "--help"); !strings.Contains(help, "--weights") || !strings.Contains(help, "--val-data") {
+		t.Errorf("tmmu train --help does not list --weights and --val-data:\n%s", help)
+	}
+}

@@ -1,0 +1,155 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"math"
+
+	"github.com/tmmu/tmmu/data"
+	"github.com/tmmu/tmmu/ir"
+)
+
+// Data is what an executor feeds its graph instead of the synthetic
+// counting task: a training stream and, for validation, a stream and
+// how many of its batches a validation reads. The streams' Batch is the
+// global batch (the graph's batch times the data-parallel size); this
+// rank reads rows DataRank·B … of each.
+type Data struct {
+	Train      *data.Stream
+	Val        *data.Stream
+	ValBatches uint64
+}
+
+// lmInputs are a language model's inputs: token ids and labels [B,S]
+// (int32), and positions [S] when the graph has them.
+type lmInputs struct {
+	tokens, labels string
+	B, S           uint64
+}
+
+// lmInputsOf finds a generator language model's inputs.
+func lmInputsOf(g *ir.Graph) (lmInputs, error) {
+	in := lmInputs{tokens: "tokens", labels: "labels"}
+	ti, ok := g.TensorIndex(in.tokens)
+	if !ok {
+		return in, fmt.Errorf("engine: the graph has no input \"tokens\"")
+	}
+	shape := g.Tensors[ti].Shape
+	if len(shape) != 2 {
+		return in, fmt.Errorf("engine: tokens has shape %v, want [batch, seq]", shape)
+	}
+	in.B, in.S = shape[0], shape[1]
+	li, ok := g.TensorIndex(in.labels)
+	if !ok || !equalShape(g.Tensors[li].Shape, shape) {
+		return in, fmt.Errorf("engine: the graph has no input \"labels\" of tokens' shape %v", shape)
+	}
+	return in, nil
+}
+
+func equalShape(a, b []uint64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// SetData makes the executor feed d from its next step on. The streams
+// must be token streams of the graph's sequence length with a global
+// batch of the graph's batch times the data-parallel size.
+func (x *Executor) SetData(d Data) error {
+	in, err := lmInputsOf(x.e.g)
+	if err != nil {
+		return unsupported("feeding a dataset: %v (datasets feed language models with inputs tokens and labels [batch, seq])", err)
+	}
+	for _, s := range []*data.Stream{d.Train, d.Val} {
+		if s == nil {
+			continue
+		}
+		if s.D.Kind != data.Tokens {
+			return unsupported("feeding a dataset: a %s dataset for a language model's token inputs", s.D.Kind)
+		}
+		if s.Seq != in.S || s.Batch != in.B*x.e.opts.DataSize {
+			return fmt.Errorf("engine: a stream of %d rows of %d tokens for a graph of %d rows of %d on %d data-parallel ranks", s.Batch, s.Seq, in.B, in.S, x.e.opts.DataSize)
+		}
+	}
+	if d.Val != nil && d.ValBatches == 0 {
+		d.ValBatches = 1
+	}
+	x.data = d
+	return nil
+}
+
+// feedTokens writes this rank's rows of the k-th batch of s (k = 0
+// first) into the graph's tokens and labels, and the positions.
+func (e *Engine) feedTokens(s *data.Stream, k uint64) error {
+	in, err := lmInputsOf(e.g)
+	if err != nil {
+		return err
+	}
+	n := in.B * in.S
+	if uint64(len(e.feed.tokens)) != n {
+		e.feed.tokens, e.feed.labels = make([]uint32, n), make([]uint32, n)
+		e.feed.i32tok, e.feed.i32lab = make([]int32, n), make([]int32, n)
+	}
+	if err := s.Tokens(k, e.opts.DataRank*in.B, e.feed.i32tok, e.feed.i32lab); err != nil {
+		return err
+	}
+	for i := range e.feed.i32tok {
+		e.feed.tokens[i], e.feed.labels[i] = uint32(e.feed.i32tok[i]), uint32(e.feed.i32lab[i])
+	}
+	return e.writeLM(in.S)
+}
+
+// writeLM writes the fed tokens and labels, and 0…S-1 into "positions"
+// when the graph has it.
+func (e *Engine) writeLM(S uint64) error {
+	if err := e.WriteTensor("tokens", e.feed.tokens); err != nil {
+		return err
+	}
+	if err := e.WriteTensor("labels", e.feed.labels); err != nil {
+		return err
+	}
+	if pi, ok := e.g.TensorIndex("positions"); ok {
+		n, _ := ir.Numel(e.g.Tensors[pi].Shape)
+		if uint64(len(e.feed.positions)) != n {
+			e.feed.positions = make([]uint32, n)
+			for i := range e.feed.positions {
+				e.feed.positions[i] = uint32(uint64(i) % S)
+			}
+		}
+		return e.WriteTensor("positions", e.feed.positions)
+	}
+	return nil
+}
+
+// Validate computes the validation loss after step: the mean of the
+// loss over the validation stream's first ValBatches batches, forward
+// nodes only (the state is not changed). It returns false when the
+// executor has no validation data, or reports no loss (confidential and
+// regulated data modes).
+func (x *Executor) Validate(ctx context.Context, step uint64) (float64, bool, error) {
+	if x.data.Val == nil || x.quiet {
+		return 0, false, nil
+	}
+	sum := 0.0
+	for k := range x.data.ValBatches {
+		if err := x.e.feedTokens(x.data.Val, k); err != nil {
+			return 0, false, err
+		}
+		res, err := x.e.Evaluate(ctx, fmt.Sprintf("val%d.%d", step, k))
+		if err != nil {
+			return 0, false, err
+		}
+		loss := res.Watched["loss"]
+		if len(loss) != 1 {
+			return 0, false, fmt.Errorf("engine: loss has %d elements", len(loss))
+		}
+		sum += float64(math.Float32frombits(loss[0]))
+	}
+	return sum / float64(x.data.ValBatches), true, nil
+}

@@ -1,0 +1,241 @@
+// Package weights maps a graph's parameters to the names they carry
+// outside tmmu, loads initial weights from a safetensors file and
+// writes trained ones to one.
+//
+// # Names
+//
+// A graph imported from PyTorch (tmmu import torch) names every
+// parameter and buffer as the module's state_dict does
+// ("layer1.0.conv1.weight", "bn1.running_mean"): those ids are the
+// names. The GPT-2 generator's parameters take Hugging Face's GPT-2
+// names (GPT2LMHeadModel without its tied lm_head):
+//
+//	wte, wpe                 transformer.wte.weight, transformer.wpe.weight
+//	h<i>.ln_1.w / .b         transformer.h.<i>.ln_1.weight / .bias
+//	h<i>.attn.c_attn.w / .b  transformer.h.<i>.attn.c_attn.weight / .bias   [H,3H], x·w + b
+//	h<i>.attn.c_proj.w / .b  transformer.h.<i>.attn.c_proj.weight / .bias
+//	h<i>.ln_2.w / .b         transformer.h.<i>.ln_2.weight / .bias
+//	h<i>.mlp.c_fc.w / .b     transformer.h.<i>.mlp.c_fc.weight / .bias      [H,4H]
+//	h<i>.mlp.c_proj.w / .b   transformer.h.<i>.mlp.c_proj.weight / .bias    [4H,H]
+//	ln_f.w / .b              transformer.ln_f.weight / .bias
+//
+// The shapes are Hugging Face's too (its Conv1D stores [in, out], as
+// tmmu's y = x·w does), so its checkpoints load as they are. Load also
+// takes GPT2Model's names (without "transformer.") and skips the
+// entries that are not parameters there: the attention masks
+// (h.<i>.attn.bias, h.<i>.attn.masked_bias) and the tied lm_head.weight.
+// Any other graph (the Llama generator, hand-written IRs) uses its ids.
+//
+// # Loading
+//
+// Load reads every parameter of the graph from the file and reports, in
+// one INVALID_WEIGHTS error, every tensor that is missing, extra, of
+// another shape or of a dtype that does not widen to fp32 (F32, F16 and
+// BF16 do). Nothing is loaded unless everything fits.
+package weights
+
+import (
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+
+	"github.com/tmmu/tmmu/failure"
+	"github.com/tmmu/tmmu/ir"
+	"github.com/tmmu/tmmu/safetensors"
+)
+
+// Operator names the package in its failures.
+const Operator = "tmmu.weights"
+
+// Naming is how a graph's parameters are named outside tmmu.
+type Naming struct {
+	// Scheme is "gpt2" (the generator's GPT-2, Hugging Face names) or
+	// "ids" (the tensor ids).
+	Scheme string
+	// Names maps each parameter id to its name.
+	Names map[string]string
+	// ids lists the parameters in id order.
+	ids []string
+}
+
+// Params lists the graph's parameters in id order.
+func (n Naming) Params() []string { return n.ids }
+
+var gpt2Layer = regexp.MustCompile(`^h(\d+)\.(ln_1|ln_2|attn\.c_attn|attn\.c_proj|mlp\.c_fc|mlp\.c_proj)\.([wb])$`)
+
+// gpt2Name is the Hugging Face name of a GPT-2 generator parameter, or
+// "" when id is not one.
+func gpt2Name(id string) string {
+	suffix := func(c string) string {
+		if c == "w" {
+			return "weight"
+		}
+		return "bias"
+	}
+	switch id {
+	case "wte", "wpe":
+		return "transformer." + id + ".weight"
+	case "ln_f.w", "ln_f.b":
+		return "transformer.ln_f." + suffix(id[len(id)-1:])
+	}
+	if m := gpt2Layer.FindStringSubmatch(id); m != nil {
+		return fmt.Sprintf("transformer.h.%s.%s.%s", m[1], m[2], suffix(m[3]))
+	}
+	return ""
+}
+
+// NamingOf returns the naming of g's parameters: GPT-2's when every
+// parameter is a GPT-2 generator parameter (and wte is one), else the
+// ids.
+func NamingOf(g *ir.Graph) Naming {
+	n := Naming{Scheme: "gpt2", Names: map[string]string{}}
+	for i := range g.Tensors {
+		if t := &g.Tensors[i]; t.Role == ir.Parameter {
+			n.ids = append(n.ids, t.ID)
+		}
+	}
+	for _, id := range n.ids {
+		name := gpt2Name(id)
+		if name == "" {
+			n.Scheme = "ids"
+			break
+		}
+		n.Names[id] = name
+	}
+	if n.Scheme == "gpt2" && n.Names["wte"] == "" {
+		n.Scheme = "ids"
+	}
+	if n.Scheme == "ids" {
+		for _, id := range n.ids {
+			n.Names[id] = id
+		}
+	}
+	return n
+}
+
+// gpt2Skip matches the entries of Hugging Face GPT-2 files that are not
+// parameters of tmmu's GPT-2: attention mask buffers and the tied head.
+var gpt2Skip = regexp.MustCompile(`^(transformer\.)?h\.\d+\.attn\.(masked_)?bias$|^lm_head\.weight$`)
+
+// Load reads g's parameters from f, whole (a rank holding a ZeRO
+// partition cuts its part; engine.FromWeights). The result maps
+// parameter ids to their values.
+func Load(f *safetensors.File, g *ir.Graph) (map[string][]float32, error) {
+	n := NamingOf(g)
+	// In a GPT2Model file the names lack "transformer.".
+	prefix := ""
+	if n.Scheme == "gpt2" {
+		if _, ok := f.Lookup("transformer.wte.weight"); !ok {
+			if _, ok := f.Lookup("wte.weight"); ok {
+				prefix = "transformer."
+			}
+		}
+	}
+	used := map[string]bool{}
+	var missing, shapes, dtypes []string
+	out := map[string][]float32{}
+	for _, id := range n.ids {
+		name := strings.TrimPrefix(n.Names[id], prefix)
+		ti, _ := g.TensorIndex(id)
+		t := &g.Tensors[ti]
+		info, ok := f.Lookup(name)
+		if !ok {
+			missing = append(missing, fmt.Sprintf("%s %v", name, t.Shape))
+			continue
+		}
+		used[name] = true
+		if !slices.Equal(info.Shape, t.Shape) {
+			shapes = append(shapes, fmt.Sprintf("%s is %v, the graph's %s is %v", name, info.Shape, id, t.Shape))
+			continue
+		}
+		if !safetensors.Widens(info.DType) {
+			dtypes = append(dtypes, fmt.Sprintf("%s is %s", name, info.DType))
+			continue
+		}
+		if len(missing)+len(shapes)+len(dtypes) > 0 {
+			continue // read nothing more once something is wrong
+		}
+		v, err := f.Float32s(info)
+		if err != nil {
+			return nil, err
+		}
+		out[id] = v
+	}
+	var extra []string
+	for _, info := range f.Tensors {
+		if used[info.Name] || (n.Scheme == "gpt2" && gpt2Skip.MatchString(info.Name)) {
+			continue
+		}
+		extra = append(extra, info.Name)
+	}
+	if len(missing)+len(shapes)+len(dtypes)+len(extra) == 0 {
+		return out, nil
+	}
+	var parts []string
+	add := func(what string, list []string) {
+		if len(list) == 0 {
+			return
+		}
+		more := ""
+		if len(list) > 20 {
+			more = fmt.Sprintf(" and %d more", len(list)-20)
+			list = list[:20]
+		}
+		parts = append(parts, fmt.Sprintf("%d %s: %s%s", len(list), what, strings.Join(list, ", "), more))
+	}
+	add("missing", missing)
+	add("of another shape", shapes)
+	add("of a dtype that does not widen to fp32 (F32, F16, BF16 do)", dtypes)
+	add("not parameters of the graph", extra)
+	e := failure.New(failure.InvalidWeights, Operator,
+		fmt.Sprintf("the weights do not fit %s's %d parameters (names: %s): %s", g.Name, len(n.ids), n.Scheme, strings.Join(parts, "; ")))
+	if len(missing) > 0 {
+		e.With("missing", len(missing))
+	}
+	if len(extra) > 0 {
+		e.With("extra", len(extra))
+	}
+	return nil, e
+}
+
+// Exported is one tensor for Export: a parameter (or its optimizer
+// state) with its values.
+type Exported struct {
+	ID     string
+	Values []float32
+}
+
+// Export returns the safetensors tensors of a whole (unpartitioned)
+// state: every parameter under its name, and with optimizer true the
+// AdamW moments too, as "<name>.exp_avg" and "<name>.exp_avg_sq". state
+// maps tensor ids to values; the optimizer state of parameter p is
+// looked up under the generators' ids (adam.m/p, adam.v/p) and the
+// importer's (p.exp_avg, p.exp_avg_sq).
+func Export(g *ir.Graph, state map[string][]float32, optimizer bool) ([]safetensors.Tensor, error) {
+	n := NamingOf(g)
+	var out []safetensors.Tensor
+	for _, id := range n.ids {
+		ti, _ := g.TensorIndex(id)
+		shape := g.Tensors[ti].Shape
+		v, ok := state[id]
+		if !ok {
+			return nil, fmt.Errorf("weights: the state has no parameter %q", id)
+		}
+		out = append(out, safetensors.F32Tensor(n.Names[id], shape, v))
+		if !optimizer {
+			continue
+		}
+		for _, m := range [][3]string{{"adam.m/" + id, id + ".exp_avg", ".exp_avg"}, {"adam.v/" + id, id + ".exp_avg_sq", ".exp_avg_sq"}} {
+			v, ok := state[m[0]]
+			if !ok {
+				v, ok = state[m[1]]
+			}
+			if !ok {
+				return nil, fmt.Errorf("weights: the state has no %s of %q (optimizer state is written for AdamW)", m[2][1:], id)
+			}
+			out = append(out, safetensors.F32Tensor(n.Names[id]+m[2], shape, v))
+		}
+	}
+	return out, nil
+}
