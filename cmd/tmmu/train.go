@@ -37,9 +37,9 @@ type trainStep struct {
 	Step       uint64   `json:"step"`
 	Loss       float32  `json:"loss"`
 	ValLoss    *float64 `json:"val_loss,omitempty"` // mean over --val-batches batches of --val-data
-	Seconds    float64 `json:"seconds"` // the step itself (feed, kernels, loss readback)
-	State      string  `json:"state_hash,omitempty"`
-	Checkpoint string  `json:"checkpoint,omitempty"` // the object stored after the step
+	Seconds    float64  `json:"seconds"`            // the step itself (feed, kernels, loss readback)
+	State      string   `json:"state_hash,omitempty"`
+	Checkpoint string   `json:"checkpoint,omitempty"` // the object stored after the step
 }
 
 type trainResult struct {
