@@ -2,6 +2,7 @@ package data
 
 import (
 	"crypto/sha256"
+	"errors"
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
@@ -298,7 +299,7 @@ func (d *Dataset) readRange(parts []part, a, b uint64, dst []int64, buf *[]byte)
 		}
 		bb := (*buf)[:nb]
 		if _, err := p.src.ReadAt(bb, p.off+int64(lo)*int64(p.elem.size)); err != nil {
-			return failure.New(failure.IOError, Operator, fmt.Sprintf("reading %s: %v", p.src.Name(), err), "file", p.src.Name()).Wrap(err)
+			return readError(p.src, err)
 		}
 		d.read.Add(uint64(nb))
 		decodeInts(p.elem, bb, dst[max(a, p.first)-a:])
@@ -386,7 +387,7 @@ func (d *Dataset) Scan(limit uint64) (Summary, error) {
 		size := p.src.Size()
 		read := func(off int64, n int) ([]byte, error) {
 			if _, err := p.src.ReadAt(buf[:n], off); err != nil && !(err == io.EOF && off+int64(n) == size) {
-				return nil, failure.New(failure.IOError, Operator, fmt.Sprintf("reading %s: %v", p.src.Name(), err), "file", p.src.Name()).Wrap(err)
+				return nil, readError(p.src, err)
 			}
 			h.Write(buf[:n])
 			return buf[:n], nil
@@ -458,4 +459,14 @@ func (d *Dataset) TokenBytes() uint64 {
 		return 0
 	}
 	return uint64(d.parts[0].elem.size)
+}
+
+// readError is a failed read of src: its own failure when it carries
+// one (a stored block that is gone or changed), else IO_ERROR.
+func readError(src Source, err error) error {
+	var fe *failure.Error
+	if errors.As(err, &fe) {
+		return err
+	}
+	return failure.New(failure.IOError, Operator, fmt.Sprintf("reading %s: %v", src.Name(), err), "file", src.Name()).Wrap(err)
 }

@@ -190,7 +190,7 @@ func (d *Dataset) readSample(idx uint64, dst []float32, buf *[]byte) error {
 		}
 		b := (*buf)[:size]
 		if _, err := p.src.ReadAt(b, p.off+int64((idx-p.first)*size)); err != nil {
-			return failure.New(failure.IOError, Operator, fmt.Sprintf("reading %s: %v", p.src.Name(), err), "file", p.src.Name()).Wrap(err)
+			return readError(p.src, err)
 		}
 		d.read.Add(size)
 		if p.elem.kind == 'f' {
