@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/tmmu/tmmu/checkpoint"
+	"github.com/tmmu/tmmu/datastore"
 	"github.com/tmmu/tmmu/coord/api"
 	"github.com/tmmu/tmmu/rendezvous"
 	"github.com/tmmu/tmmu/transport"
@@ -85,6 +86,7 @@ func (n *Node) RunAgreement(ctx context.Context, l Leading) {
 		if s, _ := n.applied(); s != nil {
 			a.trackAbsent(ctx, s) // on every node: any node answers tmmu status
 		}
+		a.openStores(ctx, l.Store) // on every node: any node serves the data API
 		if !n.IsLeader() {
 			a.stopAll()
 			continue
@@ -104,6 +106,36 @@ func (n *Node) RunAgreement(ctx context.Context, l Leading) {
 			a.announceChanges(ctx, s)
 			a.checkMembership(ctx, s)
 		}
+	}
+}
+
+// openStores opens, once, the stores the data API needs on every node:
+// datasets and weights (datastore.Bucket) and the checkpoints (ckpt, or
+// the default checkpoint bucket).
+func (a *agreement) openStores(ctx context.Context, ckpt checkpoint.Store) {
+	n := a.n
+	if n.dataStore.Load() == nil {
+		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		st, err := checkpoint.NewNATSStore(sctx, a.t.JetStream(), checkpoint.NATSConfig{Bucket: datastore.Bucket})
+		cancel()
+		if err != nil {
+			n.log.Warn("opening the data store", "err", err)
+		} else {
+			n.SetDataStore(st)
+		}
+	}
+	if n.ckptStore.Load() == nil {
+		if ckpt == nil {
+			sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			st, err := checkpoint.NewNATSStore(sctx, a.t.JetStream(), checkpoint.NATSConfig{})
+			cancel()
+			if err != nil {
+				n.log.Warn("opening the checkpoint store", "err", err)
+				return
+			}
+			ckpt = st
+		}
+		n.SetCheckpointStore(ckpt)
 	}
 }
 

@@ -269,6 +269,7 @@ func (n *Node) Handler() http.Handler {
 		}
 		writeJSON(w, http.StatusOK, n.Status())
 	}))
+	n.dataHandlers(mux)
 	mux.HandleFunc("GET /v1/status", n.readable(func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, n.Status()) }))
 	mux.HandleFunc("GET /livez", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {

@@ -223,6 +223,9 @@ type Node struct {
 	// irStore keeps the jobs' IRs (IRBucket), irCache the recent ones.
 	irStore atomic.Pointer[checkpoint.Store]
 	irCache irCache
+	// dataStore keeps datasets and weights (datastore.Bucket), ckptStore
+	// the checkpoints the API serves (tmmu job export).
+	dataStore, ckptStore atomic.Pointer[checkpoint.Store]
 	// subs are the submissions being planned or recently answered, by
 	// job name (leader only); planning holds a slot while one is planned.
 	subMu    sync.Mutex

@@ -71,7 +71,11 @@ func PrepareSubmit(req *api.SubmitRequest) (*api.Command, *shard.GlobalPlan, err
 	}
 	js := &api.JobSpec{Name: req.Name, ShardSpec: *rs, ArenaConfig: req.ArenaConfig, Mode: req.Mode, Strategy: req.Strategy,
 		ReplanPolicy: policy, Steps: req.Steps, Window: req.Window, Source: req.Model, Elastic: req.Elastic, DataMode: req.DataMode,
-		CheckpointEvery: req.CheckpointEvery, CheckpointKeep: req.CheckpointKeep, Seed: req.Seed}
+		CheckpointEvery: req.CheckpointEvery, CheckpointKeep: req.CheckpointKeep, Seed: req.Seed,
+		Data: req.Data, Weights: req.Weights, Optimizer: req.Optimizer}
+	if err := checkData(js, m); err != nil {
+		return nil, nil, err
+	}
 	if js.CheckpointEvery == 0 {
 		js.CheckpointEvery = api.DefaultCheckpointEvery
 	}

@@ -155,12 +155,24 @@ func (n *Node) plan(sub *submission, req *api.SubmitRequest) {
 func (n *Node) prepare(sub *submission, req *api.SubmitRequest) (int, any) {
 	n.planning <- struct{}{}
 	defer func() { <-n.planning }()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := n.resolveData(ctx, req); err != nil {
+		return storeStatus(err), apiError(err)
+	}
 	cmd, _, err := PrepareSubmit(req)
 	if err != nil {
 		return http.StatusBadRequest, apiError(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	if req.Weights != nil {
+		m, err := ir.DecodeCBOR(cmd.Spec.Model)
+		if err == nil {
+			err = n.checkWeights(ctx, req.Weights, m)
+		}
+		if err != nil {
+			return storeStatus(err), apiError(err)
+		}
+	}
 	d, err := n.putModel(ctx, cmd.Spec.Model)
 	if err != nil {
 		return http.StatusServiceUnavailable, apiError(err)

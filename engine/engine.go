@@ -477,8 +477,31 @@ func (e *Engine) run(ctx context.Context, step uint64, key string, forward bool)
 }
 
 // adamCorrections is where the adamw kernel's params hold the step's
-// bias corrections 1 − β1^t and 1 − β2^t.
-const adamCorrections = 16
+// bias corrections 1 − β1^t and 1 − β2^t, adamHyper its lr, β1, β2, ε
+// and weight decay.
+const (
+	adamCorrections = 16
+	adamHyper       = 11
+)
+
+// SetAdamW replaces the optimizer's hyper-parameters from the next step
+// on (every prepared update takes them).
+func (e *Engine) SetAdamW(a AdamW) error {
+	e.opts.AdamW = a
+	words := []uint32{f32(a.LR), f32(a.Beta1), f32(a.Beta2), f32(a.Eps), f32(a.WeightDecay)}
+	for i := range e.actions {
+		act := &e.actions[i]
+		for j, p := range act.prepared {
+			if act.launches[j].Kernel != "adamw" {
+				continue
+			}
+			if err := p.SetParams(adamHyper, words); err != nil {
+				return fmt.Errorf("engine: node %s: %w", act.node, deviceError(err))
+			}
+		}
+	}
+	return nil
+}
 
 // StateHash seals the persistent state after a step.
 type StateHash [32]byte

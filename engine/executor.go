@@ -33,7 +33,8 @@ type Executor struct {
 // Configure applies the job's setup (runner.Configurer): in
 // confidential and regulated data modes the engine refuses debug fills
 // and the executor reports only the state hash, not the loss; the seed
-// picks the batches; collectives are keyed by the epoch.
+// picks the batches; collectives are keyed by the epoch; the job's
+// optimizer, initial weights and datasets replace the defaults.
 func (x *Executor) Configure(s runner.Setup) error {
 	if err := s.DataMode.Check(); err != nil {
 		return fmt.Errorf("engine: %w", err)
@@ -44,6 +45,28 @@ func (x *Executor) Configure(s runner.Setup) error {
 	}
 	x.e.opts.Seed = s.Seed
 	x.e.keyPrefix = fmt.Sprintf("e%d/", s.Epoch)
+	if a := s.AdamW; a != [5]float32{} {
+		if err := x.e.SetAdamW(AdamW{LR: a[0], Beta1: a[1], Beta2: a[2], Eps: a[3], WeightDecay: a[4]}); err != nil {
+			return err
+		}
+	}
+	if s.Weights != nil {
+		x.e.opts.Weights = s.Weights
+		if err := x.e.InitState(nil); err != nil {
+			return err
+		}
+	}
+	if s.Data != nil {
+		in, err := lmInputsOf(x.e.g)
+		if err != nil {
+			return unsupported("feeding a dataset: %v (datasets feed language models with inputs tokens and labels [batch, seq])", err)
+		}
+		train, val, err := s.Data(in.S, in.B*x.e.opts.DataSize)
+		if err != nil {
+			return err
+		}
+		return x.SetData(Data{Train: train, Val: val, ValBatches: s.ValBatches})
+	}
 	return nil
 }
 

@@ -27,6 +27,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/tmmu/tmmu/data"
 	"github.com/tmmu/tmmu/ir"
 	"github.com/tmmu/tmmu/planner"
 )
@@ -51,6 +52,10 @@ type StepStats struct {
 	// sealed when asked: StateCarrier.StateHash.)
 	HasLoss bool    `json:"has_loss,omitempty"`
 	Loss    float64 `json:"loss,omitempty"`
+	// HasValLoss is set after a step the job validates at (a Validator's
+	// loss).
+	HasValLoss bool    `json:"has_val_loss,omitempty"`
+	ValLoss    float64 `json:"val_loss,omitempty"`
 }
 
 // MemoryReporter is implemented by executors that hold device memory:
@@ -100,6 +105,26 @@ type Setup struct {
 	// by it, so ranks of an abandoned timeline (a rollback) never mix
 	// their data with the new one's.
 	Epoch uint64
+	// Data makes the job's sample streams for a graph's rows of seq
+	// tokens and a global batch of batch rows (nil: the synthetic task);
+	// val is nil without validation data. ValBatches is how many batches
+	// a validation reads.
+	Data       func(seq, batch uint64) (train, val *data.Stream, err error)
+	ValBatches uint64
+	// Weights are the initial weights, whole parameters by id (nil: the
+	// executor's default initialisation).
+	Weights map[string][]float32
+	// AdamW is lr, β1, β2, ε and the weight decay (zero: the executor's
+	// default).
+	AdamW [5]float32
+}
+
+// Validator is implemented by executors that compute a validation loss
+// (the mean over the validation data's first batches, forward only): ok
+// is false when there is no validation data or the loss is not
+// reported (confidential and regulated modes).
+type Validator interface {
+	Validate(ctx context.Context, step uint64) (loss float64, ok bool, err error)
 }
 
 // Configurer is implemented by executors that handle tensor data or

@@ -23,8 +23,12 @@ type Permissions struct {
 // reads and writes (through the bucket APIs).
 const checkpointStream = "OBJ_tmmu_checkpoints"
 
+// DataStream is the stream behind the object store of datasets and
+// weights (datastore.Bucket), which workers only read.
+const DataStream = "OBJ_tmmu_data"
+
 // workerStreams are the streams behind the buckets a worker uses.
-var workerStreams = []string{"KV_" + Bucket, "KV_" + StepsBucket, "KV_" + ProgressBucket, "KV_" + CollectiveBucket, "KV_" + CheckpointBucket, checkpointStream}
+var workerStreams = []string{"KV_" + Bucket, "KV_" + StepsBucket, "KV_" + ProgressBucket, "KV_" + CollectiveBucket, "KV_" + CheckpointBucket, checkpointStream, DataStream}
 
 // WorkerPermissions returns the NATS permissions of a worker identity:
 //
@@ -34,8 +38,9 @@ var workerStreams = []string{"KV_" + Bucket, "KV_" + StepsBucket, "KV_" + Progre
 //     "tmmu.<job>.replan.<token>" and "tmmu.<job>.recover.<token>"; and
 //     the checkpoint object store's chunks and metadata (objects are
 //     named by their SHA-256, which readers check);
-//   - JetStream: reading the buckets (stream info, direct and message
-//     gets, ephemeral consumers with flow control on those streams) and
+//   - JetStream: reading the buckets, the datasets and weights store
+//     among them (stream info, direct and message gets, ephemeral
+//     consumers with flow control on those streams) and
 //     nothing else: no stream is created, changed, purged, deleted,
 //     mirrored or sourced, so nothing can be republished into the
 //     coordinators' subjects;

@@ -118,10 +118,35 @@ func NamingOf(g *ir.Graph) Naming {
 // parameters of tmmu's GPT-2: attention mask buffers and the tied head.
 var gpt2Skip = regexp.MustCompile(`^(transformer\.)?h\.\d+\.attn\.(masked_)?bias$|^lm_head\.weight$`)
 
+// Check checks f's header against g's parameters (see Load), reading
+// no tensor data.
+func Check(f *safetensors.File, g *ir.Graph) error {
+	_, err := match(f, g)
+	return err
+}
+
 // Load reads g's parameters from f, whole (a rank holding a ZeRO
-// partition cuts its part; engine.FromWeights). The result maps
+// partition cuts its part; engine.Options.Weights). The result maps
 // parameter ids to their values.
 func Load(f *safetensors.File, g *ir.Graph) (map[string][]float32, error) {
+	infos, err := match(f, g)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string][]float32, len(infos))
+	for id, info := range infos {
+		v, err := f.Float32s(info)
+		if err != nil {
+			return nil, err
+		}
+		out[id] = v
+	}
+	return out, nil
+}
+
+// match pairs every parameter of g with its tensor in f, or reports
+// every problem at once.
+func match(f *safetensors.File, g *ir.Graph) (map[string]safetensors.Info, error) {
 	n := NamingOf(g)
 	// In a GPT2Model file the names lack "transformer.".
 	prefix := ""
@@ -134,7 +159,7 @@ func Load(f *safetensors.File, g *ir.Graph) (map[string][]float32, error) {
 	}
 	used := map[string]bool{}
 	var missing, shapes, dtypes []string
-	out := map[string][]float32{}
+	out := map[string]safetensors.Info{}
 	for _, id := range n.ids {
 		name := strings.TrimPrefix(n.Names[id], prefix)
 		ti, _ := g.TensorIndex(id)
@@ -145,22 +170,14 @@ func Load(f *safetensors.File, g *ir.Graph) (map[string][]float32, error) {
 			continue
 		}
 		used[name] = true
-		if !slices.Equal(info.Shape, t.Shape) {
+		switch {
+		case !slices.Equal(info.Shape, t.Shape):
 			shapes = append(shapes, fmt.Sprintf("%s is %v, the graph's %s is %v", name, info.Shape, id, t.Shape))
-			continue
-		}
-		if !safetensors.Widens(info.DType) {
+		case !safetensors.Widens(info.DType):
 			dtypes = append(dtypes, fmt.Sprintf("%s is %s", name, info.DType))
-			continue
+		default:
+			out[id] = info
 		}
-		if len(missing)+len(shapes)+len(dtypes) > 0 {
-			continue // read nothing more once something is wrong
-		}
-		v, err := f.Float32s(info)
-		if err != nil {
-			return nil, err
-		}
-		out[id] = v
 	}
 	var extra []string
 	for _, info := range f.Tensors {

@@ -184,7 +184,7 @@ func (w *run) become(p *epochPlan, step uint64, from *epochPlan) error {
 		}
 	}
 	if c, ok := exec.(runner.Configurer); ok {
-		if err := c.Configure(runner.Setup{DataMode: w.dataMode, Seed: w.seed, Epoch: p.epoch}); err != nil {
+		if err := c.Configure(w.data.setup(runner.Setup{DataMode: w.dataMode, Seed: w.seed, Epoch: p.epoch})); err != nil {
 			closeExecutor(exec)
 			return err
 		}
@@ -234,7 +234,7 @@ func (w *run) checkpoint(ctx context.Context, p *epochPlan, step uint64, stats r
 		return nil
 	}
 	t := time.Now()
-	s := &checkpoint.Shard{Step: step, Rank: p.rank, World: p.world, Seed: w.seed}
+	s := &checkpoint.Shard{Step: step, Rank: p.rank, World: p.world, Seed: w.seed, DataDigest: w.data.digest()}
 	if x, ok := p.exec.(runner.StateCarrier); ok {
 		st, err := x.Export()
 		if err != nil {

@@ -167,8 +167,10 @@ type Result struct {
 	Replans       uint64 // replan requests this worker sent
 	// Losses are the training losses of the steps run, in order, when
 	// the executor computes (cpu, webgpu). After a rollback the steps
-	// run again add their losses again.
-	Losses []float64
+	// run again add their losses again. Validations are the validation
+	// losses, with their steps, the same way.
+	Losses      []float64
+	Validations []Validation
 	// LastState is the sealed state hash of the state the run ended with
 	// (CommitExecution_v1) when the executor computes, sealed once at
 	// the end.
@@ -181,6 +183,24 @@ type Result struct {
 	// Abandoned the steps a rollback cut short; Reclaims the times it
 	// claimed its rank again after losing the lease.
 	Checkpoints, Restores, Rollbacks, Abandoned, Reclaims uint64
+}
+
+// Validation is a validation loss after a step: the mean loss over the
+// validation set's first batches (this rank's rows of them).
+type Validation struct {
+	Step uint64  `json:"step"`
+	Loss float64 `json:"loss"`
+}
+
+// validates says whether the job validates after step: every
+// data.val_every steps, and after its last step.
+func (w *run) validates(step uint64) bool {
+	d := w.data
+	if d == nil || d.spec == nil || d.spec.Val == nil {
+		return false
+	}
+	spec := w.current().Spec
+	return (d.spec.ValEvery > 0 && step%d.spec.ValEvery == 0) || step == spec.Steps
 }
 
 // Switch is a plan change at a safepoint: from Step on the rank runs
@@ -246,6 +266,8 @@ type run struct {
 	viewKey viewKey
 	// setup is what executors are told about the job.
 	dataMode ir.DataMode
+	// data is the job's datasets, initial weights and optimizer.
+	data *jobData
 	seed     uint64
 	// job is the job as last fetched. It is kept from step to step and
 	// fetched again only when an announcement, a failed outcome or the
@@ -444,6 +466,9 @@ func (w *run) run(ctx context.Context) error {
 	}
 	w.world = job.Spec.ShardSpec.WorldSize
 	w.dataMode, w.seed = job.Spec.DataMode, job.Spec.Seed
+	if err := w.prepareData(ctx, job); err != nil {
+		return err
+	}
 	if w.store == nil {
 		if w.store, err = checkpoint.WaitNATSStore(ctx, cfg.Transport.JetStream(), checkpoint.NATSConfig{}); err != nil {
 			return err
@@ -590,6 +615,10 @@ func (w *run) run(ctx context.Context) error {
 			w.res.Losses = append(w.res.Losses, stats.Loss)
 			w.log.Debug("step", "step", step, "loss", stats.Loss)
 		}
+		if stats.HasValLoss {
+			w.res.Validations = append(w.res.Validations, Validation{Step: step, Loss: stats.ValLoss})
+			w.log.Info("validated", "step", step, "val_loss", stats.ValLoss)
+		}
 		w.res.StepTime += took
 		w.res.StepsRun++
 		w.res.LastStep = step
@@ -666,6 +695,11 @@ func (w *run) step(ctx context.Context, p *epochPlan, step uint64) (runner.StepS
 		}
 	}()
 	stats, err := p.exec.Step(sctx, step)
+	if v, ok := p.exec.(runner.Validator); ok && err == nil && w.validates(step) {
+		// Every rank validates at the same steps (its collectives pair
+		// up), after the step and under the same cancellation.
+		stats.ValLoss, stats.HasValLoss, err = v.Validate(sctx, step)
+	}
 	close(done)
 	<-exited
 	if superseded {

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tmmu/tmmu/datastore"
 	"github.com/tmmu/tmmu/failure"
 	"github.com/tmmu/tmmu/shard"
 )
@@ -348,4 +349,97 @@ func (c *Client) Replan(ctx context.Context, job, token string, req *ReplanReque
 		cc.Token = token
 	}
 	return &out, cc.do(ctx, http.MethodPost, "/v1/jobs/"+url.PathEscape(job)+"/replan", body, &out)
+}
+
+// PutFile streams a file to the data store (POST /v1/files) and returns
+// how it is stored. r is read from its start again when a coordinator
+// fails before answering; the upload is bounded by ctx, not by the
+// client's request timeout.
+func (c *Client) PutFile(ctx context.Context, name string, r io.ReadSeeker, size int64) (datastore.FileRef, error) {
+	var ref datastore.FileRef
+	hc := *c.HTTP
+	hc.Timeout = 0
+	var last error
+	for _, base := range c.URLs {
+		if _, err := r.Seek(0, io.SeekStart); err != nil {
+			return ref, err
+		}
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/files?name="+url.QueryEscape(name), io.NopCloser(r))
+		if err != nil {
+			return ref, err
+		}
+		req.ContentLength = size
+		req.Header.Set("Content-Type", "application/octet-stream")
+		if c.Token != "" {
+			req.Header.Set("Authorization", "Bearer "+c.Token)
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			if ctx.Err() != nil {
+				return ref, ctx.Err()
+			}
+			last = err
+			continue
+		}
+		data, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		switch {
+		case err != nil:
+			last = err
+			continue
+		case resp.StatusCode == http.StatusServiceUnavailable || resp.StatusCode >= 500 && resp.StatusCode != http.StatusInsufficientStorage:
+			last = fmt.Errorf("coord: POST %s/v1/files: %s: %s", base, resp.Status, apiMessage(data))
+			continue
+		case resp.StatusCode >= 400:
+			if fe := apiFailure(data); fe != nil {
+				return ref, fe
+			}
+			return ref, fmt.Errorf("coord: %s: %s", resp.Status, apiMessage(data))
+		}
+		return ref, json.Unmarshal(data, &ref)
+	}
+	if last == nil {
+		last = errors.New("coord: no coordinator URL")
+	}
+	return ref, last
+}
+
+// CommitDataset names a dataset (or weights file) made of stored files.
+func (c *Client) CommitDataset(ctx context.Context, name string, req datastore.Request) (*datastore.Entry, error) {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return nil, err
+	}
+	var e datastore.Entry
+	return &e, c.do(ctx, http.MethodPut, "/v1/datasets/"+url.PathEscape(name), body, &e)
+}
+
+// Datasets lists the named datasets.
+func (c *Client) Datasets(ctx context.Context) ([]datastore.Entry, error) {
+	var out []datastore.Entry
+	return out, c.do(ctx, http.MethodGet, "/v1/datasets", nil, &out)
+}
+
+// Dataset returns a named dataset's manifest.
+func (c *Client) Dataset(ctx context.Context, name string) (*datastore.Entry, error) {
+	var e datastore.Entry
+	return &e, c.do(ctx, http.MethodGet, "/v1/datasets/"+url.PathEscape(name), nil, &e)
+}
+
+// RemoveDataset removes a name and collects what nothing holds any more
+// (force: even while running jobs pinned it).
+func (c *Client) RemoveDataset(ctx context.Context, name string, force bool) (*DataRemoved, error) {
+	q := ""
+	if force {
+		q = "?force=1"
+	}
+	var out DataRemoved
+	return &out, c.do(ctx, http.MethodDelete, "/v1/datasets/"+url.PathEscape(name)+q, nil, &out)
+}
+
+// CheckpointShard returns one rank's object of a job's committed
+// checkpoint (checkpoint.Encode's bytes).
+func (c *Client) CheckpointShard(ctx context.Context, job string, step, rank uint64) ([]byte, error) {
+	var b []byte
+	return b, c.do(ctx, http.MethodGet, fmt.Sprintf("/v1/jobs/%s/checkpoints/%d/shards/%d", url.PathEscape(job), step, rank), nil, &b)
 }

@@ -60,6 +60,12 @@ type JobSpec struct {
 	// derive from (Seed, step, rank), so a rank that goes back to a
 	// checkpoint computes the same steps again.
 	Seed uint64 `json:"seed,omitempty" cbor:"seed,omitempty"`
+	// Data is what the job trains on (nil: the synthetic counting task);
+	// Weights the initial weights (nil: the default initialisation);
+	// Optimizer its optimizer (nil: DefaultOptimizer).
+	Data      *DataSpec  `json:"data,omitempty" cbor:"data,omitempty"`
+	Weights   *DataRef   `json:"weights,omitempty" cbor:"weights,omitempty"`
+	Optimizer *Optimizer `json:"optimizer,omitempty" cbor:"optimizer,omitempty"`
 }
 
 // Checkpoint defaults.
@@ -761,6 +767,9 @@ func specDiff(j *Job, c *Command) []string {
 		{"checkpoint_every", a.CheckpointEvery == b.CheckpointEvery},
 		{"checkpoint_keep", a.CheckpointKeep == b.CheckpointKeep},
 		{"seed", a.Seed == b.Seed},
+		{"data", sameJSON(a.Data, b.Data)},
+		{"weights", sameJSON(a.Weights, b.Weights)},
+		{"optimizer", a.OptimizerOf() == b.OptimizerOf()},
 	} {
 		if !f.same {
 			out = append(out, f.name)

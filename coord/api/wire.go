@@ -75,6 +75,12 @@ type SubmitRequest struct {
 	CheckpointEvery uint64 `json:"checkpoint_every,omitempty"`
 	CheckpointKeep  uint64 `json:"checkpoint_keep,omitempty"`
 	Seed            uint64 `json:"seed,omitempty"`
+	// Data is what the job trains on (a stored dataset's name, or
+	// file:// URLs with the digest and scan the submitter computed);
+	// Weights its initial weights; Optimizer its optimizer (see JobSpec).
+	Data      *DataSpec  `json:"data,omitempty"`
+	Weights   *DataRef   `json:"weights,omitempty"`
+	Optimizer *Optimizer `json:"optimizer,omitempty"`
 }
 
 // OpCoordinator names the coordinator in its failures.

@@ -24,6 +24,7 @@ type metrics struct {
 	steps       prometheus.Counter
 	duration    prometheus.Histogram
 	loss        prometheus.Gauge
+	valLoss     prometheus.Gauge
 	arena       prometheus.Gauge
 	plans       prometheus.Counter
 	ckpts       prometheus.Counter
@@ -41,6 +42,7 @@ func newMetrics() *metrics {
 	m.duration = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tmmu_worker_step_duration_seconds", Help: "Time running one step (barrier excluded).",
 		Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)})
 	m.loss = prometheus.NewGauge(prometheus.GaugeOpts{Name: "tmmu_worker_loss", Help: "The training loss of the last step (computing executors only)."})
+	m.valLoss = prometheus.NewGauge(prometheus.GaugeOpts{Name: "tmmu_worker_val_loss", Help: "The last validation loss: the mean loss over this rank's rows of the validation set's first batches (jobs with validation data)."})
 	m.arena = prometheus.NewGauge(prometheus.GaugeOpts{Name: "tmmu_arena_peak_bytes", Help: "Reserved bytes of the running plan's arenas."})
 	m.plans = prometheus.NewCounter(prometheus.CounterOpts{Name: "tmmu_worker_plans_total", Help: "Plans this worker started running (the first one and every switch at a safepoint)."})
 	m.ckpts = prometheus.NewCounter(prometheus.CounterOpts{Name: "tmmu_checkpoints_total", Help: "Shards of checkpoints this worker stored and reported."})
@@ -54,7 +56,7 @@ func newMetrics() *metrics {
 	for _, to := range []string{"nats", "etcd", "coordinator"} {
 		m.reconnects.WithLabelValues(to)
 	}
-	m.reg.MustRegister(m.steps, m.duration, m.loss, m.arena, m.plans, m.ckpts, m.ckptBytes, m.ckptTime, m.restores, m.restoreTime, m.reconnects, collectors.NewGoCollector())
+	m.reg.MustRegister(m.steps, m.duration, m.loss, m.valLoss, m.arena, m.plans, m.ckpts, m.ckptBytes, m.ckptTime, m.restores, m.restoreTime, m.reconnects, collectors.NewGoCollector())
 	return m
 }
 
@@ -138,6 +140,19 @@ func (x *measured) Step(ctx context.Context, step uint64) (runner.StepStats, err
 		}
 	}
 	return st, err
+}
+
+// Validate validates when the executor can (runner.Validator).
+func (x *measured) Validate(ctx context.Context, step uint64) (float64, bool, error) {
+	v, ok := x.Executor.(runner.Validator)
+	if !ok {
+		return 0, false, nil
+	}
+	loss, has, err := v.Validate(ctx, step)
+	if err == nil && has {
+		x.m.valLoss.Set(loss)
+	}
+	return loss, has, err
 }
 
 func (x *measured) Configure(s runner.Setup) error {
