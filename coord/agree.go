@@ -10,8 +10,8 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/tmmu/tmmu/checkpoint"
-	"github.com/tmmu/tmmu/datastore"
 	"github.com/tmmu/tmmu/coord/api"
+	"github.com/tmmu/tmmu/datastore"
 	"github.com/tmmu/tmmu/rendezvous"
 	"github.com/tmmu/tmmu/transport"
 )

@@ -2,9 +2,9 @@ package data
 
 import (
 	"crypto/sha256"
-	"errors"
 	"encoding/binary"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"math"
