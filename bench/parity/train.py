@@ -6,6 +6,8 @@ user would, eager fp32 on the CPU, on the same weights and batches as
     train.py --init W.safetensors [config]          write initial weights
     train.py --weights W --data D --steps N [config] [--export OUT]
              [--val-data V --val-batches K]
+    train.py --weights W --val-data V --val-batches K --steps 0 [config]
+                                                   the loss of W on V only
 
 The batches follow tmmu's sequential order: with T tokens (little-endian
 uint16 or uint32, --data-format), row r of the k-th step (k = 0 first) of
@@ -109,7 +111,7 @@ def main():
         write_safetensors(a.init, model.state_dict())
         return 0
     model.load_state_dict(read_safetensors(a.weights), strict=True)
-    tokens = np.fromfile(a.data, dtype=np.dtype(a.data_format).newbyteorder("<"))
+    tokens = np.fromfile(a.data, dtype=np.dtype(a.data_format).newbyteorder("<")) if a.data else None
     opt = torch.optim.AdamW(model.parameters(), lr=a.lr, betas=(a.beta1, a.beta2), eps=a.eps,
                             weight_decay=a.weight_decay)
     losses = []
@@ -123,7 +125,7 @@ def main():
         losses.append(loss.item())
     seconds = time.perf_counter() - t0
     out = {"framework": "pytorch " + torch.__version__, "threads": torch.get_num_threads(),
-           "losses": losses, "seconds": seconds, "steps_per_second": a.steps / seconds}
+           "losses": losses, "seconds": seconds, "steps_per_second": a.steps / seconds if a.steps else 0}
     if a.val_data:
         val = np.fromfile(a.val_data, dtype=np.dtype(a.data_format).newbyteorder("<"))
         with torch.no_grad():

@@ -24,9 +24,12 @@ import (
 
 var jobCmd = &command{
 	name:    "job",
-	summary: "Submit jobs to a coordinator cluster, list them, show a job's epochs and checkpoints, cancel or delete a job.",
+	summary: "Submit jobs to a coordinator cluster, list them, show a job's epochs and checkpoints, export a checkpoint's weights as safetensors, cancel or delete a job.",
 	usage: "job submit IR|--source FILE --shard-spec SPEC --name NAME [--steps N] [--mode M] [--strategy S] [--arena-config FILE] [--replan-policy P] [--data-mode M]\n" +
-		"           [--checkpoint-every N] [--checkpoint-keep K] [--seed S] [--elastic] [cluster flags] [-o text|json]\n" +
+		"           [--checkpoint-every N] [--checkpoint-keep K] [--seed S] [--elastic]\n" +
+		"           [--data NAME|file:///PATH[,...] [--data-format F] [--order shuffled|sequential] [--val-data NAME|file:///PATH [--val-every N] [--val-batches N]]]\n" +
+		"           [--weights NAME|FILE|file:///PATH] [--lr X] [--beta1 X] [--beta2 X] [--eps X] [--weight-decay X] [cluster flags] [-o text|json]\n" +
+		"       tmmu job export NAME --out FILE.safetensors [--step N] [--with-optimizer] [cluster flags]\n" +
 		"       tmmu job list [cluster flags] [-o text|json]\n" +
 		"       tmmu job history NAME [cluster flags] [-o text|json]\n" +
 		"       tmmu job cancel NAME [--reason TEXT] [cluster flags] [-o text|json]\n" +
@@ -145,7 +148,7 @@ func subcommand(c *command, e *env, args []string, subs ...string) (string, erro
 }
 
 func runJob(c *command, e *env, args []string) error {
-	sub, err := subcommand(c, e, args, "submit", "list", "history", "cancel", "delete")
+	sub, err := subcommand(c, e, args, "submit", "list", "history", "cancel", "delete", "export")
 	if err != nil {
 		return err
 	}
@@ -155,6 +158,7 @@ func runJob(c *command, e *env, args []string) error {
 	var specFile, name, mode, strategy, arenaFile, policy, source, dataMode, reason *string
 	var steps, every, keep, seed *uint64
 	var elastic *bool
+	var sf *submitDataFlags
 	if sub == "submit" {
 		specFile = fs.String("shard-spec", "", "shard spec file (required)")
 		name = fs.String("name", "", "job name (required): 1 to 64 of A-Z a-z 0-9 _ -")
@@ -169,6 +173,15 @@ func runJob(c *command, e *env, args []string) error {
 		seed = fs.Uint64("seed", 0, "the job's seed: the batch of a step and every random draw derive from (seed, step, rank)")
 		elastic = fs.Bool("elastic", false, "shrink the job when ranks leave for good (it rolls back to its last checkpoint, recut for the ranks left) and grow it when they come back")
 		source = fs.String("source", "", "instead of an IR file, a model source JSON file: {\"model\": \"gpt2\", \"config\": {...}, \"dims\": {\"seq\": {\"min\": 1, \"max\": 512, \"buckets\": [512, 1024]}}} (dynamic dimensions, for shape replans)")
+		sf = addSubmitDataFlags(fs)
+	}
+	var exportOut *string
+	var exportStep *uint64
+	var withOpt *bool
+	if sub == "export" {
+		exportOut = fs.String("out", "", "the safetensors file to write (required)")
+		exportStep = fs.Uint64("step", 0, "the committed checkpoint to export (default: the newest)")
+		withOpt = fs.Bool("with-optimizer", false, "also write AdamW's moments (<name>.exp_avg, <name>.exp_avg_sq)")
 	}
 	if sub == "cancel" {
 		reason = fs.String("reason", "", "why (recorded as the job's reason)")
@@ -196,6 +209,19 @@ func runJob(c *command, e *env, args []string) error {
 		}
 		return emit(e, *out, j, func(w io.Writer) {
 			fmt.Fprintf(w, "job %s %s at step %d (%s); its workers stop, its %d checkpoints stay\n", j.Spec.Name, j.Status, j.LastStep, j.Reason, len(j.Checkpoints))
+		})
+	}
+	if sub == "export" {
+		if len(pos) != 1 || *exportOut == "" {
+			return usagef("job export takes one job name and --out FILE")
+		}
+		res, err := exportJob(ctx, cl, pos[0], *exportStep, *exportOut, *withOpt)
+		if err != nil {
+			return err
+		}
+		return emit(e, *out, res, func(w io.Writer) {
+			fmt.Fprintf(w, "job %s: checkpoint of step %d (%d shards, world %d) exported to %s: %d tensors, %s names\n",
+				res.Job, res.Step, res.World, res.World, res.Out, res.Tensors, res.Names)
 		})
 	}
 	if sub == "history" {
@@ -252,6 +278,9 @@ func runJob(c *command, e *env, args []string) error {
 		if req.IR, err = json.Marshal(m); err != nil {
 			return err
 		}
+	}
+	if err := sf.apply(ctx, cl, req); err != nil {
+		return err
 	}
 	if *arenaFile != "" {
 		if req.ArenaConfig, err = loadArenaConfig(e, *arenaFile); err != nil {

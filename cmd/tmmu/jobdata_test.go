@@ -1,0 +1,230 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tmmu/tmmu/engine"
+	"github.com/tmmu/tmmu/ir"
+	"github.com/tmmu/tmmu/localcluster"
+	"github.com/tmmu/tmmu/safetensors"
+	"github.com/tmmu/tmmu/weights"
+	"github.com/tmmu/tmmu/worker"
+)
+
+// initWeights writes initial weights for g's parameters (DefaultInit
+// scaled and shifted, so they are not what an executor starts from by
+// itself) under their external names.
+func initWeights(t *testing.T, g *ir.Graph, path string) {
+	t.Helper()
+	n := weights.NamingOf(g)
+	var ts []safetensors.Tensor
+	for _, id := range n.Params() {
+		ti, _ := g.TensorIndex(id)
+		shape := g.Tensors[ti].Shape
+		num, _ := ir.Numel(shape)
+		v := make([]float32, num)
+		for i := range v {
+			v[i] = 1.25*engine.DefaultInit(id, shape, uint64(i)) + 0.002
+		}
+		ts = append(ts, safetensors.F32Tensor(n.Names[id], shape, v))
+	}
+	var b bytes.Buffer
+	if err := safetensors.Write(&b, ts, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, b.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestJobOnStoredDataExports is the cluster's data path as a user runs
+// it: tmmu data put a token set and a validation set, tmmu job submit a
+// GPT-2 on 4 ZeRO-3 ranks with initial weights from a local safetensors
+// file and AdamW hyper-parameters, the workers train it, and tmmu job
+// export writes its weights. The export equals tmmu train's on one device
+// with the same global batch, weights and data (within 1e-5), and each
+// step's loss, averaged over the ranks, equals the one-device loss. With
+// PyTorch present, PyTorch loads the export strictly and computes the
+// job's validation loss.
+func TestJobOnStoredDataExports(t *testing.T) {
+	l, err := localcluster.Start(localcluster.Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	t.Setenv("TMMU_CA_FILE", l.CAFile())
+	t.Setenv("TMMU_TOKEN", l.APIToken())
+	urls := strings.Join(l.Coord.URLs(), ",")
+	dir := t.TempDir()
+	if d := os.Getenv("TMMU_TEST_KEEP"); d != "" {
+		dir = d
+	}
+	const world, steps = 4, 8
+	irFile, oneFile, spec := filepath.Join(dir, "gpt2.json"), filepath.Join(dir, "gpt2-b8.json"), filepath.Join(dir, "spec.json")
+	gen := []string{"gen", "gpt2", "--train", "--layers", "2", "--hidden", "64", "--heads", "4", "--seq", "32", "--context", "32", "--vocab", "512"}
+	mustRun(t, "", append(gen, "--batch", "2", "--out", irFile)...)
+	mustRun(t, "", append(gen, "--batch", fmt.Sprint(2*world), "--out", oneFile)...)
+	os.WriteFile(spec, []byte(fmt.Sprintf(`{"world_size": %d, "data_parallel": {"zero_stage": 3}}`, world)), 0o644)
+	trainBin, valBin, w0 := filepath.Join(dir, "train.bin"), filepath.Join(dir, "val.bin"), filepath.Join(dir, "w0.safetensors")
+	tokenFile(t, trainBin, 40000, 512, 3)
+	tokenFile(t, valBin, 6000, 512, 4)
+	m, _ := loadModel(&env{}, irFile)
+	g, _ := ir.Compile(m)
+	initWeights(t, g, w0)
+
+	out := mustRun(t, "", "data", "put", "toks", trainBin, "--coordinators", urls)
+	if !strings.Contains(out, "stored toks: tokens, 1 files") || !strings.Contains(out, "tokens    40000 (largest id 511)") {
+		t.Errorf("data put:\n%s", out)
+	}
+	mustRun(t, "", "data", "put", "toks-val", valBin, "--coordinators", urls)
+	ls := mustRun(t, "", "data", "ls", "--coordinators", urls)
+	if !strings.Contains(ls, "toks-val") || !strings.Contains(ls, "tokens") {
+		t.Errorf("data ls:\n%s", ls)
+	}
+	hyper := []string{"--lr", "0.002", "--beta2", "0.99", "--weight-decay", "0.1"}
+	sub := mustRun(t, "", append([]string{"job", "submit", irFile, "--shard-spec", spec, "--name", "lm", "--steps", fmt.Sprint(steps), "--coordinators", urls,
+		"--data", "toks", "--val-data", "toks-val", "--val-batches", "2", "--order", "sequential", "--weights", w0, "--checkpoint-every", "4"}, hyper...)...)
+	if !strings.Contains(sub, "job lm submitted") {
+		t.Fatalf("submit:\n%s", sub)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	results := make([]worker.Result, world)
+	var wg sync.WaitGroup
+	for i := range world {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res, err := l.RunWorker(ctx, worker.Config{Identity: fmt.Sprint("lm", i), Job: "lm", ExecutorName: "cpu", Poll: 20 * time.Millisecond}, 5)
+			if err != nil {
+				t.Errorf("worker %d: %v", i, err)
+			}
+			results[res.Rank] = res
+		}()
+	}
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	export := filepath.Join(dir, "job.safetensors")
+	eo := mustRun(t, "", "job", "export", "lm", "--out", export, "--coordinators", urls)
+	if !strings.Contains(eo, fmt.Sprintf("checkpoint of step %d (%d shards", steps, world)) {
+		t.Errorf("job export:\n%s", eo)
+	}
+	if status, _, stderr := runCLI(t, "", "job", "export", "lm", "--step", "3", "--out", export, "--coordinators", urls); status == 0 || !strings.Contains(stderr, "no committed checkpoint of step 3 (it has: 4, 8)") {
+		t.Errorf("export of a step with no checkpoint: exit %d: %s", status, stderr)
+	}
+
+	// One device, the whole global batch.
+	one := filepath.Join(dir, "one.safetensors")
+	var res trainResult
+	js := mustRun(t, "", append([]string{"train", oneFile, "--executor", "cpu", "--steps", fmt.Sprint(steps), "--weights", w0, "--data", trainBin, "--order", "sequential",
+		"--val-data", valBin, "--val-batches", "2", "--export", one, "-o", "json"}, hyper...)...)
+	if err := json.Unmarshal([]byte(js), &res); err != nil {
+		t.Fatal(err)
+	}
+	worstLoss := 0.0
+	for s := range steps {
+		mean := 0.0
+		for _, r := range results {
+			mean += r.Losses[s] / world
+		}
+		d := math.Abs(mean-float64(res.Steps[s].Loss)) / float64(res.Steps[s].Loss)
+		worstLoss = max(worstLoss, d)
+		if d > 1e-5 {
+			t.Errorf("step %d: the ranks' mean loss %.7f, one device %.7f", s+1, mean, res.Steps[s].Loss)
+		}
+	}
+	jobVal := 0.0
+	for _, r := range results {
+		if len(r.Validations) != 1 || r.Validations[0].Step != steps {
+			t.Fatalf("rank %d validations %v, want one after step %d", r.Rank, r.Validations, steps)
+		}
+		jobVal += r.Validations[0].Loss / world
+	}
+	if v := res.Steps[steps-1].ValLoss; v == nil || math.Abs(*v-jobVal)/jobVal > 1e-5 {
+		t.Errorf("validation: job %.7f, one device %v", jobVal, v)
+	}
+	a, b := readWeights(t, export), readWeights(t, one)
+	worstW, worstK := compareWeights(t, a, b, 1e-5, 2e-3*steps)
+	t.Logf("4 ZeRO-3 ranks vs one device, %d steps: worst loss difference %.2g relative, validation %.6f vs %.6f, worst exported weight difference %.2g (attention key biases: %.2g)",
+		steps, worstLoss, jobVal, *res.Steps[steps-1].ValLoss, worstW, worstK)
+
+	// PyTorch loads the export strictly and computes the validation loss.
+	py, err := pythonPath()
+	if err != nil {
+		if os.Getenv("TMMU_REQUIRE_TORCH") != "" {
+			t.Fatal(err)
+		}
+		t.Skipf("the PyTorch check: %v", err)
+	}
+	cmd := exec.Command(py, filepath.Join("..", "..", "bench", "parity", "train.py"), "--layers", "2", "--hidden", "64", "--heads", "4", "--vocab", "512",
+		"--context", "32", "--seq", "32", "--batch", fmt.Sprint(2*world), "--weights", export, "--val-data", valBin, "--val-batches", "2", "--steps", "0")
+	raw, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("PyTorch: %v", err)
+	}
+	var pt struct {
+		ValLoss float64 `json:"val_loss"`
+	}
+	json.Unmarshal(raw, &pt)
+	if math.Abs(pt.ValLoss-jobVal)/jobVal > 1e-5 {
+		t.Errorf("PyTorch's validation loss of the export %.7f, the job's %.7f", pt.ValLoss, jobVal)
+	}
+	t.Logf("PyTorch load_state_dict(strict=True) of the job's export: validation loss %.6f, the job's %.6f", pt.ValLoss, jobVal)
+}
+
+// pythonPath is a Python with torch and numpy.
+func pythonPath() (string, error) {
+	py := "/usr/bin/python3"
+	if p := os.Getenv("TMMU_PYTHON"); p != "" {
+		py = p
+	}
+	return py, exec.Command(py, "-c", "import torch, numpy").Run()
+}
+
+// compareWeights compares two exports of a GPT-2: every weight within
+// tol, but the attention key biases (elements [H, 2H) of c_attn.bias),
+// within keyTol. Their gradient is zero in exact arithmetic (a bias on
+// the keys adds the same q·b to a query's every score, which softmax
+// ignores), so what they get is round-off, which AdamW scales up to
+// steps of up to lr: another summation order (4 ranks' partial sums
+// instead of one) moves them by up to lr a step.
+func compareWeights(t *testing.T, a, b map[string][]float32, tol, keyTol float64) (worst, worstKey float64) {
+	t.Helper()
+	if len(a) != len(b) {
+		t.Errorf("%d and %d tensors", len(a), len(b))
+	}
+	for name, v := range b {
+		if len(a[name]) != len(v) {
+			t.Fatalf("%s: %d values and %d", name, len(a[name]), len(v))
+		}
+		key := [2]int{}
+		if strings.HasSuffix(name, ".attn.c_attn.bias") {
+			key = [2]int{len(v) / 3, 2 * len(v) / 3}
+		}
+		for i := range v {
+			d := math.Abs(float64(a[name][i] - v[i]))
+			if i >= key[0] && i < key[1] {
+				worstKey = max(worstKey, d)
+			} else {
+				worst = max(worst, d)
+			}
+		}
+	}
+	if worst > tol || worstKey > keyTol {
+		t.Errorf("the weights differ by up to %.3g (tolerance %.3g), the attention key biases by %.3g (tolerance %.3g)", worst, tol, worstKey, keyTol)
+	}
+	return worst, worstKey
+}
