@@ -376,7 +376,8 @@ func (a *agreement) progress(ctx context.Context, job string) {
 			continue
 		}
 		timeline := j.Timeline()
-		if _, err := a.n.Apply(&api.Command{Kind: api.CmdProgress, Job: job, Step: low, Epoch: timeline}, 5*time.Second); err != nil {
+		loss, val := book.losses(j, low)
+		if _, err := a.n.Apply(&api.Command{Kind: api.CmdProgress, Job: job, Step: low, Epoch: timeline, Loss: loss, Val: val}, 5*time.Second); err != nil {
 			a.n.log.Debug("committing progress", "job", job, "step", low, "err", err)
 			continue
 		}

@@ -26,7 +26,11 @@ type stepBook struct {
 	undecided map[string]transport.StepDone
 }
 
-type stepRec struct{ rank, step, epoch uint64 }
+type stepRec struct {
+	rank, step, epoch uint64
+	losses            []transport.StepLoss
+	val               *transport.StepLoss
+}
 
 func newStepBook() *stepBook {
 	return &stepBook{latest: map[string]stepRec{}, undecided: map[string]transport.StepDone{}}
@@ -54,7 +58,7 @@ func (b *stepBook) take(j *api.Job, d *transport.StepDone) (forged []transport.S
 			continue
 		}
 		if r, seen := b.latest[d.Identity]; !seen || d.Epoch > r.epoch || (d.Epoch == r.epoch && d.Step > r.step) {
-			b.latest[d.Identity] = stepRec{d.Rank, d.Step, d.Epoch}
+			b.latest[d.Identity] = stepRec{d.Rank, d.Step, d.Epoch, d.Losses, d.Val}
 		}
 	}
 	slices.SortFunc(forged, func(x, y transport.StepDone) int { return cmp.Compare(x.Identity, y.Identity) })
@@ -107,6 +111,60 @@ func (b *stepBook) low(j *api.Job) (uint64, bool) {
 		low = slices.Min(perRank)
 	}
 	return low, low > committed
+}
+
+// losses returns, for progress committed up to step low, the ranks'
+// mean training loss of step low when every rank of the current world
+// reported one, and their mean validation loss of the newest step they
+// all report a validation of (nil when they do not agree yet). Each
+// rank's latest report from the current timeline counts.
+func (b *stepBook) losses(j *api.Job, low uint64) (loss, val *api.StepLoss) {
+	if j == nil {
+		return nil, nil
+	}
+	spec, _ := j.World(uint64(len(j.Epochs) - 1))
+	timeline := j.Timeline()
+	per := make([]*stepRec, spec.WorldSize)
+	for id := range b.latest {
+		r := b.latest[id]
+		if r.epoch < timeline || r.rank >= spec.WorldSize {
+			continue
+		}
+		if p := per[r.rank]; p == nil || r.epoch > p.epoch || r.epoch == p.epoch && r.step > p.step {
+			per[r.rank] = &r
+		}
+	}
+	sum, vsum := 0.0, 0.0
+	haveLoss, haveVal := true, true
+	var vstep uint64
+	for i, r := range per {
+		if r == nil {
+			return nil, nil
+		}
+		k := slices.IndexFunc(r.losses, func(l transport.StepLoss) bool { return l.Step == low })
+		if k < 0 {
+			haveLoss = false
+		} else {
+			sum += r.losses[k].Loss
+		}
+		if r.val == nil || (i > 0 && r.val.Step != vstep) {
+			haveVal = false
+		} else {
+			vstep = r.val.Step
+			vsum += r.val.Loss
+		}
+	}
+	n := float64(len(per))
+	if n == 0 {
+		return nil, nil
+	}
+	if haveLoss {
+		loss = &api.StepLoss{Step: low, Loss: sum / n}
+	}
+	if haveVal && vstep <= low {
+		val = &api.StepLoss{Step: vstep, Loss: vsum / n}
+	}
+	return loss, val
 }
 
 // absentNow returns a job's ranks without a lease (Present false among

@@ -94,6 +94,22 @@ func TestLeaderScenarios(t *testing.T) {
 				var got *transport.StepDone
 				if c.Name == "report" {
 					got = &transport.StepDone{Job: "j", Identity: c.Args["id"], Rank: c.Uint("rank", 0), Epoch: c.Uint("epoch", 0), Step: c.Uint("step", 0)}
+					// loss=S:L,S:L… are the losses of the rank's last
+					// steps, val=S:L its latest validation.
+					parse := func(x string) transport.StepLoss {
+						var l transport.StepLoss
+						fmt.Sscanf(x, "%d:%g", &l.Step, &l.Loss)
+						return l
+					}
+					if ls, ok := c.Arg("loss"); ok {
+						for _, x := range strings.Split(ls, ",") {
+							got.Losses = append(got.Losses, parse(x))
+						}
+					}
+					if v, ok := c.Arg("val"); ok {
+						l := parse(v)
+						got.Val = &l
+					}
 				}
 				var out strings.Builder
 				for _, f := range book.take(j, got) {
@@ -107,10 +123,17 @@ func TestLeaderScenarios(t *testing.T) {
 					fmt.Fprintf(&out, "hold: every rank has finished step %d, committed %d", low, j.LastStep)
 					return out.String()
 				}
-				if msg := apply(&api.Command{Kind: api.CmdProgress, Job: "j", Step: low, Epoch: j.Timeline()}); msg != "" {
+				loss, val := book.losses(j, low)
+				if msg := apply(&api.Command{Kind: api.CmdProgress, Job: "j", Step: low, Epoch: j.Timeline(), Loss: loss, Val: val}); msg != "" {
 					return out.String() + msg
 				}
 				fmt.Fprintf(&out, "commit progress %d", low)
+				if loss != nil {
+					fmt.Fprintf(&out, ", loss %g", loss.Loss)
+				}
+				if val != nil {
+					fmt.Fprintf(&out, ", validation of step %d %g", val.Step, val.Loss)
+				}
 				return out.String()
 			case "rendezvous":
 				present = nil

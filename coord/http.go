@@ -31,6 +31,10 @@ func (n *Node) summarize(j *api.Job) api.JobSummary {
 		s.LastCheckpoint = k.Step
 	}
 	s.Absent = n.absentOf(j.Spec.Name)
+	s.Loss = j.Loss
+	if v := j.Validations; len(v) > 0 {
+		s.Val = &v[len(v)-1]
+	}
 	return s
 }
 

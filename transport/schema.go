@@ -102,6 +102,16 @@ type StepReport struct {
 	ClaimRevision int64  `cbor:"claim_revision,omitempty" json:"claim_revision,omitempty"`
 }
 
+// StepLoss is a loss after a step.
+type StepLoss struct {
+	Step uint64  `cbor:"step" json:"step"`
+	Loss float64 `cbor:"loss" json:"loss"`
+}
+
+// MaxReportedLosses bounds StepDone.Losses: the steps a rank may run
+// ahead of the committed progress (the window) and one more.
+const MaxReportedLosses = 4
+
 // StepDone is a rank's progress report: it finished step Step in Nanos
 // nanoseconds of wall time.
 type StepDone struct {
@@ -115,6 +125,12 @@ type StepDone struct {
 	// the rank's holder under Epoch.
 	Identity      string `cbor:"identity" json:"identity"`
 	ClaimRevision int64  `cbor:"claim_revision,omitempty" json:"claim_revision,omitempty"`
+	// Losses are the rank's training losses of its last steps (at most
+	// MaxReportedLosses, oldest first) and Val its latest validation
+	// loss: the leader averages them over the ranks (tmmu status). None
+	// in confidential and regulated jobs.
+	Losses []StepLoss `cbor:"losses,omitempty" json:"losses,omitempty"`
+	Val    *StepLoss  `cbor:"val,omitempty" json:"val,omitempty"`
 }
 
 // ReplanRequest asks the leader for a new plan epoch (an OOM, a changed

@@ -192,6 +192,27 @@ type Validation struct {
 	Loss float64 `json:"loss"`
 }
 
+// reportLosses keeps the losses of the last steps and the latest
+// validation for the progress reports (the leader averages them over
+// the ranks), and returns them.
+func (w *run) reportLosses(step uint64, stats runner.StepStats) ([]transport.StepLoss, *transport.StepLoss) {
+	if stats.HasLoss {
+		// A step run again after a rollback replaces what it had.
+		w.losses = slices.DeleteFunc(w.losses, func(l transport.StepLoss) bool { return l.Step >= step })
+		w.losses = append(w.losses, transport.StepLoss{Step: step, Loss: stats.Loss})
+		if n := len(w.losses); n > transport.MaxReportedLosses {
+			w.losses = slices.Clone(w.losses[n-transport.MaxReportedLosses:])
+		}
+	}
+	if stats.HasValLoss {
+		w.val = &transport.StepLoss{Step: step, Loss: stats.ValLoss}
+	}
+	if w.val != nil && w.val.Step > step {
+		w.val = nil // a validation of an abandoned timeline
+	}
+	return slices.Clone(w.losses), w.val
+}
+
 // validates says whether the job validates after step: every
 // data.val_every steps, and after its last step.
 func (w *run) validates(step uint64) bool {
@@ -266,8 +287,11 @@ type run struct {
 	viewKey viewKey
 	// setup is what executors are told about the job.
 	dataMode ir.DataMode
-	// data is the job's datasets, initial weights and optimizer.
-	data *jobData
+	// data is the job's datasets, initial weights and optimizer; losses
+	// and val what the progress reports carry of the losses.
+	data   *jobData
+	losses []transport.StepLoss
+	val    *transport.StepLoss
 	seed uint64
 	// job is the job as last fetched. It is kept from step to step and
 	// fetched again only when an announcement, a failed outcome or the
@@ -624,6 +648,7 @@ func (w *run) run(ctx context.Context) error {
 		w.res.LastStep = step
 		p.fresh = false
 		done := transport.StepDone{Job: cfg.Job, Epoch: p.epoch, Rank: p.rank, Step: step, Nanos: took.Nanoseconds(), Identity: cfg.Identity, ClaimRevision: w.claimRevision()}
+		done.Losses, done.Val = w.reportLosses(step, stats)
 		if err := w.retry(ctx, "recording progress", func(c context.Context) error { return cfg.Transport.PutProgress(c, done) }); err != nil {
 			return drained(ctx, err)
 		}

@@ -305,8 +305,8 @@ func runJob(c *command, e *env, args []string) error {
 }
 
 func printJobs(w io.Writer, jobs []api.JobSummary) {
-	t := &table{align: "llrlrrrrl"}
-	t.add("JOB", "STATUS", "EPOCH", "AGREED", "RANKS", "STEP", "OF", "CHECKPOINT", "MISSING")
+	t := &table{align: "llrlrrrrrrl"}
+	t.add("JOB", "STATUS", "EPOCH", "AGREED", "RANKS", "STEP", "OF", "LOSS", "VAL LOSS", "CHECKPOINT", "MISSING")
 	for _, j := range jobs {
 		agreed := "no"
 		if j.Agreed {
@@ -339,7 +339,14 @@ func printJobs(w io.Writer, jobs []api.JobSummary) {
 		if j.LastCheckpoint > 0 {
 			ckpt = fmt.Sprintf("%d (%d kept)", j.LastCheckpoint, j.Checkpoints)
 		}
-		t.add(j.Name, status, j.Epoch, agreed, j.WorldSize, j.LastStep, steps, ckpt, missing)
+		loss, val := "-", "-"
+		if j.Loss != nil {
+			loss = fmt.Sprintf("%.4f", j.Loss.Loss)
+		}
+		if j.Val != nil {
+			val = fmt.Sprintf("%.4f (step %d)", j.Val.Loss, j.Val.Step)
+		}
+		t.add(j.Name, status, j.Epoch, agreed, j.WorldSize, j.LastStep, steps, loss, val, ckpt, missing)
 	}
 	t.write(w)
 	for _, j := range jobs {
@@ -433,6 +440,16 @@ type jobHistory struct {
 	Epochs      []epochRecord      `json:"epochs"`
 	Checkpoints []checkpointRecord `json:"checkpoints"`
 	Dropped     []checkpointRecord `json:"dropped_checkpoints,omitempty"`
+	// Optimizer is the job's optimizer and hyper-parameters, Data and
+	// Weights what it trains on and starts from (nil: the synthetic task,
+	// the default initialisation), Loss the ranks' mean training loss of
+	// the newest step they all reported, Validations the validation
+	// losses: enough to reproduce and judge the run elsewhere.
+	Optimizer   api.Optimizer  `json:"optimizer"`
+	Data        *api.DataSpec  `json:"data,omitempty"`
+	Weights     *api.DataRef   `json:"weights,omitempty"`
+	Loss        *api.StepLoss  `json:"loss,omitempty"`
+	Validations []api.StepLoss `json:"validations,omitempty"`
 }
 
 // epochRecord is one epoch of tmmu job history.
@@ -496,6 +513,7 @@ func history(j *api.Job) jobHistory {
 	for _, k := range j.Dropped {
 		out.Dropped = append(out.Dropped, rec(k))
 	}
+	out.Optimizer, out.Data, out.Weights, out.Loss, out.Validations = j.Spec.OptimizerOf(), j.Spec.Data, j.Spec.Weights, j.Loss, j.Validations
 	return out
 }
 
@@ -539,6 +557,31 @@ func printHistory(w io.Writer, name string, h jobHistory) {
 	ct.write(w)
 	for _, k := range h.Dropped {
 		fmt.Fprintf(w, "dropped: the checkpoint of step %d: %s\n", k.Step, k.DropReason)
+	}
+	o := h.Optimizer
+	fmt.Fprintf(w, "\noptimizer %s: lr %s, betas (%s, %s), eps %s, weight decay %s\n", o.Name, o.LR, o.Beta1, o.Beta2, o.Eps, o.WeightDecay)
+	if d := h.Data; d != nil {
+		fmt.Fprintf(w, "data %s (%s, %s order, digest %s)", d.Train.String(), d.Train.Format, d.Order, d.Train.Digest.Short())
+		if d.Val != nil {
+			fmt.Fprintf(w, "; validation %s, %d batches", d.Val.String(), d.ValBatches)
+		}
+		fmt.Fprintln(w)
+	} else {
+		fmt.Fprintln(w, "data: the synthetic counting task")
+	}
+	if h.Weights != nil {
+		fmt.Fprintf(w, "initial weights %s (sha256 %s)\n", h.Weights.String(), h.Weights.Digest.Short())
+	}
+	if h.Loss != nil {
+		fmt.Fprintf(w, "loss %.4f at step %d (mean over the ranks)\n", h.Loss.Loss, h.Loss.Step)
+	}
+	if len(h.Validations) > 0 {
+		vt := &table{align: "rr"}
+		vt.add("STEP", "VAL LOSS")
+		for _, v := range h.Validations {
+			vt.add(v.Step, fmt.Sprintf("%.4f", v.Loss))
+		}
+		vt.write(w)
 	}
 }
 

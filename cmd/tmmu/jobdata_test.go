@@ -156,6 +156,32 @@ func TestJobOnStoredDataExports(t *testing.T) {
 	if v := res.Steps[steps-1].ValLoss; v == nil || math.Abs(*v-jobVal)/jobVal > 1e-5 {
 		t.Errorf("validation: job %.7f, one device %v", jobVal, v)
 	}
+	// The coordinators report what the ranks did: the optimizer, the
+	// mean loss of the last step and the validation.
+	var h jobHistory
+	if err := json.Unmarshal([]byte(mustRun(t, "", "job", "history", "lm", "--coordinators", urls, "-o", "json")), &h); err != nil {
+		t.Fatal(err)
+	}
+	lastMean := 0.0
+	for _, r := range results {
+		lastMean += r.Losses[steps-1] / world
+	}
+	if h.Optimizer.LR != "0.002" || h.Optimizer.Beta2 != "0.99" || h.Optimizer.WeightDecay != "0.1" || h.Optimizer.Beta1 != "0.9" {
+		t.Errorf("history optimizer %+v", h.Optimizer)
+	}
+	if len(h.Validations) != 1 || h.Validations[0].Step != steps || math.Abs(h.Validations[0].Loss-jobVal) > 1e-9 {
+		t.Errorf("history validations %+v, the ranks' mean %.7f", h.Validations, jobVal)
+	}
+	if h.Loss == nil || h.Loss.Step != steps || math.Abs(h.Loss.Loss-lastMean) > 1e-9 {
+		t.Errorf("history loss %+v, the ranks' mean %.7f", h.Loss, lastMean)
+	}
+	if h.Data == nil || h.Data.Train.Name != "toks" || h.Data.Order != "sequential" || h.Weights == nil || h.Weights.Name != "lm-weights" {
+		t.Errorf("history data %+v weights %+v", h.Data, h.Weights)
+	}
+	st := mustRun(t, "", "status", "--coordinators", urls)
+	if !strings.Contains(st, "VAL LOSS") || !strings.Contains(st, fmt.Sprintf("%.4f (step %d)", jobVal, steps)) {
+		t.Errorf("status does not show the validation loss %.4f:\n%s", jobVal, st)
+	}
 	a, b := readWeights(t, export), readWeights(t, one)
 	worstW, worstK := compareWeights(t, a, b, 1e-5, 2e-3*steps)
 	t.Logf("4 ZeRO-3 ranks vs one device, %d steps: worst loss difference %.2g relative, validation %.6f vs %.6f, worst exported weight difference %.2g (attention key biases: %.2g)",

@@ -129,7 +129,22 @@ type Job struct {
 	// does.
 	Paused   string `json:"paused,omitempty" cbor:"paused,omitempty"`
 	PausedAt uint64 `json:"paused_at,omitempty" cbor:"paused_at,omitempty"`
+	// Loss is the training loss of the newest step every rank reported
+	// one for (the mean over the ranks); Validations the validation
+	// losses (means over the ranks), oldest first, at most
+	// MaxValidations. Neither in confidential and regulated jobs.
+	Loss        *StepLoss  `json:"loss,omitempty" cbor:"loss,omitempty"`
+	Validations []StepLoss `json:"validations,omitempty" cbor:"validations,omitempty"`
 }
+
+// StepLoss is a loss after a step.
+type StepLoss struct {
+	Step uint64  `json:"step" cbor:"step"`
+	Loss float64 `json:"loss" cbor:"loss"`
+}
+
+// MaxValidations bounds Job.Validations.
+const MaxValidations = 64
 
 // MaxDropped bounds Job.Dropped.
 const MaxDropped = 8
@@ -415,6 +430,10 @@ type Command struct {
 	// At is the leader's clock (Unix ns) for commands that record a
 	// time (deletion).
 	At int64 `cbor:"at,omitempty"`
+	// Loss and Val, with a progress command, are the ranks' mean training
+	// loss of its step and their newest common validation loss.
+	Loss *StepLoss `cbor:"loss,omitempty"`
+	Val  *StepLoss `cbor:"val,omitempty"`
 }
 
 // Result is what applying a command returns: Changed is false for a
@@ -519,6 +538,16 @@ func (j *Job) applyProgress(c *Command) Result {
 		return Result{}
 	}
 	j.LastStep = c.Step
+	if c.Loss != nil {
+		l := *c.Loss
+		j.Loss = &l
+	}
+	if v := c.Val; v != nil && (len(j.Validations) == 0 || v.Step > j.Validations[len(j.Validations)-1].Step) {
+		j.Validations = append(j.Validations, *v)
+		if n := len(j.Validations); n > MaxValidations {
+			j.Validations = slices.Clone(j.Validations[n-MaxValidations:])
+		}
+	}
 	j.finish()
 	return Result{Changed: true}
 }
@@ -727,6 +756,7 @@ func (j *Job) Clone() *Job {
 	jj := *j
 	jj.Checkpoints = slices.Clone(j.Checkpoints)
 	jj.Dropped = slices.Clone(j.Dropped)
+	jj.Validations = slices.Clone(j.Validations)
 	jj.Epochs = slices.Clone(j.Epochs)
 	for i := range jj.Epochs {
 		jj.Epochs[i].Expected = slices.Clone(jj.Epochs[i].Expected)

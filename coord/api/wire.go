@@ -142,6 +142,11 @@ type JobSummary struct {
 	// none), of Checkpoints kept.
 	LastCheckpoint uint64 `json:"last_checkpoint"`
 	Checkpoints    int    `json:"checkpoints"`
+	// Loss is the ranks' mean training loss of the newest step they all
+	// reported; Val their newest validation loss (jobs with validation
+	// data).
+	Loss *StepLoss `json:"loss,omitempty"`
+	Val  *StepLoss `json:"val_loss,omitempty"`
 }
 
 // CancelRequest is the body of POST /v1/jobs/{name}/cancel.
