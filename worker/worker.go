@@ -292,7 +292,7 @@ type run struct {
 	data   *jobData
 	losses []transport.StepLoss
 	val    *transport.StepLoss
-	seed uint64
+	seed   uint64
 	// job is the job as last fetched. It is kept from step to step and
 	// fetched again only when an announcement, a failed outcome or the
 	// poll says it changed. A stale copy is safe: it can only hold less
