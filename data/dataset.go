@@ -125,7 +125,10 @@ type Dataset struct {
 
 	parts, labels []part
 	sampleElems   uint64
-	read          atomic.Uint64
+	read, fed     atomic.Uint64
+	// Fetched, when set, counts the bytes the dataset's sources fetched
+	// from where they live (a store's whole blocks); nil: BytesRead.
+	Fetched func() uint64
 }
 
 func invalid(src, format string, args ...any) *failure.Error {
@@ -269,8 +272,21 @@ func equal(a, b []uint64) bool {
 }
 
 // BytesRead is how many bytes of data the dataset has read (headers
-// excluded) since it was opened.
+// excluded) since it was opened: S+1 tokens a row of S.
 func (d *Dataset) BytesRead() uint64 { return d.read.Load() }
+
+// BytesFed is how many bytes of the data streams fed (S tokens a row,
+// at the files' width; a sample and its label).
+func (d *Dataset) BytesFed() uint64 { return d.fed.Load() }
+
+// BytesFetched is what the sources fetched to serve the reads (Fetched,
+// or BytesRead when the sources read exact ranges).
+func (d *Dataset) BytesFetched() uint64 {
+	if d.Fetched != nil {
+		return d.Fetched()
+	}
+	return d.read.Load()
+}
 
 // Files names the dataset's files in order (label files after).
 func (d *Dataset) Files() []string {

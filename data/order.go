@@ -148,6 +148,7 @@ func (s *Stream) Tokens(k, lo uint64, tok, lab []int32) error {
 			tok[i*S+j], lab[i*S+j] = int32(v[j]), int32(v[j+1])
 		}
 	}
+	s.D.fed.Add(uint64(len(tok)) * s.D.TokenBytes())
 	return nil
 }
 
@@ -173,6 +174,7 @@ func (s *Stream) SamplesInto(k, lo uint64, x []float32, y []int32) error {
 		if err := d.readSample(idx, x[i*n:(i+1)*n], &s.buf); err != nil {
 			return err
 		}
+		d.fed.Add(n*uint64(d.parts[0].elem.size) + uint64(d.labels[0].elem.size))
 	}
 	return nil
 }

@@ -423,6 +423,9 @@ func NewReader(objs checkpoint.Store, maxBytes int) *Reader {
 	return &Reader{objs: objs, maxBytes: maxBytes, lru: list.New(), cache: map[ir.Hash]*list.Element{}}
 }
 
+// Store returns the object store r reads.
+func (r *Reader) Store() checkpoint.Store { return r.objs }
+
 // Manifest returns the manifest of digest.
 func (r *Reader) Manifest(ctx context.Context, digest ir.Hash) (*Manifest, error) {
 	return readManifest(ctx, r.objs, digest)

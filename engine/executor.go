@@ -190,10 +190,14 @@ func (x *Executor) Step(ctx context.Context, step uint64) (runner.StepStats, err
 		return runner.StepStats{}, fmt.Errorf("engine: loss has %d elements", len(loss))
 	}
 	// The state is sealed when asked (StateHash), not every step.
-	if x.quiet {
-		return runner.StepStats{Nodes: len(x.e.actions)}, nil
+	st := runner.StepStats{Nodes: len(x.e.actions)}
+	if d := x.data.Train; d != nil {
+		st.DataFetched, st.DataFed = d.D.BytesFetched(), d.D.BytesFed()
 	}
-	return runner.StepStats{Nodes: len(x.e.actions), HasLoss: true, Loss: float64(math.Float32frombits(loss[0]))}, nil
+	if !x.quiet {
+		st.HasLoss, st.Loss = true, float64(math.Float32frombits(loss[0]))
+	}
+	return st, nil
 }
 
 // Export returns the persistent tensors (parameters, optimizer state)

@@ -56,6 +56,11 @@ type StepStats struct {
 	// loss).
 	HasValLoss bool    `json:"has_val_loss,omitempty"`
 	ValLoss    float64 `json:"val_loss,omitempty"`
+	// DataFetched and DataFed are the training data's bytes fetched from
+	// where it lives and fed to the graph so far (executors fed a
+	// dataset).
+	DataFetched uint64 `json:"data_fetched,omitempty"`
+	DataFed     uint64 `json:"data_fed,omitempty"`
 }
 
 // MemoryReporter is implemented by executors that hold device memory:

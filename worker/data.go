@@ -80,7 +80,13 @@ func (w *run) prepareData(ctx context.Context, job *api.Job) error {
 		if err != nil {
 			return err
 		}
-		src, err := d.sources(ctx, spec.Weights)
+		// Read through a reader of their own: the data's counts its
+		// bytes (tmmu_worker_data_fetched_bytes).
+		wd := *d
+		if d.reader != nil {
+			wd.reader = datastore.NewReader(d.reader.Store(), 0)
+		}
+		src, err := wd.sources(ctx, spec.Weights)
 		if err != nil {
 			return err
 		}
@@ -155,6 +161,7 @@ func (d *jobData) open(ctx context.Context, ref *api.DataRef) (*data.Dataset, er
 		return nil, err
 	}
 	if ref.Stored() {
+		ds.Fetched = d.reader.Fetched.Load
 		return ds, nil // blocks are checked against their digests as they are read
 	}
 	sum, err := ds.Scan(0)

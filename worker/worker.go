@@ -171,6 +171,9 @@ type Result struct {
 	// losses, with their steps, the same way.
 	Losses      []float64
 	Validations []Validation
+	// DataFetched and DataFed are the training data's bytes this worker
+	// fetched and fed (runner.StepStats), after its last step.
+	DataFetched, DataFed uint64
 	// LastState is the sealed state hash of the state the run ended with
 	// (CommitExecution_v1) when the executor computes, sealed once at
 	// the end.
@@ -638,6 +641,9 @@ func (w *run) run(ctx context.Context) error {
 		if stats.HasLoss {
 			w.res.Losses = append(w.res.Losses, stats.Loss)
 			w.log.Debug("step", "step", step, "loss", stats.Loss)
+		}
+		if stats.DataFed > 0 {
+			w.res.DataFetched, w.res.DataFed = stats.DataFetched, stats.DataFed
 		}
 		if stats.HasValLoss {
 			w.res.Validations = append(w.res.Validations, Validation{Step: step, Loss: stats.ValLoss})

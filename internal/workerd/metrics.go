@@ -25,6 +25,8 @@ type metrics struct {
 	duration    prometheus.Histogram
 	loss        prometheus.Gauge
 	valLoss     prometheus.Gauge
+	dataFetched prometheus.Gauge
+	dataFed     prometheus.Gauge
 	arena       prometheus.Gauge
 	plans       prometheus.Counter
 	ckpts       prometheus.Counter
@@ -56,7 +58,9 @@ func newMetrics() *metrics {
 	for _, to := range []string{"nats", "etcd", "coordinator"} {
 		m.reconnects.WithLabelValues(to)
 	}
-	m.reg.MustRegister(m.steps, m.duration, m.loss, m.valLoss, m.arena, m.plans, m.ckpts, m.ckptBytes, m.ckptTime, m.restores, m.restoreTime, m.reconnects, collectors.NewGoCollector())
+	m.dataFetched = prometheus.NewGauge(prometheus.GaugeOpts{Name: "tmmu_worker_data_fetched_bytes", Help: "Bytes of training data this worker fetched from where the dataset lives (the store's whole blocks, or exact ranges of mounted files), since it started."})
+	m.dataFed = prometheus.NewGauge(prometheus.GaugeOpts{Name: "tmmu_worker_data_fed_bytes", Help: "Bytes of training data this worker fed its graph (its rows' tokens), since it started."})
+	m.reg.MustRegister(m.steps, m.duration, m.loss, m.valLoss, m.dataFetched, m.dataFed, m.arena, m.plans, m.ckpts, m.ckptBytes, m.ckptTime, m.restores, m.restoreTime, m.reconnects, collectors.NewGoCollector())
 	return m
 }
 
@@ -137,6 +141,10 @@ func (x *measured) Step(ctx context.Context, step uint64) (runner.StepStats, err
 		x.m.duration.Observe(time.Since(t).Seconds())
 		if st.HasLoss {
 			x.m.loss.Set(st.Loss)
+		}
+		if st.DataFed > 0 {
+			x.m.dataFetched.Set(float64(st.DataFetched))
+			x.m.dataFed.Set(float64(st.DataFed))
 		}
 	}
 	return st, err
