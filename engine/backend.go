@@ -239,7 +239,9 @@ func (c *CPU) prepare(l Launch) (*cpuLaunch, error) {
 			return nil, fmt.Errorf("engine: no workgroup kernel %q", l.Kernel)
 		}
 	} else if p.simt = kernels[l.Kernel]; p.simt == nil {
-		return nil, fmt.Errorf("engine: no kernel %q", l.Kernel)
+		if p.ranged = rangeKernels[l.Kernel]; p.ranged == nil {
+			return nil, fmt.Errorf("engine: no kernel %q", l.Kernel)
+		}
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -255,8 +257,9 @@ type cpuLaunch struct {
 	l     Launch
 	mem   [][]uint32
 	freed uint64 // c.freed when mem was resolved
-	simt  kernel
-	group groupKernel
+	simt   kernel
+	ranged rangeKernel
+	group  groupKernel
 	done  sync.WaitGroup
 }
 

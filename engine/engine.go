@@ -73,6 +73,7 @@ type Engine struct {
 	feed struct {
 		tokens, labels, positions []uint32
 		i32tok, i32lab            []int32
+		wide                      [2][]uint32 // int64 inputs' words
 	}
 }
 
@@ -98,8 +99,8 @@ func New(g *ir.Graph, p *planner.Plan, opts Options) (*Engine, error) {
 	}
 	for i := range g.Tensors {
 		t := &g.Tensors[i]
-		if t.DType != ir.F32 && t.DType != ir.I32 {
-			return nil, unsupported("tensor %q is %s: the executors run fp32 and int32 tensors only", t.ID, t.DType)
+		if _, ok := dtCode(t.DType); !ok {
+			return nil, unsupported("tensor %q is %s: the executors run fp32, int32, int64, bool and uint8 tensors (bf16 and fp16 are not built yet)", t.ID, t.DType)
 		}
 		if len(t.ShapeEnvelope) > 0 {
 			return nil, unsupported("tensor %q has a shape envelope: executing dynamic shapes is not built yet", t.ID)
@@ -141,6 +142,10 @@ func New(g *ir.Graph, p *planner.Plan, opts Options) (*Engine, error) {
 			return nil, err
 		}
 		e.actions = append(e.actions, a)
+	}
+	if err := e.checkKernels(); err != nil {
+		mem.Release()
+		return nil, err
 	}
 	if err := e.placeWorkspace(l.ws); err != nil {
 		mem.Release()
@@ -192,6 +197,22 @@ func (e *Engine) placeWorkspace(words uint64) error {
 				if slots[k] == wsRegion {
 					slots[k] = id
 				}
+			}
+		}
+	}
+	return nil
+}
+
+// checkKernels refuses, naming the node, a launch the backend has no
+// kernel for: the kernels of imported ops run on the cpu only so far.
+func (e *Engine) checkKernels() error {
+	if e.opts.Backend.Name() != "webgpu" {
+		return nil
+	}
+	for _, a := range e.actions {
+		for _, l := range a.launches {
+			if _, ok := rangeKernels[l.Kernel]; ok {
+				return unsupported("node %q: kernel %s of an imported op has no WebGPU twin yet: imported graphs run on the cpu executor (--executor cpu)", a.node, l.Kernel)
 			}
 		}
 	}
@@ -264,6 +285,31 @@ func deviceError(err error) error {
 	return failure.New(failure.DeviceError, OpExecute, err.Error())
 }
 
+// wordsOf is the words tensor ti's elements take: one a float32 or
+// int32 element, two an int64 one, a quarter of one a byte.
+func (e *Engine) wordsOf(ti int32) uint64 {
+	n, _ := ir.Numel(e.g.Tensors[ti].Shape)
+	switch size := e.g.Tensors[ti].DType.Size(); size {
+	case 1, 2:
+		return (n*size + 3) / 4
+	default:
+		return n * size / 4
+	}
+}
+
+// intWords encodes integer values for tensor ti's dtype (int32 or
+// int64).
+func (e *Engine) intWords(ti int32, vals []int32, dst []uint32) []uint32 {
+	dst = dst[:0]
+	for _, v := range vals {
+		dst = append(dst, uint32(v))
+		if e.g.Tensors[ti].DType == ir.I64 {
+			dst = append(dst, uint32(v>>31))
+		}
+	}
+	return dst
+}
+
 // tensor returns the index and location of id.
 func (e *Engine) tensor(id string) (int32, location, error) {
 	ti, ok := e.g.TensorIndex(id)
@@ -312,16 +358,18 @@ func (e *Engine) write(loc location, b []byte) error {
 	return nil
 }
 
-// WriteTensor writes a tensor's elements (float32 or int32 values as
-// their 4-byte little-endian words). On the cpu it allocates nothing.
+// WriteTensor writes a tensor's words: its elements as 4-byte
+// little-endian words (float32 and int32: one word an element; int64:
+// two; bool and uint8: four elements a word). On the cpu it allocates
+// nothing.
 func (e *Engine) WriteTensor(id string, words []uint32) error {
 	ti, loc, err := e.tensor(id)
 	if err != nil {
 		return err
 	}
-	n, _ := ir.Numel(e.g.Tensors[ti].Shape)
+	n := e.wordsOf(ti)
 	if uint64(len(words)) != n || e.g.Tensors[ti].View != nil {
-		return fmt.Errorf("engine: %d words for tensor %q of %d elements", len(words), id, n)
+		return fmt.Errorf("engine: %d words for tensor %q of %d words", len(words), id, n)
 	}
 	if ww, ok := e.opts.Backend.(wordWriter); ok {
 		if err := ww.WriteWords(loc.region, loc.offset, words); err != nil {
@@ -336,7 +384,7 @@ func (e *Engine) WriteTensor(id string, words []uint32) error {
 	return e.write(loc, b)
 }
 
-// ReadTensor returns a contiguous tensor's elements as words.
+// ReadTensor returns a contiguous tensor's words (see WriteTensor).
 func (e *Engine) ReadTensor(id string) ([]uint32, error) {
 	ti, loc, err := e.tensor(id)
 	if err != nil {
@@ -345,8 +393,7 @@ func (e *Engine) ReadTensor(id string) ([]uint32, error) {
 	if e.g.Tensors[ti].View != nil {
 		return nil, fmt.Errorf("engine: %q is a view", id)
 	}
-	n, _ := ir.Numel(e.g.Tensors[ti].Shape)
-	w := make([]uint32, n)
+	w := make([]uint32, e.wordsOf(ti))
 	return w, e.readInto(loc, w)
 }
 
@@ -382,9 +429,8 @@ func (e *Engine) Watch(id string) error {
 	if e.g.Tensors[ti].View != nil {
 		return fmt.Errorf("engine: %q is a view", id)
 	}
-	n, _ := ir.Numel(e.g.Tensors[ti].Shape)
 	e.watch[id] = ti
-	e.watched[id] = make([]uint32, n)
+	e.watched[id] = make([]uint32, e.wordsOf(ti))
 	return nil
 }
 

@@ -112,6 +112,11 @@ func CheckOps(g *ir.Graph) error {
 		if _, ok := lowerings[n.Op]; ok || n.Op.Collective() {
 			continue
 		}
+		if n.Call != nil {
+			if _, ok := atenLowerings[n.Call.Target]; ok {
+				continue
+			}
+		}
 		if first < 0 {
 			first = int(i)
 		}
@@ -142,18 +147,49 @@ func CheckOps(g *ir.Graph) error {
 }
 
 // vocabOf is the vocabulary: the rows of the table the token embedding
-// reads (a ZeRO-3 graph reads the gathered whole table).
+// reads (a ZeRO-3 graph reads the gathered whole table), a generator's
+// embedding op or an imported aten::embedding.
 func vocabOf(g *ir.Graph) (uint64, error) {
-	for i := range g.Nodes {
-		n := &g.Nodes[i]
-		if n.Op == ir.OpEmbedding && len(n.Inputs) == 2 && n.Inputs[1] == "tokens" {
-			ti, _ := g.TensorIndex(n.Inputs[0])
-			if s := g.Tensors[ti].Shape; len(s) == 2 {
-				return s[0], nil
+	if v := Vocab(g); v > 0 {
+		return v, nil
+	}
+	return 0, unsupported("the graph has no embedding of an input \"tokens\": the executors train language models (the generators', or imported ones whose token input the importer named tokens)")
+}
+
+// CPUOnly returns the first node (in execution order) whose kernels run
+// on the cpu only (an imported op), and whether there is one: "auto"
+// picks the cpu for such a graph.
+func CPUOnly(g *ir.Graph) (string, bool) {
+	for _, i := range g.Order {
+		if n := &g.Nodes[i]; n.Call != nil {
+			if _, ok := lowerings[n.Op]; !ok {
+				return n.ID, true
 			}
 		}
 	}
-	return 0, unsupported("the graph has no embedding of \"tokens\": the executors run the generators' language models")
+	return "", false
+}
+
+// Vocab is the rows of the table the graph's input "tokens" is looked
+// up in (0: none).
+func Vocab(g *ir.Graph) uint64 {
+	for i := range g.Nodes {
+		n := &g.Nodes[i]
+		table := ""
+		switch {
+		case n.Op == ir.OpEmbedding && len(n.Inputs) == 2 && n.Inputs[1] == "tokens":
+			table = n.Inputs[0]
+		case n.Call != nil && n.Call.Target == "aten::embedding.default" && len(n.Call.Args) > 1 && n.Call.Args[1].T != nil && n.Call.Args[1].T.ID == "tokens" && n.Call.Args[0].T != nil:
+			table = n.Call.Args[0].T.ID
+		default:
+			continue
+		}
+		ti, _ := g.TensorIndex(table)
+		if s := g.Tensors[ti].Shape; len(s) == 2 {
+			return s[0]
+		}
+	}
+	return 0
 }
 
 // Engine returns the engine.
@@ -237,7 +273,7 @@ func (x *Executor) check(s runner.State) error {
 	for _, id := range x.e.persistent() {
 		w, ok := s.Tensors[id]
 		ti, _ := x.e.g.TensorIndex(id)
-		n, _ := ir.Numel(x.e.g.Tensors[ti].Shape)
+		n := x.e.wordsOf(ti)
 		if !ok || uint64(len(w)) != n {
 			return unsupported("importing model state: tensor %q has %d elements here and %d in the state", id, n, len(w))
 		}
@@ -299,7 +335,12 @@ func Factory(o FactoryOptions) func(g *ir.Graph, p *planner.Plan) (runner.Execut
 	var be Backend
 	return func(g *ir.Graph, p *planner.Plan) (runner.Executor, error) {
 		if be == nil {
-			b, reason, err := Open(o.Backend)
+			name := o.Backend
+			if node, ok := CPUOnly(g); ok && (name == "auto" || name == "") {
+				log.Info("the graph has imported ops, whose kernels run on the cpu only: the cpu executor", "node", node)
+				name = "cpu"
+			}
+			b, reason, err := Open(name)
 			if err != nil {
 				return nil, err
 			}

@@ -108,10 +108,10 @@ func (e *Engine) feedTokens(s *data.Stream, k uint64) error {
 // writeLM writes the fed tokens and labels, and 0…S-1 into "positions"
 // when the graph has it.
 func (e *Engine) writeLM(S uint64) error {
-	if err := e.WriteTensor("tokens", e.feed.tokens); err != nil {
+	if err := e.writeInput("tokens", e.feed.tokens, &e.feed.wide[0]); err != nil {
 		return err
 	}
-	if err := e.WriteTensor("labels", e.feed.labels); err != nil {
+	if err := e.writeInput("labels", e.feed.labels, &e.feed.wide[1]); err != nil {
 		return err
 	}
 	if pi, ok := e.g.TensorIndex("positions"); ok {
@@ -125,6 +125,20 @@ func (e *Engine) writeLM(S uint64) error {
 		return e.WriteTensor("positions", e.feed.positions)
 	}
 	return nil
+}
+
+// writeInput writes integer values (one word each) into input id,
+// widened to two words each for an int64 tensor (through buf, reused).
+func (e *Engine) writeInput(id string, vals []uint32, buf *[]uint32) error {
+	ti, ok := e.g.TensorIndex(id)
+	if !ok || e.g.Tensors[ti].DType != ir.I64 {
+		return e.WriteTensor(id, vals)
+	}
+	*buf = (*buf)[:0]
+	for _, v := range vals {
+		*buf = append(*buf, v, uint32(int32(v)>>31))
+	}
+	return e.WriteTensor(id, *buf)
 }
 
 // Validate computes the validation loss after step: the mean of the

@@ -429,6 +429,10 @@ func (p *cpuLaunch) runRange(inv *invocation, lo, hi uint32) {
 		}
 		return
 	}
+	if p.ranged != nil {
+		p.ranged(inv, lo, hi)
+		return
+	}
 	for t := lo; t < hi; t++ {
 		p.simt(inv, t)
 	}

@@ -67,6 +67,7 @@ type invocation struct {
 	mem   [][]uint32
 	p     []uint32
 	lanes *lanes // workgroup memory (workgroup kernels, groups.go)
+	tv    [8]tview
 }
 
 func (k *invocation) u(i int) uint32  { return k.p[i] }

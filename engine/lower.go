@@ -185,6 +185,9 @@ const layerNormEps = 1e-5
 // lower returns the launches of one compute node, by its op's entry in
 // lowerings.
 func (l *lowerer) lower(n *ir.Node) ([]Launch, error) {
+	if _, ok := lowerings[n.Op]; !ok && n.Call != nil {
+		return l.lowerCall(n)
+	}
 	if f, ok := lowerings[n.Op]; ok {
 		if f.ins >= 0 {
 			if err := need(n, f.ins, f.outs); err != nil {

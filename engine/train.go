@@ -2,6 +2,7 @@ package engine
 
 import (
 	"math"
+	"strings"
 
 	"github.com/tmmu/tmmu/ir"
 )
@@ -10,13 +11,14 @@ import (
 // whole (unpartitioned) parameter's, i its flat element index.
 type Init func(id string, shape []uint64, i uint64) float32
 
-// DefaultInit is GPT-2's: vectors whose id ends in ".w" (norm weights)
-// are ones, other vectors (biases) zeros, and matrices N(0, 0.02), drawn
+// DefaultInit is GPT-2's: vectors whose id ends in ".w" or ".weight"
+// (norm weights) are ones, other vectors (biases) zeros, and matrices
+// N(0, 0.02), drawn
 // from a hash of (id, i) so that a rank holding a partition draws the
 // same values as an unpartitioned run.
 func DefaultInit(id string, shape []uint64, i uint64) float32 {
-	if len(shape) == 1 {
-		if len(id) > 2 && id[len(id)-2:] == ".w" {
+	if len(shape) <= 1 {
+		if strings.HasSuffix(id, ".w") || strings.HasSuffix(id, ".weight") {
 			return 1
 		}
 		return 0
@@ -82,11 +84,37 @@ func (e *Engine) InitState(init Init) error {
 				}
 			}
 		}
-		if err := e.WriteTensor(id, Words(v)); err != nil {
+		if err := e.WriteTensor(id, e.encode(ti, v)); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// encode returns tensor ti's words holding values v (rounded toward
+// zero for integer tensors).
+func (e *Engine) encode(ti int32, v []float32) []uint32 {
+	switch e.g.Tensors[ti].DType {
+	case ir.I32:
+		w := make([]uint32, len(v))
+		for i, x := range v {
+			w[i] = uint32(int32(x))
+		}
+		return w
+	case ir.I64:
+		w := make([]uint32, 2*len(v))
+		for i, x := range v {
+			w[2*i], w[2*i+1] = uint32(int32(x)), uint32(int32(x)>>31)
+		}
+		return w
+	case ir.Bool, ir.U8:
+		w := make([]uint32, (len(v)+3)/4)
+		for i, x := range v {
+			w[i/4] |= uint32(byte(x)) << (8 * (i % 4))
+		}
+		return w
+	}
+	return Words(v)
 }
 
 // partitioned returns the whole shape of a parameter this rank holds a

@@ -106,7 +106,7 @@ func encodeTensor(w *canon.Writer, t *Tensor) {
 
 func encodeNode(w *canon.Writer, n *Node) {
 	pairs := 2 // id, op
-	for _, set := range []bool{len(n.Attrs) > 0, n.Phase != "", len(n.Inputs) > 0, len(n.Outputs) > 0} {
+	for _, set := range []bool{len(n.Attrs) > 0, n.Phase != "", len(n.Inputs) > 0, len(n.Outputs) > 0, n.Call != nil} {
 		if set {
 			pairs++
 		}
@@ -116,6 +116,10 @@ func encodeNode(w *canon.Writer, n *Node) {
 	w.Text(n.ID)
 	w.Text("op")
 	w.Text(string(n.Op))
+	if n.Call != nil {
+		w.Text("call")
+		w.Text(n.Call.jsonText())
+	}
 	if len(n.Attrs) > 0 {
 		w.Text("attrs")
 		keys := make([]string, 0, len(n.Attrs))

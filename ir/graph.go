@@ -111,6 +111,9 @@ func Compile(m *Model) (*Graph, error) {
 	if err := g.checkReadsAfterWrites(); err != nil {
 		return nil, err
 	}
+	if err := g.checkCalls(); err != nil {
+		return nil, err
+	}
 	g.IRHash = hashCanonical(c)
 	var err error
 	if g.OrderHash, err = ExecutionOrderHash(g.OrderIDs); err != nil {

@@ -116,6 +116,10 @@ func TestCanonicalHashMatchesLibrary(t *testing.T) {
 		// Exercise the fields irtest leaves alone.
 		if len(m.Nodes) > 0 {
 			m.Nodes[0].Attrs = map[string]int64{"heads": 12, "a": -3, "transpose_b": 1, "zz": 1 << 40}
+			if rapid.Bool().Draw(t, "call") {
+				m.Nodes[0].Call = &ir.Call{Target: "aten::add.Tensor", Args: []ir.Arg{{K: "t", T: &ir.TensorRef{ID: "x", Shape: []uint64{2}, Strides: []uint64{1}}}, {K: "f", F: "-inf"}, {K: "il"}},
+					Results: []*ir.TensorRef{nil, {ID: "y", Shape: []uint64{}, Strides: []uint64{}}}}
+			}
 		}
 		if len(m.Tensors) > 0 && rapid.Bool().Draw(t, "strided") {
 			m.Tensors[0].View = &ir.ViewDescriptor{BaseTensor: "b", ByteOffset: 7, ByteLength: 1 << 33, Strides: []uint64{3, 1}}

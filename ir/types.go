@@ -77,6 +77,8 @@ type Node struct {
 	Outputs []string         `json:"outputs,omitempty" cbor:"outputs,omitempty"`
 	Phase   Phase            `json:"phase,omitempty" cbor:"phase,omitempty"` // "" reads as forward
 	Attrs   map[string]int64 `json:"attrs,omitempty" cbor:"attrs,omitempty"` // integer attributes (no floats in hashed data)
+	// Call is how an imported node computes (nil for tmmu's own ops).
+	Call *Call `json:"call,omitempty" cbor:"call,omitempty"`
 }
 
 // DType is a tensor element type.

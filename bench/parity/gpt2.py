@@ -81,7 +81,8 @@ class Transformer(nn.Module):
 
 
 class GPT2(nn.Module):
-    """GPT2LMHeadModel's shape; forward(tokens, labels) is the mean loss."""
+    """GPT2LMHeadModel's shape: forward(tokens) gives the logits,
+    forward(tokens, labels) the mean loss."""
 
     def __init__(self, layers=2, d=64, heads=4, vocab=512, context=32):
         super().__init__()
@@ -95,7 +96,23 @@ class GPT2(nn.Module):
             x = blk(x)
         return t.ln_f(x) @ t.wte.weight.t()
 
-    def forward(self, idx, labels):
+    def forward(self, idx, labels=None):
         logits = self.logits(idx)
-        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1))
+        if labels is None:
+            return logits
+        return loss(logits, labels)
 
+
+def loss(logits, labels):
+    """Mean cross-entropy over every token."""
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1))
+
+
+def build(layers=2, d=64, heads=4, vocab=512, context=32, batch=4, seq=32):
+    """For tmmu import torch gpt2.py:build --train: the module, example
+    inputs (token ids), the loss of (logits, labels) and labels."""
+    torch.manual_seed(0)
+    m = GPT2(layers, d, heads, vocab, context)
+    idx = torch.randint(0, vocab, (batch, seq))
+    labels = torch.randint(0, vocab, (batch, seq))
+    return m, (idx,), loss, labels

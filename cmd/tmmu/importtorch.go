@@ -5,15 +5,18 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"path/filepath"
+	"strings"
 
 	"github.com/tmmu/tmmu/importer/torch"
 	"github.com/tmmu/tmmu/planner"
 )
 
 func runImportTorch(e *env, args []string) error {
-	c := &command{name: "import torch", usage: "import torch MODEL [--train] [--batch N] [--seq N] [--optimizer adamw|sgd] [-o json|cbor] [--out FILE] [--report FILE]",
-		summary: "Import a PyTorch module: MODEL is a torchvision model name (resnet50, vit_b_16, ...), gpt2-small (GPT-2 small's shape), or FILE.py:NAME (a class, or a function returning a module or (module, inputs, loss_fn)). " +
-			"Traces one step at the aten level with make_fx: forward for inference; forward, backward and the AdamW or SGD update with --train. " +
+	c := &command{name: "import torch", usage: "import torch MODEL [--train] [--batch N] [--seq N] [--optimizer adamw|sgd] [-o json|cbor] [--out FILE] [--report FILE] [--weights FILE]",
+		summary: "Import a PyTorch module: MODEL is a torchvision model name (resnet50, vit_b_16, ...), gpt2-small (GPT-2 small's shape), or FILE.py:NAME (a class, or a function returning a module, (module, inputs, loss_fn) or (module, inputs, loss_fn, target)). " +
+			"Traces one step at the aten level with make_fx: forward for inference; forward, backward and the AdamW or SGD update with --train; every node keeps its aten call, so the engine runs the graphs whose ops it has kernels for. " +
+			"Writes the module's initial parameters beside the graph (M.safetensors for --out M.json). " +
 			"Also runs the step eagerly and reports the peak of live tensor bytes PyTorch itself held. Needs Python 3 with torch (TMMU_PYTHON or --python picks the interpreter)."}
 	fs := newFlags(e, c)
 	var o torch.Options
@@ -26,6 +29,7 @@ func runImportTorch(e *env, args []string) error {
 	fs.BoolVar(&o.NoPeak, "no-peak", false, "skip the eager run that measures PyTorch's peak")
 	out := addModelOutput(fs)
 	report := fs.String("report", "", "write the exporter's report (PyTorch's peak, counts) as JSON to FILE (default with --out FILE: FILE.pytorch.json)")
+	weightsOut := fs.String("weights", "", "write the module's initial parameters and buffers as safetensors to FILE (default with --out M.json: M.safetensors), for tmmu train --weights")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -55,8 +59,16 @@ func runImportTorch(e *env, args []string) error {
 	if *report == "" && *out.file != "" {
 		*report = *out.file + ".pytorch.json"
 	}
+	if *weightsOut == "" && *out.file != "" {
+		*weightsOut = strings.TrimSuffix(*out.file, filepath.Ext(*out.file)) + ".safetensors"
+	}
 	if err := out.write(e, m); err != nil {
 		return err
+	}
+	if *weightsOut != "" {
+		if err := writeFileAtomic(*weightsOut, rep.Weights); err != nil {
+			return err
+		}
 	}
 	if *report != "" {
 		data, err := json.MarshalIndent(rep, "", " ")

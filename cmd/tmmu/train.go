@@ -171,6 +171,10 @@ func runTrain(c *command, e *env, args []string) error {
 			store.SetMaxBytes(uint64(n))
 		}
 	}
+	if node, ok := engine.CPUOnly(g); ok && *backend == "auto" {
+		fmt.Fprintf(e.stderr, "tmmu: node %s is an imported op, whose kernels run on the cpu only: the cpu executor\n", node)
+		*backend = "cpu"
+	}
 	be, reason, err := engine.Open(*backend)
 	if err != nil {
 		return err

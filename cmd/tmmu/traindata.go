@@ -85,19 +85,8 @@ func openTokens(list, format string, vocab uint64) (*data.Dataset, data.Summary,
 	return d, sum, closeAll, nil
 }
 
-// vocabOf is the rows of the table the graph's "tokens" index.
-func vocabOf(g *ir.Graph) uint64 {
-	for i := range g.Nodes {
-		n := &g.Nodes[i]
-		if n.Op == ir.OpEmbedding && len(n.Inputs) == 2 && n.Inputs[1] == "tokens" {
-			ti, _ := g.TensorIndex(n.Inputs[0])
-			if s := g.Tensors[ti].Shape; len(s) == 2 {
-				return s[0]
-			}
-		}
-	}
-	return 0
-}
+// vocabOf is the rows of the table the graph's "tokens" index (0: none).
+func vocabOf(g *ir.Graph) uint64 { return engine.Vocab(g) }
 
 // loadWeights reads a safetensors file of initial weights for g.
 func loadWeights(path string, g *ir.Graph) (map[string][]float32, error) {

@@ -16,7 +16,8 @@ with what PyTorch uses.
 MODEL is a torchvision model name (resnet50, mobilenet_v3_large,
 efficientnet_b0, vit_b_16, convnext_tiny, resnet18, ...), gpt2-small (a
 GPT-2-small-shaped module defined here), or FILE.py:NAME where NAME is a
-class or a function returning (module, example_inputs, loss_fn) or a module.
+class or a function returning a module, (module, example_inputs, loss_fn)
+or (module, example_inputs, loss_fn, target).
 
 How the aten graph maps to the IR:
   - parameters and buffers are parameters, optimizer state (exp_avg,
@@ -143,6 +144,9 @@ def load_model(name, batch, seq):
         if isinstance(got, nn.Module):
             x = torch.randn(batch, *getattr(mod, "INPUT_SHAPE", (3, 224, 224)))
             return got, (x,), nn.functional.cross_entropy, None
+        if len(got) == 4:  # (module, inputs, loss_fn, target)
+            m, inputs, loss_fn, target = got
+            return m, tuple(inputs), loss_fn, target
         m, inputs, loss_fn = got
         return m, tuple(inputs), loss_fn, None
     try:
@@ -376,13 +380,91 @@ def build_ir(name, gm, roles, names, flat, ngrads, train):
     consumers = {}
     dropped_views = 0
 
+    base_of = {}     # IR id → the storage offset of its first element
+
     def new_tensor(tid, t, role):
         if t.numel() == 0:
             return None
         if t.dtype not in DTYPES:
             raise ExportError(f"tensor {tid}: dtype {t.dtype} is not supported")
         tensors[tid] = {"id": tid, "shape": list(t.shape), "dtype": DTYPES[t.dtype], "role": role}
+        base_of[tid] = t.storage_offset()
         return tid
+
+    def ref(tid, t):
+        """A tensor argument or result: the IR tensor whose storage holds
+        it and the view of that storage (elements from the IR tensor's
+        first) the op reads or writes."""
+        return {"id": tid, "shape": list(t.shape), "strides": list(t.stride()),
+                "offset": t.storage_offset() - base_of.get(tid, 0)}
+
+    def arg_ref(a):
+        t = rec.env.get(a)
+        if not isinstance(t, torch.Tensor) or t.numel() == 0:
+            return None
+        tid = value.get((a, 0))
+        return ref(tid, t) if tid is not None else None
+
+    def encode(v):
+        """One argument of a call, typed (floats as their exact repr)."""
+        if isinstance(v, torch.fx.Node):
+            r = arg_ref(v)
+            return {"k": "t", "t": r} if r else {"k": "n"}
+        if isinstance(v, (list, tuple)):
+            if any(isinstance(x, torch.fx.Node) for x in v):
+                return {"k": "tl", "tl": [arg_ref(x) if isinstance(x, torch.fx.Node) else None for x in v]}
+            if all(isinstance(x, bool) for x in v):
+                return {"k": "il", "il": [int(x) for x in v]}
+            if all(isinstance(x, int) for x in v):
+                return {"k": "il", "il": [int(x) for x in v]}
+            if all(isinstance(x, (int, float)) for x in v):
+                return {"k": "fl", "fl": [repr(float(x)) for x in v]}
+            raise ExportError(f"an argument list {v!r} of unsupported values")
+        if isinstance(v, bool):
+            return {"k": "b", "b": v}
+        if isinstance(v, int):
+            return {"k": "i", "i": v}
+        if isinstance(v, float):
+            return {"k": "f", "f": repr(v)}
+        if isinstance(v, str):
+            return {"k": "s", "s": v}
+        if v is None:
+            return {"k": "n"}
+        if isinstance(v, torch.dtype):
+            return {"k": "s", "s": DTYPES.get(v, str(v))}
+        if isinstance(v, (torch.device, torch.layout, torch.memory_format)):
+            return {"k": "s", "s": str(v)}
+        raise ExportError(f"an argument {v!r} of type {type(v).__name__}")
+
+    def call_args(n):
+        """The node's arguments in its schema's order, defaults filled in."""
+        schema = getattr(n.target, "_schema", None)
+        if schema is None:
+            return [encode(a) for a in n.args]
+        out = []
+        for i, arg in enumerate(schema.arguments):
+            if i < len(n.args):
+                v = n.args[i]
+            elif arg.name in n.kwargs:
+                v = n.kwargs[arg.name]
+            elif arg.has_default_value():
+                v = arg.default_value
+            else:
+                v = None
+            out.append(encode(v))
+        return out
+
+    def result_ref(t):
+        if not isinstance(t, torch.Tensor) or t.numel() == 0:
+            return None
+        tid = root_of.get(storage_key(t))
+        return ref(tid, t) if tid is not None else None
+
+    def target_name(n):
+        t = n.target
+        if isinstance(t, torch._ops.OpOverload):
+            return f"{t.namespace}::{t.overloadpacket.__name__}.{t._overloadname}"
+        return op_name(n)
 
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     for n, role, pname in zip(placeholders, roles, names):
@@ -421,6 +503,7 @@ def build_ir(name, gm, roles, names, flat, ngrads, train):
                         value[(n, 0)] = value[(src, j)]
             continue
         ph = phase[n]
+        call = {"target": target_name(n), "args": call_args(n)}
         ins = []
         for a in n.all_input_nodes:
             for tid in resolve(a):
@@ -450,6 +533,7 @@ def build_ir(name, gm, roles, names, flat, ngrads, train):
                 for sk, v in list(root_of.items()):
                     if v == tid:
                         root_of[sk] = nid
+                base_of[nid] = base_of.get(tid, 0)
                 outs.append(nid)
         for k, t in enumerate(rec.results[n]):
             if t.numel() == 0:
@@ -471,7 +555,9 @@ def build_ir(name, gm, roles, names, flat, ngrads, train):
             continue  # a view-only node: nothing is computed
         for tid in ins:
             consumers.setdefault(tid, set()).add(ph)
-        nodes_out.append({"id": n.name, "op": op_name(n), "inputs": ins, "outputs": outs, "phase": ph})
+        res = rec.env[n]
+        call["results"] = [result_ref(x) for x in (res if isinstance(res, (tuple, list)) else [res])]
+        nodes_out.append({"id": n.name, "op": op_name(n), "inputs": ins, "outputs": outs, "phase": ph, "call": call})
         order.append(n.name)
 
     # Outputs: the loss (training) or the results (inference).
@@ -495,6 +581,8 @@ def build_ir(name, gm, roles, names, flat, ngrads, train):
     for nd in nodes_out:
         used.update(nd["inputs"])
         used.update(nd["outputs"])
+    if train:
+        rename(tensors, nodes_out, used)
     ir = {
         "name": name,
         "tensors": [tensors[k] for k in sorted(used)],
@@ -504,6 +592,66 @@ def build_ir(name, gm, roles, names, flat, ngrads, train):
     stats = {"aten_nodes": sum(1 for n in gm.graph.nodes if n.op == "call_function"), "ir_nodes": len(nodes_out),
              "views_elided": dropped_views, "saved_for_backward": len(saved)}
     return ir, stats
+
+
+def rename(tensors, nodes, used):
+    """Names a training graph's data inputs and loss as tmmu's executors
+    bind them: the model's one input "tokens" (integer, [batch, seq]) or
+    "images" (floating, [batch, C, H, W]), the loss's target "labels",
+    the loss "loss"."""
+    names = {}
+    x, y = tensors.get("input0"), tensors.get("target")
+    if x is not None and "input1" not in tensors:
+        if x["dtype"] in ("int64", "int32") and len(x["shape"]) == 2:
+            names["input0"] = "tokens"
+        elif x["dtype"] == "fp32" and len(x["shape"]) == 4:
+            names["input0"] = "images"
+    if y is not None and y["dtype"] in ("int64", "int32"):
+        names["target"] = "labels"
+    outs = [tid for tid, t in tensors.items() if t["role"] == "output" and tid in used]
+    if len(outs) == 1 and tuple(tensors[outs[0]]["shape"]) == ():
+        names[outs[0]] = "loss"
+    if any(new in tensors for new in names.values()):
+        return  # the module already has a tensor of that name
+    for old, new in names.items():
+        t = tensors.pop(old)
+        t["id"] = new
+        tensors[new] = t
+        if old in used:
+            used.discard(old)
+            used.add(new)
+    for nd in nodes:
+        nd["inputs"] = [names.get(i, i) for i in nd["inputs"]]
+        nd["outputs"] = [names.get(i, i) for i in nd["outputs"]]
+        call = nd.get("call", {})
+        refs = [a.get("t") for a in call.get("args", [])] + [r for a in call.get("args", []) for r in a.get("tl", []) or []]
+        for r in refs + call.get("results", []):
+            if r is not None:
+                r["id"] = names.get(r["id"], r["id"])
+
+
+ST_DTYPES = {torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16", torch.float64: "F64",
+             torch.int64: "I64", torch.int32: "I32", torch.uint8: "U8", torch.bool: "BOOL"}
+
+
+def write_weights(path, state, ir):
+    """The module's parameters and buffers that are parameters of the IR,
+    as safetensors (what tmmu train --weights reads): PyTorch's own
+    initial values, so tmmu starts where PyTorch would."""
+    keep = {t["id"] for t in ir["tensors"] if t["role"] == "parameter"}
+    header, blobs, at = {}, [], 0
+    for name, t in sorted(state.items()):
+        if name not in keep or t.numel() == 0:
+            continue
+        if t.dtype not in ST_DTYPES:
+            raise ExportError(f"{name}: dtype {t.dtype} has no safetensors type")
+        b = t.detach().contiguous().cpu().numpy().tobytes()
+        header[name] = {"dtype": ST_DTYPES[t.dtype], "shape": list(t.shape), "data_offsets": [at, at + len(b)]}
+        blobs.append(b)
+        at += len(b)
+    h = json.dumps(header, separators=(",", ":")).encode()
+    h += b" " * (-len(h) % 8)
+    write(path, len(h).to_bytes(8, "little") + h + b"".join(blobs))
 
 
 # ------------------------------------------------------------------ peak
@@ -599,6 +747,7 @@ def main(argv=None):
     ap.add_argument("--name", help="the graph's name (default: MODEL and mode)")
     ap.add_argument("--out", help="write the IR (JSON) to OUT; default standard output")
     ap.add_argument("--report", help="write the report (PyTorch's peak, counts) as JSON to REPORT")
+    ap.add_argument("--weights", help="write the module's initial parameters and buffers (safetensors) to WEIGHTS")
     ap.add_argument("--no-peak", action="store_true", help="skip the eager run that measures PyTorch's peak")
     ap.add_argument("--onnx", metavar="FILE", help="instead: export the model to ONNX (opset 14, dynamic batch "
                     "\"batch\", shapes inferred when the onnx package is installed), for tmmu import onnx")
@@ -608,6 +757,7 @@ def main(argv=None):
     torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
     try:
         model, inputs, loss_fn, target = load_model(a.model, a.batch, a.seq)
+        initial = {k: v.detach().clone() for k, v in model.state_dict().items()}
         if a.onnx:
             export_onnx(model, inputs, a.onnx)
             return 0
@@ -631,20 +781,22 @@ def main(argv=None):
         return 1
     data = json.dumps(ir, separators=(",", ":")) + "\n"
     write(a.out, data)
+    if a.weights:
+        write_weights(a.weights, initial, ir)
     if a.report:
         write(a.report, json.dumps(report, indent=1) + "\n")
     return 0
 
 
 def write(path, data):
-    """Writes whole or not at all."""
+    """Writes whole or not at all (text or bytes)."""
     if not path:
         sys.stdout.write(data)
         return
     d = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(dir=d, prefix="." + os.path.basename(path))
     try:
-        with os.fdopen(fd, "w") as f:
+        with os.fdopen(fd, "wb" if isinstance(data, bytes) else "w") as f:
             f.write(data)
         os.chmod(tmp, 0o644)
         os.replace(tmp, path)

@@ -8,8 +8,13 @@
 // activations and saved_for_backward marked, views folded into the
 // tensors they view and in-place writes recorded. It also runs the step
 // eagerly and reports the peak of live tensor bytes PyTorch's CPU
-// allocator held, for comparison with tmmu's plan. See the script's
-// docstring for the mapping.
+// allocator held, for comparison with tmmu's plan, and writes the
+// module's initial parameters (Report.Weights), so that tmmu trains from
+// where PyTorch would. Every node records its aten call (ir.Call), so the
+// engine can run it. A training graph's data inputs are named tokens
+// (integer [batch, seq]) or images (floating [batch, C, H, W]), its
+// target labels and its loss loss, which the executors bind. See the
+// script's docstring for the mapping.
 package torch
 
 import (
@@ -73,6 +78,10 @@ type Report struct {
 	PyTorchPeakBytes       uint64 `json:"pytorch_peak_bytes,omitempty"`
 	PyTorchPersistentBytes uint64 `json:"pytorch_persistent_bytes,omitempty"`
 	PyTorchPeakSource      string `json:"pytorch_peak_source,omitempty"`
+	// Weights are the module's initial parameters and buffers that are
+	// parameters of the graph, as a safetensors file under their
+	// state_dict names: where PyTorch's own training would start.
+	Weights []byte `json:"-"`
 }
 
 // Python finds the interpreter to run: o.Python, $TMMU_PYTHON,
@@ -124,8 +133,8 @@ func Import(ctx context.Context, o Options) (*ir.Model, *Report, error) {
 	if err := os.WriteFile(script, Script, 0o600); err != nil {
 		return nil, nil, failure.New(failure.IOError, OpImport, err.Error())
 	}
-	irFile, repFile := filepath.Join(dir, "ir.json"), filepath.Join(dir, "report.json")
-	args := []string{script, o.Model, "--out", irFile, "--report", repFile}
+	irFile, repFile, wFile := filepath.Join(dir, "ir.json"), filepath.Join(dir, "report.json"), filepath.Join(dir, "weights.safetensors")
+	args := []string{script, o.Model, "--out", irFile, "--report", repFile, "--weights", wFile}
 	if o.Train {
 		args = append(args, "--train")
 	}
@@ -176,6 +185,9 @@ func Import(ctx context.Context, o Options) (*ir.Model, *Report, error) {
 		return nil, nil, failure.New(failure.IOError, OpImport, err.Error())
 	} else if err := json.Unmarshal(b, &rep); err != nil {
 		return nil, nil, failure.Newf(failure.InvalidEncoding, OpImport, "the exporter's report: %v", err)
+	}
+	if rep.Weights, err = os.ReadFile(wFile); err != nil {
+		return nil, nil, failure.New(failure.IOError, OpImport, "the exporter wrote no weights: "+err.Error())
 	}
 	return m, &rep, nil
 }
