@@ -253,14 +253,14 @@ func (c *CPU) prepare(l Launch) (*cpuLaunch, error) {
 
 // cpuLaunch is a prepared launch of the cpu backend.
 type cpuLaunch struct {
-	c     *CPU
-	l     Launch
-	mem   [][]uint32
-	freed uint64 // c.freed when mem was resolved
+	c      *CPU
+	l      Launch
+	mem    [][]uint32
+	freed  uint64 // c.freed when mem was resolved
 	simt   kernel
 	ranged rangeKernel
 	group  groupKernel
-	done  sync.WaitGroup
+	done   sync.WaitGroup
 }
 
 // resolve points mem at the slots' regions (c.mu held).
