@@ -74,6 +74,7 @@ type Engine struct {
 		tokens, labels, positions []uint32
 		i32tok, i32lab            []int32
 		wide                      [2][]uint32 // int64 inputs' words
+		pixels                    []float32
 	}
 }
 

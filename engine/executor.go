@@ -28,6 +28,10 @@ type Executor struct {
 	closes []func() error // run by Close
 	quiet  bool           // confidential or regulated: no loss reported
 	data   Data           // nil streams: the synthetic task
+	// images, for an image classifier, are its inputs and classes the
+	// number of its classes (vocab is 0).
+	images  *imageInputs
+	classes uint64
 }
 
 // Configure applies the job's setup (runner.Configurer): in
@@ -76,9 +80,17 @@ func NewExecutor(g *ir.Graph, p *planner.Plan, opts Options, ownBackend bool) (*
 	if err := CheckOps(g); err != nil {
 		return nil, err
 	}
-	vocab, err := vocabOf(g)
-	if err != nil {
-		return nil, err
+	x := &Executor{}
+	if img, ok := imageInputsOf(g); ok {
+		x.images, x.classes = &img, Classes(g)
+		if x.classes == 0 {
+			return nil, unsupported("the graph takes images but has no nll_loss over class log-probabilities: the executors train classifiers (imported with tmmu import torch)")
+		}
+	} else {
+		var err error
+		if x.vocab, err = vocabOf(g); err != nil {
+			return nil, err
+		}
 	}
 	e, err := New(g, p, opts)
 	if err != nil {
@@ -90,9 +102,9 @@ func NewExecutor(g *ir.Graph, p *planner.Plan, opts Options, ownBackend bool) (*
 	}
 	if err := e.Watch("loss"); err != nil {
 		e.Close()
-		return nil, unsupported("the graph has no tensor \"loss\": the executors run training graphs of the model generators")
+		return nil, unsupported("the graph has no tensor \"loss\": the executors run training graphs (the generators', or imported with --train)")
 	}
-	x := &Executor{e: e, vocab: vocab}
+	x.e = e
 	if ownBackend {
 		x.closes = append(x.closes, opts.Backend.Close)
 	}
@@ -209,9 +221,14 @@ func (x *Executor) Name() string { return x.e.opts.Backend.Name() }
 // synthetic counting task.
 func (x *Executor) Step(ctx context.Context, step uint64) (runner.StepStats, error) {
 	var err error
-	if x.data.Train != nil {
+	switch {
+	case x.images != nil && x.data.Train != nil:
+		err = x.e.feedImages(*x.images, x.data.Train, step-1)
+	case x.images != nil:
+		err = x.e.feedSyntheticImages(*x.images, step, x.classes)
+	case x.data.Train != nil:
 		err = x.e.feedTokens(x.data.Train, step-1)
-	} else {
+	default:
 		err = x.e.FeedLM(step, x.vocab)
 	}
 	if err != nil {

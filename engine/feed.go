@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"strings"
 
 	"github.com/tmmu/tmmu/data"
+	"github.com/tmmu/tmmu/failure"
 	"github.com/tmmu/tmmu/ir"
 )
 
@@ -58,20 +60,31 @@ func equalShape(a, b []uint64) bool {
 	return true
 }
 
-// SetData makes the executor feed d from its next step on. The streams
-// must be token streams of the graph's sequence length with a global
-// batch of the graph's batch times the data-parallel size.
+// SetData makes the executor feed d from its next step on. For a
+// language model the streams must be token streams of the graph's
+// sequence length, for an image classifier image sets of its samples'
+// shape; either way with a global batch of the graph's batch times the
+// data-parallel size.
 func (x *Executor) SetData(d Data) error {
-	in, err := lmInputsOf(x.e.g)
-	if err != nil {
-		return unsupported("feeding a dataset: %v (datasets feed language models with inputs tokens and labels [batch, seq])", err)
-	}
 	for _, s := range []*data.Stream{d.Train, d.Val} {
 		if s == nil {
 			continue
 		}
+		if im := x.images; im != nil {
+			if s.D.Kind != data.Images || !equalShape(s.D.SampleShape, im.sample) {
+				return failure.New(failure.InvalidDataset, OpExecute, fmt.Sprintf("the graph takes images of shape %v; the dataset holds %s of %v", im.sample, s.D.Kind, s.D.SampleShape), "file", strings.Join(s.D.Files(), ","))
+			}
+			if s.Batch != im.B*x.e.opts.DataSize {
+				return fmt.Errorf("engine: a stream of %d rows for a graph of %d on %d data-parallel ranks", s.Batch, im.B, x.e.opts.DataSize)
+			}
+			continue
+		}
+		in, err := lmInputsOf(x.e.g)
+		if err != nil {
+			return unsupported("feeding a dataset: %v (datasets feed language models with inputs tokens and labels [batch, seq], and image classifiers with images and labels)", err)
+		}
 		if s.D.Kind != data.Tokens {
-			return unsupported("feeding a dataset: a %s dataset for a language model's token inputs", s.D.Kind)
+			return failure.New(failure.InvalidDataset, OpExecute, fmt.Sprintf("a %s dataset for a language model's token inputs", s.D.Kind), "file", strings.Join(s.D.Files(), ","))
 		}
 		if s.Seq != in.S || s.Batch != in.B*x.e.opts.DataSize {
 			return fmt.Errorf("engine: a stream of %d rows of %d tokens for a graph of %d rows of %d on %d data-parallel ranks", s.Batch, s.Seq, in.B, in.S, x.e.opts.DataSize)
@@ -152,7 +165,13 @@ func (x *Executor) Validate(ctx context.Context, step uint64) (float64, bool, er
 	}
 	sum := 0.0
 	for k := range x.data.ValBatches {
-		if err := x.e.feedTokens(x.data.Val, k); err != nil {
+		var err error
+		if x.images != nil {
+			err = x.e.feedImages(*x.images, x.data.Val, k)
+		} else {
+			err = x.e.feedTokens(x.data.Val, k)
+		}
+		if err != nil {
 			return 0, false, err
 		}
 		res, err := x.e.Evaluate(ctx, fmt.Sprintf("val%d.%d", step, k))
@@ -166,4 +185,83 @@ func (x *Executor) Validate(ctx context.Context, step uint64) (float64, bool, er
 		sum += float64(math.Float32frombits(loss[0]))
 	}
 	return sum / float64(x.data.ValBatches), true, nil
+}
+
+// imageInputs are an image classifier's inputs: images [B, ...sample]
+// (fp32) and labels [B] (integer).
+type imageInputs struct {
+	B      uint64
+	sample []uint64
+}
+
+// imageInputsOf finds an imported classifier's inputs, images and labels.
+func imageInputsOf(g *ir.Graph) (imageInputs, bool) {
+	ii, ok1 := g.TensorIndex("images")
+	li, ok2 := g.TensorIndex("labels")
+	if !ok1 || !ok2 {
+		return imageInputs{}, false
+	}
+	is, ls := g.Tensors[ii].Shape, g.Tensors[li].Shape
+	if len(is) < 2 || len(ls) != 1 || ls[0] != is[0] || g.Tensors[ii].DType != ir.F32 {
+		return imageInputs{}, false
+	}
+	return imageInputs{B: is[0], sample: is[1:]}, true
+}
+
+// Classes is the number of classes of a classifier: the columns of the
+// log-probabilities its nll loss reads (0: none).
+func Classes(g *ir.Graph) uint64 {
+	for i := range g.Nodes {
+		n := &g.Nodes[i]
+		if n.Call != nil && n.Call.Target == "aten::nll_loss_forward.default" && len(n.Call.Args) > 0 && n.Call.Args[0].T != nil {
+			if s := n.Call.Args[0].T.Shape; len(s) == 2 {
+				return s[1]
+			}
+		}
+	}
+	return 0
+}
+
+// feedImages writes this rank's rows of the k-th batch of s into the
+// graph's images and labels.
+func (e *Engine) feedImages(im imageInputs, s *data.Stream, k uint64) error {
+	n, _ := ir.Numel(im.sample)
+	if uint64(len(e.feed.pixels)) != im.B*n {
+		e.feed.pixels, e.feed.i32lab = make([]float32, im.B*n), make([]int32, im.B)
+		e.feed.labels = make([]uint32, im.B)
+	}
+	if err := s.SamplesInto(k, e.opts.DataRank*im.B, e.feed.pixels, e.feed.i32lab); err != nil {
+		return err
+	}
+	return e.writeImages()
+}
+
+// feedSyntheticImages writes a deterministic batch for step: pixels
+// uniform in [−1, 1) and labels below classes, drawn from (seed, step,
+// global row), so every world size sees the same global batch.
+func (e *Engine) feedSyntheticImages(im imageInputs, step, classes uint64) error {
+	n, _ := ir.Numel(im.sample)
+	if uint64(len(e.feed.pixels)) != im.B*n {
+		e.feed.pixels, e.feed.i32lab = make([]float32, im.B*n), make([]int32, im.B)
+		e.feed.labels = make([]uint32, im.B)
+	}
+	for r := range im.B {
+		h := rowStart(e.opts.Seed, step, e.opts.DataRank*im.B+r, 1<<62)
+		e.feed.i32lab[r] = int32(h % classes)
+		x := h
+		for i := range n {
+			e.feed.pixels[r*n+i] = float32(splitmix(&x)>>40)/float32(1<<23) - 1
+		}
+	}
+	return e.writeImages()
+}
+
+func (e *Engine) writeImages() error {
+	for i, l := range e.feed.i32lab {
+		e.feed.labels[i] = uint32(l)
+	}
+	if err := e.WriteTensor("images", Words(e.feed.pixels)); err != nil {
+		return err
+	}
+	return e.writeInput("labels", e.feed.labels, &e.feed.wide[1])
 }

@@ -35,6 +35,7 @@
 package weights
 
 import (
+	"encoding/binary"
 	"fmt"
 	"regexp"
 	"slices"
@@ -135,13 +136,47 @@ func Load(f *safetensors.File, g *ir.Graph) (map[string][]float32, error) {
 	}
 	out := make(map[string][]float32, len(infos))
 	for id, info := range infos {
-		v, err := f.Float32s(info)
+		v, err := values(f, info)
 		if err != nil {
 			return nil, err
 		}
 		out[id] = v
 	}
 	return out, nil
+}
+
+// fits says whether a file's tensor of type d can stand for a parameter
+// of dtype t: floats for floats (widened exactly), integers for integers.
+func fits(d safetensors.DType, t ir.DType) bool {
+	switch t {
+	case ir.I64, ir.I32, ir.U8, ir.Bool:
+		return d == safetensors.I64 || d == safetensors.I32 || d == safetensors.U8 || d == safetensors.Bool
+	}
+	return safetensors.Widens(d)
+}
+
+// values reads a tensor as float32 values (integers converted; the
+// engine writes them back in their dtype).
+func values(f *safetensors.File, info safetensors.Info) ([]float32, error) {
+	if safetensors.Widens(info.DType) {
+		return f.Float32s(info)
+	}
+	b, err := f.Read(info)
+	if err != nil {
+		return nil, err
+	}
+	v := make([]float32, info.Elements())
+	for i := range v {
+		switch info.DType {
+		case safetensors.I64:
+			v[i] = float32(int64(binary.LittleEndian.Uint64(b[8*i:])))
+		case safetensors.I32:
+			v[i] = float32(int32(binary.LittleEndian.Uint32(b[4*i:])))
+		default:
+			v[i] = float32(b[i])
+		}
+	}
+	return v, nil
 }
 
 // match pairs every parameter of g with its tensor in f, or reports
@@ -173,8 +208,8 @@ func match(f *safetensors.File, g *ir.Graph) (map[string]safetensors.Info, error
 		switch {
 		case !slices.Equal(info.Shape, t.Shape):
 			shapes = append(shapes, fmt.Sprintf("%s is %v, the graph's %s is %v", name, info.Shape, id, t.Shape))
-		case !safetensors.Widens(info.DType):
-			dtypes = append(dtypes, fmt.Sprintf("%s is %s", name, info.DType))
+		case !fits(info.DType, t.DType):
+			dtypes = append(dtypes, fmt.Sprintf("%s is %s, the graph's %s is %s", name, info.DType, id, t.DType))
 		default:
 			out[id] = info
 		}
@@ -203,7 +238,7 @@ func match(f *safetensors.File, g *ir.Graph) (map[string]safetensors.Info, error
 	}
 	add("missing", missing)
 	add("of another shape", shapes)
-	add("of a dtype that does not widen to fp32 (F32, F16, BF16 do)", dtypes)
+	add("of a dtype that does not fit (fp32 parameters take F32, F16 or BF16; integer ones I64, I32 or U8)", dtypes)
 	add("not parameters of the graph", extra)
 	e := failure.New(failure.InvalidWeights, Operator,
 		fmt.Sprintf("the weights do not fit %s's %d parameters (names: %s): %s", g.Name, len(n.ids), n.Scheme, strings.Join(parts, "; ")))
@@ -216,42 +251,64 @@ func match(f *safetensors.File, g *ir.Graph) (map[string]safetensors.Info, error
 	return nil, e
 }
 
-// Exported is one tensor for Export: a parameter (or its optimizer
-// state) with its values.
-type Exported struct {
-	ID     string
-	Values []float32
-}
+// stDType is the safetensors type of an IR dtype.
+var stDType = map[ir.DType]safetensors.DType{ir.F32: safetensors.F32, ir.F16: safetensors.F16, ir.BF16: safetensors.BF16, ir.F64: safetensors.F64,
+	ir.I64: safetensors.I64, ir.I32: safetensors.I32, ir.I16: safetensors.I16, ir.I8: safetensors.I8, ir.U8: safetensors.U8, ir.Bool: safetensors.Bool}
 
 // Export returns the safetensors tensors of a whole (unpartitioned)
-// state: every parameter under its name, and with optimizer true the
-// AdamW moments too, as "<name>.exp_avg" and "<name>.exp_avg_sq". state
-// maps tensor ids to values; the optimizer state of parameter p is
-// looked up under the generators' ids (adam.m/p, adam.v/p) and the
-// importer's (p.exp_avg, p.exp_avg_sq).
-func Export(g *ir.Graph, state map[string][]float32, optimizer bool) ([]safetensors.Tensor, error) {
+// state: every parameter under its name, in its dtype, and with
+// optimizer true the AdamW moments too, as "<name>.exp_avg" and
+// "<name>.exp_avg_sq". words maps tensor ids to their little-endian
+// 32-bit words (an int64 takes two, a byte a quarter of one); the
+// optimizer state of parameter p is looked up under the generators' ids
+// (adam.m/p, adam.v/p) and the importer's (p.exp_avg, p.exp_avg_sq).
+func Export(g *ir.Graph, words map[string][]uint32, optimizer bool) ([]safetensors.Tensor, error) {
 	n := NamingOf(g)
 	var out []safetensors.Tensor
+	tensor := func(name, id string, shape []uint64, dt ir.DType) (safetensors.Tensor, error) {
+		w, ok := words[id]
+		if !ok {
+			return safetensors.Tensor{}, fmt.Errorf("weights: the state has no tensor %q", id)
+		}
+		st, ok := stDType[dt]
+		if !ok {
+			return safetensors.Tensor{}, fmt.Errorf("weights: %q is %s, which safetensors has no type for", id, dt)
+		}
+		numel, _ := ir.Numel(shape)
+		size := numel * st.Size()
+		b := make([]byte, 4*len(w))
+		for i, x := range w {
+			binary.LittleEndian.PutUint32(b[4*i:], x)
+		}
+		if uint64(len(b)) < size {
+			return safetensors.Tensor{}, fmt.Errorf("weights: %q holds %d bytes, its %d elements of %s take %d", id, len(b), numel, dt, size)
+		}
+		return safetensors.Tensor{Name: name, DType: st, Shape: shape, Data: b[:size]}, nil
+	}
 	for _, id := range n.ids {
 		ti, _ := g.TensorIndex(id)
-		shape := g.Tensors[ti].Shape
-		v, ok := state[id]
-		if !ok {
-			return nil, fmt.Errorf("weights: the state has no parameter %q", id)
+		t := &g.Tensors[ti]
+		x, err := tensor(n.Names[id], id, t.Shape, t.DType)
+		if err != nil {
+			return nil, err
 		}
-		out = append(out, safetensors.F32Tensor(n.Names[id], shape, v))
-		if !optimizer {
+		out = append(out, x)
+		if !optimizer || t.DType != ir.F32 {
 			continue
 		}
 		for _, m := range [][3]string{{"adam.m/" + id, id + ".exp_avg", ".exp_avg"}, {"adam.v/" + id, id + ".exp_avg_sq", ".exp_avg_sq"}} {
-			v, ok := state[m[0]]
-			if !ok {
-				v, ok = state[m[1]]
+			sid := m[0]
+			if _, ok := words[sid]; !ok {
+				sid = m[1]
 			}
-			if !ok {
+			if _, ok := words[sid]; !ok {
 				return nil, fmt.Errorf("weights: the state has no %s of %q (optimizer state is written for AdamW)", m[2][1:], id)
 			}
-			out = append(out, safetensors.F32Tensor(n.Names[id]+m[2], shape, v))
+			x, err := tensor(n.Names[id]+m[2], sid, t.Shape, ir.F32)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, x)
 		}
 	}
 	return out, nil

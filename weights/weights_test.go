@@ -3,6 +3,7 @@ package weights
 import (
 	"bytes"
 	"errors"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -72,7 +73,13 @@ func TestGPT2NamesRoundTrip(t *testing.T) {
 		t.Fatalf("%d parameters loaded, wte[3] %v", len(w), w["wte"][3])
 	}
 	// Export writes them back under the same names, in the same layout.
-	out, err := Export(g, w, false)
+	words := map[string][]uint32{}
+	for id, v := range w {
+		for _, x := range v {
+			words[id] = append(words[id], math.Float32bits(x))
+		}
+	}
+	out, err := Export(g, words, false)
 	if err != nil {
 		t.Fatal(err)
 	}

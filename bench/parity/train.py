@@ -8,6 +8,11 @@ user would, eager fp32 on the CPU, on the same weights and batches as
              [--val-data V --val-batches K]
     train.py --weights W --val-data V --val-batches K --steps 0 [config]
                                                    the loss of W on V only
+    train.py --model resnet18 --weights W --images X.npy --labels Y.npy
+             --steps N --batch B [--export OUT]     a torchvision classifier
+
+Image sets are read as tmmu reads them: row r of the k-th step is sample
+(k·B + r) mod N of the .npy arrays (float32 as they are, uint8 / 255).
 
 The batches follow tmmu's sequential order: with T tokens (little-endian
 uint16 or uint32, --data-format), row r of the k-th step (k = 0 first) of
@@ -34,7 +39,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gpt2 import GPT2  # noqa: E402
 
-DTYPES = {"F32": np.float32, "F16": np.float16, "I64": np.int64, "I32": np.int32}
+DTYPES = {"F32": np.float32, "F16": np.float16, "I64": np.int64, "I32": np.int32, "U8": np.uint8}
 
 
 def read_safetensors(path):
@@ -55,9 +60,12 @@ def read_safetensors(path):
 def write_safetensors(path, tensors):
     header, blobs, at = {}, [], 0
     for name in sorted(tensors):
-        a = tensors[name].detach().contiguous().numpy().astype(np.float32)
+        a = tensors[name].detach().contiguous().numpy()
+        dtype = {np.dtype(np.int64): "I64"}.get(a.dtype, "F32")
+        if dtype == "F32":
+            a = a.astype(np.float32)
         b = a.tobytes()
-        header[name] = {"dtype": "F32", "shape": list(a.shape), "data_offsets": [at, at + len(b)]}
+        header[name] = {"dtype": dtype, "shape": list(a.shape), "data_offsets": [at, at + len(b)]}
         blobs.append(b)
         at += len(b)
     h = json.dumps(header, separators=(",", ":")).encode()
@@ -101,7 +109,12 @@ def main():
     ap.add_argument("--weight-decay", type=float, default=0.01)
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     ap.add_argument("--export", metavar="OUT", help="write the trained weights to OUT")
+    ap.add_argument("--model", default="gpt2", help="gpt2 (gpt2.py) or a torchvision classifier's name")
+    ap.add_argument("--images", help="a .npy of samples [N, C, H, W] (torchvision models)")
+    ap.add_argument("--labels", help="a .npy of labels [N]")
     a = ap.parse_args()
+    if a.model != "gpt2":
+        return train_images(a)
     if a.threads:
         torch.set_num_threads(a.threads)
 
@@ -133,6 +146,38 @@ def main():
     if a.export:
         write_safetensors(a.export, model.state_dict())
     print(json.dumps(out))
+    return 0
+
+
+def train_images(a):
+    import torchvision
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    model = getattr(torchvision.models, a.model)()
+    model.load_state_dict(read_safetensors(a.weights), strict=True)
+    model.train()
+    x = np.load(a.images)
+    y = np.load(a.labels)
+    if x.dtype == np.uint8:
+        x = x.astype(np.float32) / 255
+    opt = torch.optim.AdamW(model.parameters(), lr=a.lr, betas=(a.beta1, a.beta2), eps=a.eps,
+                            weight_decay=a.weight_decay)
+    losses = []
+    t0 = time.perf_counter()
+    for k in range(a.steps):
+        idx = [(k * a.batch + r) % len(x) for r in range(a.batch)]
+        xb = torch.from_numpy(np.ascontiguousarray(x[idx]))
+        yb = torch.from_numpy(y[idx].astype(np.int64))
+        opt.zero_grad(set_to_none=True)
+        loss = torch.nn.functional.cross_entropy(model(xb), yb)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    seconds = time.perf_counter() - t0
+    if a.export:
+        write_safetensors(a.export, model.state_dict())
+    print(json.dumps({"framework": "pytorch " + torch.__version__, "threads": torch.get_num_threads(), "losses": losses,
+                      "seconds": seconds, "steps_per_second": a.steps / seconds if a.steps else 0}))
     return 0
 
 

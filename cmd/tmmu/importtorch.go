@@ -13,7 +13,7 @@ import (
 )
 
 func runImportTorch(e *env, args []string) error {
-	c := &command{name: "import torch", usage: "import torch MODEL [--train] [--batch N] [--seq N] [--optimizer adamw|sgd] [-o json|cbor] [--out FILE] [--report FILE] [--weights FILE]",
+	c := &command{name: "import torch", usage: "import torch MODEL [--train] [--batch N] [--seq N] [--image-size N] [--optimizer adamw|sgd] [-o json|cbor] [--out FILE] [--report FILE] [--weights FILE]",
 		summary: "Import a PyTorch module: MODEL is a torchvision model name (resnet50, vit_b_16, ...), gpt2-small (GPT-2 small's shape), or FILE.py:NAME (a class, or a function returning a module, (module, inputs, loss_fn) or (module, inputs, loss_fn, target)). " +
 			"Traces one step at the aten level with make_fx: forward for inference; forward, backward and the AdamW or SGD update with --train; every node keeps its aten call, so the engine runs the graphs whose ops it has kernels for. " +
 			"Writes the module's initial parameters beside the graph (M.safetensors for --out M.json). " +
@@ -23,6 +23,7 @@ func runImportTorch(e *env, args []string) error {
 	fs.BoolVar(&o.Train, "train", false, "trace forward, backward and the optimizer update (default: inference, forward only)")
 	fs.IntVar(&o.Batch, "batch", 1, "batch size")
 	fs.IntVar(&o.Seq, "seq", 128, "tokens per sequence (gpt2-small)")
+	fs.IntVar(&o.ImageSize, "image-size", 224, "the side of a torchvision model's square input images")
 	fs.StringVar(&o.Optimizer, "optimizer", "adamw", "optimizer of --train: adamw or sgd (momentum)")
 	fs.StringVar(&o.Name, "name", "", "the graph's name (default MODEL-MODE-bBATCH)")
 	fs.StringVar(&o.Python, "python", "", "Python interpreter (default $TMMU_PYTHON, /usr/bin/python3, python3 on PATH)")
@@ -40,8 +41,8 @@ func runImportTorch(e *env, args []string) error {
 	if err := out.check(); err != nil {
 		return err
 	}
-	if o.Batch < 1 || o.Seq < 1 {
-		return usagef("--batch and --seq must be positive")
+	if o.Batch < 1 || o.Seq < 1 || o.ImageSize < 1 {
+		return usagef("--batch, --seq and --image-size must be positive")
 	}
 	if err := checkOptimizer(o.Optimizer); err != nil {
 		return err

@@ -86,6 +86,16 @@ func readWeights(t *testing.T, path string) map[string][]float32 {
 	}
 	out := map[string][]float32{}
 	for _, i := range sf.Tensors {
+		if i.DType == safetensors.I64 {
+			b, err := sf.Read(i)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for k := range i.Elements() {
+				out[i.Name] = append(out[i.Name], float32(int64(binary.LittleEndian.Uint64(b[8*k:]))))
+			}
+			continue
+		}
 		v, err := sf.Float32s(i)
 		if err != nil {
 			t.Fatal(err)
@@ -247,4 +257,82 @@ func seedOr(def uint64) uint64 {
 		return s
 	}
 	return def
+}
+
+// TestParityResNet18WithPyTorch trains torchvision's resnet18 (batch 8,
+// 32×32 images from a .npy set, 10 classes), imported with tmmu import
+// torch from PyTorch's own initialisation, with tmmu on the cpu and with
+// PyTorch eager fp32, and compares every step's loss and the exported
+// weights and batch norm statistics. AdamW at lr 1e-5: at 1e-3 and 1e-4
+// this setting is chaotic (PyTorch on 1 thread and on 2 disagree by 79 %
+// and 0.8 % within 20 steps; at 1e-5 by 6·10⁻⁷), so only there does a
+// difference say something about tmmu. With -short: one step.
+func TestParityResNet18WithPyTorch(t *testing.T) {
+	py := pythonWithTorch(t)
+	dir := t.TempDir()
+	steps := "20"
+	if testing.Short() {
+		steps = "1"
+	}
+	irFile, w0 := filepath.Join(dir, "r18.json"), filepath.Join(dir, "r18.safetensors")
+	images, labels := filepath.Join(dir, "images.npy"), filepath.Join(dir, "labels.npy")
+	mk := exec.Command(py, "-c", `import sys, numpy as np
+rng = np.random.default_rng(0)
+y = rng.integers(0, 10, size=64)
+x = rng.standard_normal((64, 3, 32, 32)).astype(np.float32) * 0.5
+x[:, :, :8, :8] += (y[:, None, None, None] / 5.0)
+np.save(sys.argv[1], x); np.save(sys.argv[2], y)`, images, labels)
+	if out, err := mk.CombinedOutput(); err != nil {
+		t.Fatalf("making the image set: %v\n%s", err, out)
+	}
+	t.Setenv("TMMU_PYTHON", py)
+	if status, _, stderr := runCLI(t, "", "import", "torch", "resnet18", "--train", "--batch", "8", "--image-size", "32", "--no-peak", "--out", irFile); status != 0 {
+		t.Fatalf("import: %s", stderr)
+	}
+	var got trainResult
+	out := filepath.Join(dir, "tmmu.safetensors")
+	js := mustRun(t, "", "train", irFile, "--executor", "auto", "--steps", steps, "--lr", "1e-5", "--weights", w0, "--data", images, "--labels", labels,
+		"--order", "sequential", "--export", out, "-o", "json")
+	if err := json.Unmarshal([]byte(js), &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Backend != "cpu" {
+		t.Errorf("--executor auto ran an imported graph on %s, want cpu", got.Backend)
+	}
+	ref := filepath.Join(dir, "pytorch.safetensors")
+	cmd := exec.Command(py, filepath.Join("..", "..", "bench", "parity", "train.py"), "--model", "resnet18", "--batch", "8", "--lr", "1e-5", "--threads", "1",
+		"--weights", w0, "--images", images, "--labels", labels, "--steps", steps, "--export", ref)
+	raw, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("train.py: %v", err)
+	}
+	var want struct {
+		Losses []float64 `json:"losses"`
+	}
+	if err := json.Unmarshal(raw, &want); err != nil {
+		t.Fatal(err)
+	}
+	worst := 0.0
+	for i, s := range got.Steps {
+		d := math.Abs(float64(s.Loss)-want.Losses[i]) / math.Abs(want.Losses[i])
+		worst = max(worst, d)
+		if d > 1e-3 {
+			t.Errorf("step %d: loss %.7f, PyTorch %.7f", i+1, s.Loss, want.Losses[i])
+		}
+	}
+	a, b := readWeights(t, out), readWeights(t, ref)
+	if len(a) != len(b) {
+		t.Errorf("%d tensors exported, PyTorch's state_dict has %d", len(a), len(b))
+	}
+	worstW := 0.0
+	for name, v := range b {
+		for i := range v {
+			worstW = max(worstW, math.Abs(float64(a[name][i]-v[i])))
+		}
+	}
+	if worstW > 1e-3 {
+		t.Errorf("exported weights and statistics differ from PyTorch's by %.3g", worstW)
+	}
+	t.Logf("| resnet18 (torchvision, imported, batch 8, 32×32, lr 1e-5) | cpu | %s steps | loss %.5f → %.5f | worst loss rel. diff %.2g | worst weight diff %.2g |",
+		steps, got.Steps[0].Loss, got.Steps[len(got.Steps)-1].Loss, worst, worstW)
 }

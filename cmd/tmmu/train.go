@@ -130,6 +130,9 @@ func runTrain(c *command, e *env, args []string) error {
 	if df.format != "" && !slices.Contains(data.Formats, data.Format(df.format)) {
 		return usagef("--data-format %q: want uint16, uint32 or npy", df.format)
 	}
+	if (df.labels != "") != (df.train != "" && df.labels != "") || (df.valLabels != "" && df.val == "") {
+		return usagef("--labels and --val-labels go with --data and --val-data of .npy samples")
+	}
 	if (df.valEvery > 0 || df.valBatches != 4) && df.val == "" {
 		return usagef("--val-every and --val-batches need --val-data")
 	}
@@ -215,31 +218,35 @@ func runTrain(c *command, e *env, args []string) error {
 	var feed engine.Data
 	var fed struct{ train, val uint64 } // tokens fed per batch of each
 	for _, ds := range []struct {
-		list   string
-		stream **data.Stream
-		info   **datasetInfo
-		order  data.Order
-		tokens *uint64
-	}{{df.train, &feed.Train, &res.Data, data.Order(df.order), &fed.train}, {df.val, &feed.Val, &res.ValData, data.Sequential, &fed.val}} {
+		list, labels string
+		stream       **data.Stream
+		info         **datasetInfo
+		order        data.Order
+		tokens       *uint64
+	}{{df.train, df.labels, &feed.Train, &res.Data, data.Order(df.order), &fed.train}, {df.val, df.valLabels, &feed.Val, &res.ValData, data.Sequential, &fed.val}} {
 		if ds.list == "" {
 			continue
 		}
-		vocab := vocabOf(g)
-		if vocab == 0 {
-			return failure.New(failure.UnsupportedExecution, "tmmu.train", "--data feeds a language model's token inputs: this graph embeds no \"tokens\" input", "graph", g.Name)
+		// A language model's token ids are checked against its
+		// vocabulary, a classifier's labels against its classes.
+		limit, B, S := vocabOf(g), uint64(0), uint64(0)
+		if ti, ok := g.TensorIndex("tokens"); ok && limit > 0 && len(g.Tensors[ti].Shape) == 2 {
+			B, S = g.Tensors[ti].Shape[0], g.Tensors[ti].Shape[1]
+		} else if ii, ok := g.TensorIndex("images"); ok && engine.Classes(g) > 0 {
+			limit, B = engine.Classes(g), g.Tensors[ii].Shape[0]
+		} else {
+			return failure.New(failure.UnsupportedExecution, "tmmu.train", "--data feeds a language model's token inputs (tokens, labels) or a classifier's images and labels: this graph has neither", "graph", g.Name)
 		}
-		d, sum, closeData, err := openTokens(ds.list, df.format, vocab)
+		d, sum, closeData, err := openData(ds.list, ds.labels, df.format, limit)
 		if err != nil {
 			return err
 		}
 		defer closeData()
-		ti, _ := g.TensorIndex("tokens")
-		B, S := g.Tensors[ti].Shape[0], g.Tensors[ti].Shape[1]
 		s, err := data.NewStream(d, ds.order, *seed, sum.Digest, S, B)
 		if err != nil {
 			return err
 		}
-		*ds.stream, *ds.tokens = s, B*S
+		*ds.stream, *ds.tokens = s, B*max(S, 1)
 		*ds.info = &datasetInfo{Files: d.Files(), Format: string(d.Format), Order: string(ds.order), Digest: sum.DigestString(), Tokens: d.Len, Bytes: sum.Bytes}
 	}
 	feed.ValBatches = df.valBatches
@@ -336,7 +343,7 @@ func runTrain(c *command, e *env, args []string) error {
 	}{{res.Data, feed.Train, fed.train, uint64(len(res.Steps))}, {res.ValData, feed.Val, fed.val, feed.ValBatches * uint64(countVal(res.Steps))}} {
 		if d.info != nil {
 			d.info.BytesRead = d.s.D.BytesRead()
-			d.info.BytesFed = d.tokens * d.n * d.s.D.TokenBytes()
+			d.info.BytesFed = d.s.D.BytesFed()
 		}
 	}
 	if *exportFile != "" {

@@ -20,6 +20,7 @@ import (
 // dataFlags are the dataset flags of tmmu train.
 type dataFlags struct {
 	train, val, format, order string
+	labels, valLabels         string
 	valEvery, valBatches      uint64
 }
 
@@ -27,7 +28,9 @@ func (d *dataFlags) register(fs interface {
 	StringVar(*string, string, string, string)
 	Uint64Var(*uint64, string, uint64, string)
 }) {
-	fs.StringVar(&d.train, "data", "", "train on this dataset: token files (comma-separated, read as one stream), flat uint16/uint32 .bin or 1-D integer .npy; default: the synthetic counting task")
+	fs.StringVar(&d.train, "data", "", "train on this dataset: token files (comma-separated, read as one stream), flat uint16/uint32 .bin or 1-D integer .npy, or .npy sample arrays with --labels; default: a synthetic task")
+	fs.StringVar(&d.labels, "labels", "", "with --data of .npy samples (an image set): their label files (.npy, 1-D integers), comma-separated, one per sample file")
+	fs.StringVar(&d.valLabels, "val-labels", "", "with --val-data of .npy samples: their label files")
 	fs.StringVar(&d.val, "val-data", "", "validation dataset (same formats); its loss is reported every --val-every steps")
 	fs.StringVar(&d.format, "data-format", "", "uint16, uint32 or npy (default: npy for .npy files, else uint16, as nanoGPT writes)")
 	fs.StringVar(&d.order, "order", string(data.Shuffled), "sample order: sequential (row r of step k starts at token ((k·B+r)·S) mod (T−S−1)) or shuffled (a permutation per epoch from --seed and the dataset's digest)")
@@ -53,9 +56,16 @@ type datasetInfo struct {
 // openTokens opens a comma-separated list of token files as one dataset
 // and scans it (digest, every token below vocab).
 func openTokens(list, format string, vocab uint64) (*data.Dataset, data.Summary, func(), error) {
-	var srcs []data.Source
+	return openData(list, "", format, vocab)
+}
+
+// openData opens a comma-separated list of files (and of label files,
+// for an image set) as one dataset and scans it: its digest, and every
+// token id or label below limit.
+func openData(list, labels, format string, limit uint64) (*data.Dataset, data.Summary, func(), error) {
+	var srcs, lsrcs []data.Source
 	closeAll := func() {
-		for _, s := range srcs {
+		for _, s := range append(srcs, lsrcs...) {
 			s.(*data.File).Close()
 		}
 	}
@@ -68,11 +78,20 @@ func openTokens(list, format string, vocab uint64) (*data.Dataset, data.Summary,
 		}
 		srcs = append(srcs, f)
 	}
+	for _, name := range splitList(labels) {
+		f, err := data.OpenFile(name)
+		if err != nil {
+			closeAll()
+			return nil, data.Summary{}, nil, err
+		}
+		lsrcs = append(lsrcs, f)
+	}
 	ft := data.Format(format)
 	if ft == "" {
 		ft = data.GuessFormat(names[0])
 	}
-	d, err := data.Open(ft, srcs, nil)
+	vocab := limit
+	d, err := data.Open(ft, srcs, lsrcs)
 	if err != nil {
 		closeAll()
 		return nil, data.Summary{}, nil, err
@@ -120,11 +139,7 @@ func loadWeights(path string, g *ir.Graph) (map[string][]float32, error) {
 // exportState writes a whole state (every tensor unpartitioned, as
 // 32-bit words by id) of g as a safetensors file, whole or not at all.
 func exportState(path string, g *ir.Graph, words map[string][]uint32, optimizerStep uint64, withOptimizer bool) error {
-	state := make(map[string][]float32, len(words))
-	for id, w := range words {
-		state[id] = engine.Float32s(w)
-	}
-	ts, err := weights.Export(g, state, withOptimizer)
+	ts, err := weights.Export(g, words, withOptimizer)
 	if err != nil {
 		return err
 	}

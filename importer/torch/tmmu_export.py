@@ -123,7 +123,7 @@ def token_loss(logits, target):
     return nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1))
 
 
-def load_model(name, batch, seq):
+def load_model(name, batch, seq, image_size=224):
     """Returns (module, example inputs, loss_fn(output, target), target)."""
     torch.manual_seed(0)
     if name == "gpt2-small":
@@ -156,7 +156,7 @@ def load_model(name, batch, seq):
     if not hasattr(torchvision.models, name):
         raise ExportError(f"unknown model {name!r}: a torchvision model name, gpt2-small, or FILE.py:NAME")
     m = getattr(torchvision.models, name)()
-    return m, (torch.randn(batch, 3, 224, 224),), nn.functional.cross_entropy, None
+    return m, (torch.randn(batch, 3, image_size, image_size),), nn.functional.cross_entropy, None
 
 
 def default_target(out, loss_fn):
@@ -743,6 +743,7 @@ def main(argv=None):
     ap.add_argument("--train", action="store_true", help="forward, backward and optimizer step (default: inference)")
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--seq", type=int, default=128, help="tokens per sequence (gpt2-small)")
+    ap.add_argument("--image-size", type=int, default=224, help="the side of a torchvision model's square input images")
     ap.add_argument("--optimizer", choices=["adamw", "sgd"], default="adamw")
     ap.add_argument("--name", help="the graph's name (default: MODEL and mode)")
     ap.add_argument("--out", help="write the IR (JSON) to OUT; default standard output")
@@ -752,11 +753,11 @@ def main(argv=None):
     ap.add_argument("--onnx", metavar="FILE", help="instead: export the model to ONNX (opset 14, dynamic batch "
                     "\"batch\", shapes inferred when the onnx package is installed), for tmmu import onnx")
     a = ap.parse_args(argv)
-    if a.batch < 1 or a.seq < 1:
-        ap.error("--batch and --seq must be positive")
+    if a.batch < 1 or a.seq < 1 or a.image_size < 1:
+        ap.error("--batch, --seq and --image-size must be positive")
     torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
     try:
-        model, inputs, loss_fn, target = load_model(a.model, a.batch, a.seq)
+        model, inputs, loss_fn, target = load_model(a.model, a.batch, a.seq, a.image_size)
         initial = {k: v.detach().clone() for k, v in model.state_dict().items()}
         if a.onnx:
             export_onnx(model, inputs, a.onnx)
@@ -772,7 +773,7 @@ def main(argv=None):
         if a.model == "gpt2-small":
             report["seq"] = a.seq
         if not a.no_peak:
-            model, inputs, loss_fn, target = load_model(a.model, a.batch, a.seq)
+            model, inputs, loss_fn, target = load_model(a.model, a.batch, a.seq, a.image_size)
             peak, base = eager_peak(model, inputs, loss_fn, target, a.train, AdamW() if a.optimizer == "adamw" else SGD())
             report.update(pytorch_peak_bytes=peak, pytorch_persistent_bytes=base,
                           pytorch_peak_source="CPU allocator via torch.profiler (profile_memory=True)")

@@ -49,6 +49,7 @@ type Options struct {
 	Train     bool
 	Batch     int    // default 1
 	Seq       int    // tokens per sequence for gpt2-small; default 128
+	ImageSize int    // a torchvision model's input side; default 224
 	Optimizer string // adamw (default) or sgd
 	Name      string // the graph's name; default MODEL-MODE-bBATCH
 	// Python is the interpreter; default $TMMU_PYTHON, then
@@ -146,6 +147,9 @@ func Import(ctx context.Context, o Options) (*ir.Model, *Report, error) {
 	}
 	if o.Optimizer != "" {
 		args = append(args, "--optimizer", o.Optimizer)
+	}
+	if o.ImageSize > 0 {
+		args = append(args, "--image-size", strconv.Itoa(o.ImageSize))
 	}
 	if o.Name != "" {
 		args = append(args, "--name", o.Name)
