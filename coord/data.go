@@ -2,6 +2,7 @@ package coord
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 
 	"github.com/tmmu/tmmu/coord/api"
@@ -46,22 +47,28 @@ func checkData(js *api.JobSpec, m *ir.Model) error {
 	if err != nil {
 		return err
 	}
-	vocab, seq, ok := lmShape(g)
+	in, ok := data.InputsOf(g)
 	if !ok {
-		return failure.New(failure.UnsupportedExecution, api.OpCoordinator, "a dataset feeds a language model's inputs tokens and labels [batch, seq] embedded from a table: this graph has none", "graph", g.Name)
+		return failure.New(failure.UnsupportedExecution, api.OpCoordinator, "a dataset feeds a language model's inputs tokens and labels [batch, seq] embedded from a table, or a classifier's images and labels: this graph has neither", "graph", g.Name)
 	}
 	refs := []*api.DataRef{&d.Train}
 	if d.Val != nil {
 		refs = append(refs, d.Val)
 	}
+	what := map[data.Kind]string{data.Tokens: "token id", data.Images: "label"}[in.Kind]
+	bound := map[data.Kind]string{data.Tokens: "vocabulary", data.Images: "number of classes"}[in.Kind]
 	for _, r := range refs {
 		switch {
-		case r.Kind != string(data.Tokens):
-			return failure.New(failure.InvalidDataset, api.OpCoordinator, fmt.Sprintf("dataset %s holds %s: the engine feeds token datasets", r, r.Kind), "dataset", r.String())
-		case r.MaxToken >= 0 && uint64(r.MaxToken) >= vocab:
-			return failure.New(failure.InvalidDataset, api.OpCoordinator, fmt.Sprintf("dataset %s holds token id %d, not below the model's vocabulary (%d)", r, r.MaxToken, vocab), "dataset", r.String())
-		case r.Len < seq+2:
-			return failure.New(failure.InvalidDataset, api.OpCoordinator, fmt.Sprintf("dataset %s holds %d tokens: shorter than one sample of %d tokens and its label", r, r.Len, seq), "dataset", r.String())
+		case r.Kind != string(in.Kind):
+			return failure.New(failure.InvalidDataset, api.OpCoordinator, fmt.Sprintf("dataset %s holds %s: the graph takes %s", r, r.Kind, in.Kind), "dataset", r.String())
+		case r.MaxToken >= 0 && uint64(r.MaxToken) >= in.Limit:
+			return failure.New(failure.InvalidDataset, api.OpCoordinator, fmt.Sprintf("dataset %s holds %s %d, not below the model's %s (%d)", r, what, r.MaxToken, bound, in.Limit), "dataset", r.String())
+		case in.Kind == data.Tokens && r.Len < in.Seq+2:
+			return failure.New(failure.InvalidDataset, api.OpCoordinator, fmt.Sprintf("dataset %s holds %d tokens: shorter than one sample of %d tokens and its label", r, r.Len, in.Seq), "dataset", r.String())
+		case in.Kind == data.Images && r.Len == 0:
+			return failure.New(failure.InvalidDataset, api.OpCoordinator, fmt.Sprintf("dataset %s holds no sample", r), "dataset", r.String())
+		case in.Kind == data.Images && !slices.Equal(r.Sample, in.Sample):
+			return failure.New(failure.InvalidDataset, api.OpCoordinator, fmt.Sprintf("dataset %s holds samples of shape %v, the graph takes %v", r, r.Sample, in.Sample), "dataset", r.String())
 		case r.Format != string(data.Uint16) && r.Format != string(data.Uint32) && r.Format != string(data.NPY):
 			return failure.New(failure.InvalidDataset, api.OpCoordinator, fmt.Sprintf("dataset %s: format %q", r, r.Format), "dataset", r.String())
 		}
@@ -72,28 +79,6 @@ func checkData(js *api.JobSpec, m *ir.Model) error {
 		}
 	}
 	return nil
-}
-
-// lmShape finds a language model's vocabulary (the rows of the table
-// "tokens" index) and sequence length.
-func lmShape(g *ir.Graph) (vocab, seq uint64, ok bool) {
-	ti, has := g.TensorIndex("tokens")
-	if !has || len(g.Tensors[ti].Shape) != 2 {
-		return 0, 0, false
-	}
-	if _, has := g.TensorIndex("labels"); !has {
-		return 0, 0, false
-	}
-	for i := range g.Nodes {
-		n := &g.Nodes[i]
-		if n.Op == ir.OpEmbedding && len(n.Inputs) == 2 && n.Inputs[1] == "tokens" {
-			wi, _ := g.TensorIndex(n.Inputs[0])
-			if s := g.Tensors[wi].Shape; len(s) == 2 {
-				return s[0], g.Tensors[ti].Shape[1], true
-			}
-		}
-	}
-	return 0, 0, false
 }
 
 // checkOptimizer refuses an optimizer other than AdamW or numbers out of

@@ -233,7 +233,7 @@ func (n *Node) resolveData(ctx context.Context, req *api.SubmitRequest) error {
 			}
 			return err
 		}
-		ref.Manifest, ref.Format, ref.Digest, ref.Kind, ref.Len, ref.MaxToken = d, m.Format, m.Digest, m.Kind, m.Len, m.MaxToken
+		ref.Manifest, ref.Format, ref.Digest, ref.Kind, ref.Len, ref.MaxToken, ref.Sample = d, m.Format, m.Digest, m.Kind, m.Len, m.MaxToken, m.SampleShape
 	}
 	return nil
 }

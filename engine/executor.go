@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/tmmu/tmmu/data"
 	"github.com/tmmu/tmmu/failure"
 
 	"github.com/tmmu/tmmu/ir"
@@ -61,11 +62,11 @@ func (x *Executor) Configure(s runner.Setup) error {
 		}
 	}
 	if s.Data != nil {
-		in, err := lmInputsOf(x.e.g)
-		if err != nil {
-			return unsupported("feeding a dataset: %v (datasets feed language models with inputs tokens and labels [batch, seq])", err)
+		in, ok := data.InputsOf(x.e.g)
+		if !ok {
+			return unsupported("feeding a dataset: the graph has no data inputs (tokens and labels of a language model, images and labels of a classifier)")
 		}
-		train, val, err := s.Data(in.S, in.B*x.e.opts.DataSize)
+		train, val, err := s.Data(in.Seq, in.Batch*x.e.opts.DataSize)
 		if err != nil {
 			return err
 		}
@@ -81,11 +82,8 @@ func NewExecutor(g *ir.Graph, p *planner.Plan, opts Options, ownBackend bool) (*
 		return nil, err
 	}
 	x := &Executor{}
-	if img, ok := imageInputsOf(g); ok {
-		x.images, x.classes = &img, Classes(g)
-		if x.classes == 0 {
-			return nil, unsupported("the graph takes images but has no nll_loss over class log-probabilities: the executors train classifiers (imported with tmmu import torch)")
-		}
+	if in, ok := data.InputsOf(g); ok && in.Kind == data.Images {
+		x.images, x.classes = &imageInputs{B: in.Batch, sample: in.Sample}, in.Limit
 	} else {
 		var err error
 		if x.vocab, err = vocabOf(g); err != nil {
@@ -158,14 +156,12 @@ func CheckOps(g *ir.Graph) error {
 		n.ID, n.Op, total, len(g.Nodes), strings.Join(list, ", "))
 }
 
-// vocabOf is the vocabulary: the rows of the table the token embedding
-// reads (a ZeRO-3 graph reads the gathered whole table), a generator's
-// embedding op or an imported aten::embedding.
+// vocabOf is the vocabulary of a language model (see data.InputsOf).
 func vocabOf(g *ir.Graph) (uint64, error) {
-	if v := Vocab(g); v > 0 {
-		return v, nil
+	if in, ok := data.InputsOf(g); ok && in.Kind == data.Tokens {
+		return in.Limit, nil
 	}
-	return 0, unsupported("the graph has no embedding of an input \"tokens\": the executors train language models (the generators', or imported ones whose token input the importer named tokens)")
+	return 0, unsupported("the graph has no embedding of an input \"tokens\": the executors train language models (the generators', or imported ones whose token input the importer named tokens) and imported classifiers (images, labels)")
 }
 
 // CPUOnly returns the first node (in execution order) whose kernels run
@@ -180,28 +176,6 @@ func CPUOnly(g *ir.Graph) (string, bool) {
 		}
 	}
 	return "", false
-}
-
-// Vocab is the rows of the table the graph's input "tokens" is looked
-// up in (0: none).
-func Vocab(g *ir.Graph) uint64 {
-	for i := range g.Nodes {
-		n := &g.Nodes[i]
-		table := ""
-		switch {
-		case n.Op == ir.OpEmbedding && len(n.Inputs) == 2 && n.Inputs[1] == "tokens":
-			table = n.Inputs[0]
-		case n.Call != nil && n.Call.Target == "aten::embedding.default" && len(n.Call.Args) > 1 && n.Call.Args[1].T != nil && n.Call.Args[1].T.ID == "tokens" && n.Call.Args[0].T != nil:
-			table = n.Call.Args[0].T.ID
-		default:
-			continue
-		}
-		ti, _ := g.TensorIndex(table)
-		if s := g.Tensors[ti].Shape; len(s) == 2 {
-			return s[0]
-		}
-	}
-	return 0
 }
 
 // Engine returns the engine.

@@ -194,34 +194,6 @@ type imageInputs struct {
 	sample []uint64
 }
 
-// imageInputsOf finds an imported classifier's inputs, images and labels.
-func imageInputsOf(g *ir.Graph) (imageInputs, bool) {
-	ii, ok1 := g.TensorIndex("images")
-	li, ok2 := g.TensorIndex("labels")
-	if !ok1 || !ok2 {
-		return imageInputs{}, false
-	}
-	is, ls := g.Tensors[ii].Shape, g.Tensors[li].Shape
-	if len(is) < 2 || len(ls) != 1 || ls[0] != is[0] || g.Tensors[ii].DType != ir.F32 {
-		return imageInputs{}, false
-	}
-	return imageInputs{B: is[0], sample: is[1:]}, true
-}
-
-// Classes is the number of classes of a classifier: the columns of the
-// log-probabilities its nll loss reads (0: none).
-func Classes(g *ir.Graph) uint64 {
-	for i := range g.Nodes {
-		n := &g.Nodes[i]
-		if n.Call != nil && n.Call.Target == "aten::nll_loss_forward.default" && len(n.Call.Args) > 0 && n.Call.Args[0].T != nil {
-			if s := n.Call.Args[0].T.Shape; len(s) == 2 {
-				return s[1]
-			}
-		}
-	}
-	return 0
-}
-
 // feedImages writes this rank's rows of the k-th batch of s into the
 // graph's images and labels.
 func (e *Engine) feedImages(im imageInputs, s *data.Stream, k uint64) error {

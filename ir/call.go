@@ -62,6 +62,41 @@ type TensorRef struct {
 	Offset  uint64   `json:"offset"`
 }
 
+// Renamed returns a copy of c whose references to tensor old name new
+// instead (a pass that makes a node read another tensor of the same
+// elements: a gathered copy of a partitioned parameter).
+func (c *Call) Renamed(old, new string) *Call {
+	if c == nil {
+		return nil
+	}
+	ref := func(r *TensorRef) *TensorRef {
+		if r == nil {
+			return nil
+		}
+		x := *r
+		if x.ID == old {
+			x.ID = new
+		}
+		return &x
+	}
+	out := &Call{Target: c.Target, Args: make([]Arg, len(c.Args)), Results: make([]*TensorRef, len(c.Results))}
+	for i, a := range c.Args {
+		a.T = ref(a.T)
+		if a.TL != nil {
+			tl := make([]*TensorRef, len(a.TL))
+			for j, r := range a.TL {
+				tl[j] = ref(r)
+			}
+			a.TL = tl
+		}
+		out.Args[i] = a
+	}
+	for i, r := range c.Results {
+		out.Results[i] = ref(r)
+	}
+	return out
+}
+
 // MarshalCBOR encodes c as the CBOR text of its JSON.
 func (c *Call) MarshalCBOR() ([]byte, error) {
 	j, err := json.Marshal((*callJSON)(c))

@@ -191,7 +191,7 @@ func (p *tpPass) node(n *ir.Node) {
 			p.probs.add("node %q updates %q in place but needs it in another tensor-parallel split than it has; replicate it (an override) or the tensors it is computed from", n.ID, in)
 			continue
 		}
-		n.Inputs[i] = p.gather(n, in, have)
+		replaceInput(n, i, p.gather(n, in, have))
 	}
 	p.out = append(p.out, n)
 	if r.heads {

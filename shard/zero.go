@@ -78,14 +78,14 @@ func zeroPass(g *graph, spec *Spec, probs *problems) {
 						Shape: partition(numel(t), deg)}
 					g.tensors[shard.ID] = shard
 					after[w] = append(after[w], g.collective(ir.OpDPReduceScatter, ph, []string{in}, []string{shard.ID}, group, stages(w)))
-					n.Inputs[k] = shard.ID
+					replaceInput(n, k, shard.ID)
 				case canUpdateInPlace(t, views):
 					t.InPlaceWrite = true
 					after[w] = append(after[w], g.collective(ir.OpDPAllReduce, ph, []string{in}, []string{in}, group, stages(w)))
 				default:
 					red := g.derived(freshID(in+"@dp.reduced", g.hasTensor), t)
 					after[w] = append(after[w], g.collective(ir.OpDPAllReduce, ph, []string{in}, []string{red.ID}, group, stages(w)))
-					n.Inputs[k] = red.ID
+					replaceInput(n, k, red.ID)
 				}
 			}
 		}
@@ -114,7 +114,7 @@ func zeroPass(g *graph, spec *Spec, probs *problems) {
 				}
 				for k, in := range n.Inputs {
 					if in == id {
-						n.Inputs[k] = c
+						replaceInput(n, k, c)
 					}
 				}
 			}
@@ -128,6 +128,14 @@ func zeroPass(g *graph, spec *Spec, probs *problems) {
 		nodes = append(nodes, after[i]...)
 	}
 	g.nodes = nodes
+}
+
+// replaceInput makes node n read tensor id as its k-th input, and its
+// call (an imported node's) refer to id where it referred to the input
+// replaced: the same elements, in another tensor.
+func replaceInput(n *ir.Node, k int, id string) {
+	n.Call = n.Call.Renamed(n.Inputs[k], id)
+	n.Inputs[k] = id
 }
 
 func writtenOutsideUpdates(g *graph, id string, updates map[string]bool) bool {

@@ -236,7 +236,7 @@ func dataRef(value, format string, vocab uint64) (*api.DataRef, error) {
 		return nil, err
 	}
 	closeData()
-	ref.Digest, ref.Kind, ref.Len, ref.MaxToken = ir.Hash(sum.Digest), string(d.Kind), d.Len, sum.MaxToken
+	ref.Digest, ref.Kind, ref.Len, ref.MaxToken, ref.Sample = ir.Hash(sum.Digest), string(d.Kind), d.Len, sum.MaxToken, d.SampleShape
 	return ref, nil
 }
 

@@ -22,7 +22,7 @@ func runImportTorch(e *env, args []string) error {
 	var o torch.Options
 	fs.BoolVar(&o.Train, "train", false, "trace forward, backward and the optimizer update (default: inference, forward only)")
 	fs.IntVar(&o.Batch, "batch", 1, "batch size")
-	fs.IntVar(&o.Seq, "seq", 128, "tokens per sequence (gpt2-small)")
+	fs.IntVar(&o.Seq, "seq", 0, "tokens per sequence (gpt2-small: default 128; a FILE.py builder that takes seq: its own default)")
 	fs.IntVar(&o.ImageSize, "image-size", 224, "the side of a torchvision model's square input images")
 	fs.StringVar(&o.Optimizer, "optimizer", "adamw", "optimizer of --train: adamw or sgd (momentum)")
 	fs.StringVar(&o.Name, "name", "", "the graph's name (default MODEL-MODE-bBATCH)")
@@ -41,7 +41,7 @@ func runImportTorch(e *env, args []string) error {
 	if err := out.check(); err != nil {
 		return err
 	}
-	if o.Batch < 1 || o.Seq < 1 || o.ImageSize < 1 {
+	if o.Batch < 1 || o.Seq < 0 || o.ImageSize < 1 {
 		return usagef("--batch, --seq and --image-size must be positive")
 	}
 	if err := checkOptimizer(o.Optimizer); err != nil {

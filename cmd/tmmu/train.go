@@ -229,15 +229,12 @@ func runTrain(c *command, e *env, args []string) error {
 		}
 		// A language model's token ids are checked against its
 		// vocabulary, a classifier's labels against its classes.
-		limit, B, S := vocabOf(g), uint64(0), uint64(0)
-		if ti, ok := g.TensorIndex("tokens"); ok && limit > 0 && len(g.Tensors[ti].Shape) == 2 {
-			B, S = g.Tensors[ti].Shape[0], g.Tensors[ti].Shape[1]
-		} else if ii, ok := g.TensorIndex("images"); ok && engine.Classes(g) > 0 {
-			limit, B = engine.Classes(g), g.Tensors[ii].Shape[0]
-		} else {
+		in, ok := data.InputsOf(g)
+		if !ok {
 			return failure.New(failure.UnsupportedExecution, "tmmu.train", "--data feeds a language model's token inputs (tokens, labels) or a classifier's images and labels: this graph has neither", "graph", g.Name)
 		}
-		d, sum, closeData, err := openData(ds.list, ds.labels, df.format, limit)
+		B, S := in.Batch, in.Seq
+		d, sum, closeData, err := openData(ds.list, ds.labels, df.format, in.Limit)
 		if err != nil {
 			return err
 		}

@@ -105,7 +105,12 @@ func openData(list, labels, format string, limit uint64) (*data.Dataset, data.Su
 }
 
 // vocabOf is the rows of the table the graph's "tokens" index (0: none).
-func vocabOf(g *ir.Graph) uint64 { return engine.Vocab(g) }
+func vocabOf(g *ir.Graph) uint64 {
+	if in, ok := data.InputsOf(g); ok && in.Kind == data.Tokens {
+		return in.Limit
+	}
+	return 0
+}
 
 // loadWeights reads a safetensors file of initial weights for g.
 func loadWeights(path string, g *ir.Graph) (map[string][]float32, error) {

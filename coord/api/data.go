@@ -49,6 +49,8 @@ type DataRef struct {
 	Kind     string `json:"kind" cbor:"kind"`
 	Len      uint64 `json:"len" cbor:"len"`
 	MaxToken int64  `json:"max_token" cbor:"max_token"`
+	// Sample is an image set's sample shape.
+	Sample []uint64 `json:"sample_shape,omitempty" cbor:"sample_shape,omitempty"`
 }
 
 // Stored says whether r names a dataset stored in the cluster.

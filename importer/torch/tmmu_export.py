@@ -127,6 +127,7 @@ def load_model(name, batch, seq, image_size=224):
     """Returns (module, example inputs, loss_fn(output, target), target)."""
     torch.manual_seed(0)
     if name == "gpt2-small":
+        seq = seq or 128
         m = GPT2()
         x = torch.randint(0, 50257, (batch, seq))
         return m, (x,), token_loss, torch.randint(0, 50257, (batch, seq))
@@ -140,7 +141,14 @@ def load_model(name, batch, seq, image_size=224):
         if not hasattr(mod, attr):
             raise ExportError(f"{path} defines no {attr!r}")
         obj = getattr(mod, attr)
-        got = obj() if callable(obj) else obj
+        if callable(obj) and not isinstance(obj, type):
+            # A builder may take the batch and sequence length tmmu import
+            # torch was given.
+            import inspect
+            params = inspect.signature(obj).parameters
+            got = obj(**{k: v for k, v in (("batch", batch), ("seq", seq)) if k in params and v is not None})
+        else:
+            got = obj() if callable(obj) else obj
         if isinstance(got, nn.Module):
             x = torch.randn(batch, *getattr(mod, "INPUT_SHAPE", (3, 224, 224)))
             return got, (x,), nn.functional.cross_entropy, None
@@ -555,9 +563,14 @@ def build_ir(name, gm, roles, names, flat, ngrads, train):
             continue  # a view-only node: nothing is computed
         for tid in ins:
             consumers.setdefault(tid, set()).add(ph)
-        res = rec.env[n]
-        call["results"] = [result_ref(x) for x in (res if isinstance(res, (tuple, list)) else [res])]
-        nodes_out.append({"id": n.name, "op": op_name(n), "inputs": ins, "outputs": outs, "phase": ph, "call": call})
+        nd = {"id": n.name, "op": op_name(n), "inputs": ins, "outputs": outs, "phase": ph}
+        if nd["op"] not in OPS.values():
+            # tmmu's own update ops (adamw, sgd) are executed as such,
+            # with the job's hyper-parameters; aten calls are recorded.
+            res = rec.env[n]
+            call["results"] = [result_ref(x) for x in (res if isinstance(res, (tuple, list)) else [res])]
+            nd["call"] = call
+        nodes_out.append(nd)
         order.append(n.name)
 
     # Outputs: the loss (training) or the results (inference).
@@ -742,7 +755,7 @@ def main(argv=None):
     ap.add_argument("model")
     ap.add_argument("--train", action="store_true", help="forward, backward and optimizer step (default: inference)")
     ap.add_argument("--batch", type=int, default=1)
-    ap.add_argument("--seq", type=int, default=128, help="tokens per sequence (gpt2-small)")
+    ap.add_argument("--seq", type=int, default=None, help="tokens per sequence (gpt2-small: default 128; a FILE.py builder taking seq: its own default)")
     ap.add_argument("--image-size", type=int, default=224, help="the side of a torchvision model's square input images")
     ap.add_argument("--optimizer", choices=["adamw", "sgd"], default="adamw")
     ap.add_argument("--name", help="the graph's name (default: MODEL and mode)")
@@ -753,7 +766,7 @@ def main(argv=None):
     ap.add_argument("--onnx", metavar="FILE", help="instead: export the model to ONNX (opset 14, dynamic batch "
                     "\"batch\", shapes inferred when the onnx package is installed), for tmmu import onnx")
     a = ap.parse_args(argv)
-    if a.batch < 1 or a.seq < 1 or a.image_size < 1:
+    if a.batch < 1 or (a.seq is not None and a.seq < 1) or a.image_size < 1:
         ap.error("--batch, --seq and --image-size must be positive")
     torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
     try:
@@ -771,7 +784,7 @@ def main(argv=None):
         report = {"model": a.model, "mode": "train" if a.train else "inference", "batch": a.batch,
                   "torch_version": torch.__version__, **stats}
         if a.model == "gpt2-small":
-            report["seq"] = a.seq
+            report["seq"] = a.seq or 128
         if not a.no_peak:
             model, inputs, loss_fn, target = load_model(a.model, a.batch, a.seq, a.image_size)
             peak, base = eager_peak(model, inputs, loss_fn, target, a.train, AdamW() if a.optimizer == "adamw" else SGD())
