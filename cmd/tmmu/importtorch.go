@@ -21,7 +21,7 @@ func runImportTorch(e *env, args []string) error {
 	fs := newFlags(e, c)
 	var o torch.Options
 	fs.BoolVar(&o.Train, "train", false, "trace forward, backward and the optimizer update (default: inference, forward only)")
-	fs.IntVar(&o.Batch, "batch", 1, "batch size")
+	fs.IntVar(&o.Batch, "batch", 0, "batch size (default 1; a FILE.py builder that takes batch: its own default)")
 	fs.IntVar(&o.Seq, "seq", 0, "tokens per sequence (gpt2-small: default 128; a FILE.py builder that takes seq: its own default)")
 	fs.IntVar(&o.ImageSize, "image-size", 224, "the side of a torchvision model's square input images")
 	fs.StringVar(&o.Optimizer, "optimizer", "adamw", "optimizer of --train: adamw or sgd (momentum)")
@@ -41,7 +41,7 @@ func runImportTorch(e *env, args []string) error {
 	if err := out.check(); err != nil {
 		return err
 	}
-	if o.Batch < 1 || o.Seq < 0 || o.ImageSize < 1 {
+	if o.Batch < 0 || o.Seq < 0 || o.ImageSize < 1 {
 		return usagef("--batch, --seq and --image-size must be positive")
 	}
 	if err := checkOptimizer(o.Optimizer); err != nil {

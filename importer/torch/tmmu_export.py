@@ -124,8 +124,11 @@ def token_loss(logits, target):
 
 
 def load_model(name, batch, seq, image_size=224):
-    """Returns (module, example inputs, loss_fn(output, target), target)."""
+    """Returns (module, example inputs, loss_fn(output, target), target).
+    batch and seq are None when not given."""
     torch.manual_seed(0)
+    given = batch
+    batch = batch or 1
     if name == "gpt2-small":
         seq = seq or 128
         m = GPT2()
@@ -146,7 +149,7 @@ def load_model(name, batch, seq, image_size=224):
             # torch was given.
             import inspect
             params = inspect.signature(obj).parameters
-            got = obj(**{k: v for k, v in (("batch", batch), ("seq", seq)) if k in params and v is not None})
+            got = obj(**{k: v for k, v in (("batch", given), ("seq", seq)) if k in params and v is not None})
         else:
             got = obj() if callable(obj) else obj
         if isinstance(got, nn.Module):
@@ -754,7 +757,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(prog="tmmu_export.py", description=__doc__.split("\n\n")[0])
     ap.add_argument("model")
     ap.add_argument("--train", action="store_true", help="forward, backward and optimizer step (default: inference)")
-    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--batch", type=int, default=None, help="batch size (default 1; a FILE.py builder taking batch: its own default)")
     ap.add_argument("--seq", type=int, default=None, help="tokens per sequence (gpt2-small: default 128; a FILE.py builder taking seq: its own default)")
     ap.add_argument("--image-size", type=int, default=224, help="the side of a torchvision model's square input images")
     ap.add_argument("--optimizer", choices=["adamw", "sgd"], default="adamw")
@@ -766,7 +769,7 @@ def main(argv=None):
     ap.add_argument("--onnx", metavar="FILE", help="instead: export the model to ONNX (opset 14, dynamic batch "
                     "\"batch\", shapes inferred when the onnx package is installed), for tmmu import onnx")
     a = ap.parse_args(argv)
-    if a.batch < 1 or (a.seq is not None and a.seq < 1) or a.image_size < 1:
+    if (a.batch is not None and a.batch < 1) or (a.seq is not None and a.seq < 1) or a.image_size < 1:
         ap.error("--batch, --seq and --image-size must be positive")
     torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
     try:
