@@ -61,6 +61,15 @@ var atenLowerings = map[string]func(l *lowerer, n *ir.Node, c *ir.Call) ([]Launc
 	"aten::new_zeros.default":                        lowerFill(0),
 	"aten::full.default":                             lowerFull,
 	"aten::triu.default":                             lowerTriu,
+	"aten::tril.default":                             lowerTriu,
+	"aten::bitwise_not.default":                      lowerBitwiseNot,
+	"aten::empty_like.default":                       lowerFill(0),
+	"aten::empty.memory_format":                      lowerFill(0),
+	"aten::bernoulli_.float":                         lowerBernoulli,
+	"aten::div_.Scalar":                              lowerBinary(bDiv),
+	"aten::div_.Tensor":                              lowerBinary(bDiv),
+	"aten::select_backward.default":                  lowerSelectBackward,
+	"aten::slice_backward.default":                   lowerSliceBackward,
 	"aten::_softmax.default":                         lowerSoftmax(false),
 	"aten::_log_softmax.default":                     lowerSoftmax(true),
 	"aten::_softmax_backward_data.default":           lowerSoftmaxBackward(false),
@@ -483,8 +492,108 @@ func lowerTriu(l *lowerer, n *ir.Node, c *ir.Call) ([]Launch, error) {
 	if len(v[1].shape) < 2 {
 		return nil, failf(n, c, "a tensor of rank %d", len(v[1].shape))
 	}
-	x, err := alaunch("a_triu", outThreads(v[1]), v, u32(v[1].numel()), uint32(int32(argInt(c, 1, 0))))
+	lower := uint32(0)
+	if c.Target == "aten::tril.default" {
+		lower = 1
+	}
+	x, err := alaunch("a_triu", outThreads(v[1]), v, u32(v[1].numel()), uint32(int32(argInt(c, 1, 0))), lower)
 	return []Launch{x}, err
+}
+
+func lowerBitwiseNot(l *lowerer, n *ir.Node, c *ir.Call) ([]Launch, error) {
+	v, err := l.views(n, c, "0", "r0")
+	if err != nil {
+		return nil, err
+	}
+	if v[0].dt != dtU8 || v[1].dt != dtU8 {
+		return nil, failf(n, c, "bitwise_not of integers (booleans only)")
+	}
+	return unaryLaunch(n, c, uNot, v[0], v[1], 0, 0)
+}
+
+// lowerBernoulli lowers bernoulli_(self, p): each element 1 with
+// probability p, else 0, drawn from (the job's seed, the step, the node,
+// the element): a dropout mask that every rank and every rerun of the
+// step draws alike. The seed and step words are set at every step.
+func lowerBernoulli(l *lowerer, n *ir.Node, c *ir.Call) ([]Launch, error) {
+	y, err := l.view(n, result(c, 0))
+	if err != nil {
+		return nil, err
+	}
+	p, err := argFloat(c, 1, 0.5)
+	if err != nil || argT(c, 1) != nil {
+		return nil, failf(n, c, "a probability that is not a number")
+	}
+	x, err := alaunch("a_bernoulli", outThreads(y), []aview{y}, u32(y.numel()), f32(float32(p)), uint32(fnv64(n.ID)), 0, 0, 0, 0)
+	return []Launch{x}, err
+}
+
+// lowerSelectBackward lowers select_backward(grad, input_sizes, dim,
+// index): zeros of input_sizes, grad at index along dim.
+func lowerSelectBackward(l *lowerer, n *ir.Node, c *ir.Call) ([]Launch, error) {
+	return l.scatterBackward(n, c, func(y aview, d int) (aview, error) {
+		idx := argInt(c, 3, 0)
+		if idx < 0 {
+			idx += int64(y.shape[d])
+		}
+		part := y
+		part.offset += uint64(idx) * y.strides[d]
+		part.shape = slices.Delete(slices.Clone(y.shape), d, d+1)
+		part.strides = slices.Delete(slices.Clone(y.strides), d, d+1)
+		return part, nil
+	})
+}
+
+// lowerSliceBackward lowers slice_backward(grad, input_sizes, dim, start,
+// end, step): zeros of input_sizes, grad in the slice.
+func lowerSliceBackward(l *lowerer, n *ir.Node, c *ir.Call) ([]Launch, error) {
+	return l.scatterBackward(n, c, func(y aview, d int) (aview, error) {
+		start, step := argInt(c, 3, 0), argInt(c, 5, 1)
+		if start < 0 {
+			start += int64(y.shape[d])
+		}
+		if start < 0 || step < 1 {
+			return y, failf(n, c, "start %d, step %d", start, step)
+		}
+		g, err := l.view(n, argT(c, 0))
+		if err != nil {
+			return y, err
+		}
+		part := y
+		part.offset += uint64(start) * y.strides[d]
+		part.shape = slices.Clone(y.shape)
+		part.shape[d] = g.shape[d]
+		part.strides = slices.Clone(y.strides)
+		part.strides[d] *= uint64(step)
+		return part, nil
+	})
+}
+
+// scatterBackward fills the result with zeros and copies the gradient
+// (argument 0) into the view of it part returns (dim: argument 2).
+func (l *lowerer) scatterBackward(n *ir.Node, c *ir.Call, part func(y aview, d int) (aview, error)) ([]Launch, error) {
+	v, err := l.views(n, c, "0", "r0")
+	if err != nil {
+		return nil, err
+	}
+	g, y := v[0], v[1]
+	d, err := dim(argInt(c, 2, 0), len(y.shape))
+	if err != nil {
+		return nil, failf(n, c, "%v", err)
+	}
+	p, err := part(y, d)
+	if err != nil {
+		return nil, err
+	}
+	if p.numel() != g.numel() {
+		return nil, failf(n, c, "a gradient %v into %v", g.shape, p.shape)
+	}
+	z, err := alaunch("a_fill", outThreads(y), []aview{y}, u32(y.numel()), f32(0))
+	if err != nil {
+		return nil, err
+	}
+	cp, err := unaryLaunch(n, c, uCopy, g, p, 0, 0)
+	return append([]Launch{z}, cp...), err
 }
 
 func lowerSoftmax(logOut bool) func(l *lowerer, n *ir.Node, c *ir.Call) ([]Launch, error) {
@@ -829,22 +938,13 @@ func lowerMM(l *lowerer, n *ir.Node, c *ir.Call) ([]Launch, error) {
 	if b.shape[r-2] != K || y.numel() != batch*M*N {
 		return nil, failf(n, c, "%v × %v into %v", a.shape, b.shape, y.shape)
 	}
-	tiles := ((M + matmulTile - 1) / matmulTile) * ((N + matmulTile - 1) / matmulTile)
 	var out []Launch
 	for i := range batch {
-		ao, bo, yo := a.o, b.o, y.o
-		ao.word += a.offset
-		bo.word += b.offset
-		yo.word += y.offset + i*M*N
+		var ea, eb uint64
 		if r == 3 {
-			ao.word += i * a.strides[0]
-			bo.word += i * b.strides[0]
+			ea, eb = i*a.strides[0], i*b.strides[0]
 		}
-		o := []operand{ao, bo, yo}
-		as0, as1, bs0, bs1 := a.strides[r-2], a.strides[r-1], b.strides[r-2], b.strides[r-1]
-		out, err = chunked(out, K, func(r0, r1 uint64) (Launch, error) {
-			return grouped(launch("matmul", 0, o, u32(M), u32(N), u32(K), u32(as0), u32(as1), u32(bs0), u32(bs1), u32(r0), u32(r1)))(tiles, r1-r0+4+4*4)
-		})
+		out, err = mm(out, at(a, ea), at(b, eb), at(y, i*M*N), M, N, K, a.strides[r-2], a.strides[r-1], b.strides[r-2], b.strides[r-1])
 		if err != nil {
 			return nil, err
 		}
@@ -865,6 +965,24 @@ func lowerMM(l *lowerer, n *ir.Node, c *ir.Call) ([]Launch, error) {
 		out = append(out, x)
 	}
 	return out, nil
+}
+
+// mm appends the launches of y[M,N] = a[M,K]·b[K,N] (element (i,r) of a
+// at word i·as0 + r·as1 of ao, of b at r·bs0 + j·bs1 of bo; y
+// contiguous at yo), chunked over K.
+func mm(out []Launch, ao, bo, yo operand, M, N, K, as0, as1, bs0, bs1 uint64) ([]Launch, error) {
+	tiles := ((M + matmulTile - 1) / matmulTile) * ((N + matmulTile - 1) / matmulTile)
+	o := []operand{ao, bo, yo}
+	return chunked(out, K, func(r0, r1 uint64) (Launch, error) {
+		return grouped(launch("matmul", 0, o, u32(M), u32(N), u32(K), u32(as0), u32(as1), u32(bs0), u32(bs1), u32(r0), u32(r1)))(tiles, r1-r0+4+4*4)
+	})
+}
+
+// at is v's operand moved to its element e (fp32 views).
+func at(v aview, e uint64) operand {
+	o := v.o
+	o.word += v.offset + e
+	return o
 }
 
 // convGeometry reads a 2-D convolution's geometry from its arguments
@@ -907,11 +1025,10 @@ func lowerConvolution(l *lowerer, n *ir.Node, c *ir.Call) ([]Launch, error) {
 	if err != nil {
 		return nil, err
 	}
-	x, err := withIters(alaunch("a_conv", v[2].numel(), v, g.words()...))(uint64(g.C/g.G) * uint64(g.KH*g.KW))
+	out, err := l.convForward(g, v[0], v[1], v[2])
 	if err != nil {
 		return nil, err
 	}
-	out := []Launch{x}
 	if argT(c, 2) != nil {
 		bias, err := l.view(n, argT(c, 2))
 		if err != nil {
@@ -926,6 +1043,112 @@ func lowerConvolution(l *lowerer, n *ir.Node, c *ir.Call) ([]Launch, error) {
 			return nil, err
 		}
 		out = append(out, x)
+	}
+	return out, nil
+}
+
+// matmulReady says whether a convolution's tensors suit the matmul
+// path: fp32, weight and output contiguous, the input and output
+// gradient's spatial dimensions contiguous.
+func matmulReady(views ...aview) bool {
+	for _, v := range views {
+		if v.dt != dtF32 || len(v.shape) != 4 || v.strides[3] != 1 || v.strides[2] != v.shape[3] {
+			return false
+		}
+	}
+	return true
+}
+
+// convForward is y = conv(x, w): per image and group, the input's
+// columns (im2col, in the workspace) times the group's weight [cout,
+// cin·KH·KW] on the tiled matmul; or, for layouts that path does not
+// take, one invocation per output element.
+func (l *lowerer) convForward(g conv, x, w, y aview) ([]Launch, error) {
+	if !matmulReady(x, w, y) || !w.contiguous() || !y.contiguous() {
+		x2, err := withIters(alaunch("a_conv", y.numel(), []aview{x, w, y}, g.words()...))(uint64(g.C/g.G) * uint64(g.KH*g.KW))
+		return []Launch{x2}, err
+	}
+	cin, cout := uint64(g.C/g.G), uint64(g.Co/g.G)
+	kc, P := cin*uint64(g.KH*g.KW), uint64(g.Ho*g.Wo)
+	cols := l.scratch(0, kc*P)
+	var out []Launch
+	for n := range uint64(g.N) {
+		for gr := range uint64(g.G) {
+			ic, err := alaunch("a_im2col", kc*P, []aview{x, cols}, append(g.words(), uint32(n), 1, uint32(gr))...)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, ic)
+			if out, err = mm(out, at(w, gr*cout*kc), at(cols, 0), at(y, (n*uint64(g.Co)+gr*cout)*P), cout, P, kc, kc, 1, P, 1); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return out, nil
+}
+
+// convBackwardInput is dx = conv's input gradient: per image and group,
+// the columns' gradient wᵀ·dy (tiled matmul, in the workspace), gathered
+// back onto the image (col2im).
+func (l *lowerer) convBackwardInput(g conv, dy, w, dx aview) ([]Launch, error) {
+	if !matmulReady(dy, w, dx) || !w.contiguous() {
+		x2, err := withIters(alaunch("a_conv_bwd_x", dx.numel(), []aview{dy, w, dx}, g.words()...))(uint64(g.Co/g.G) * uint64(g.KH*g.KW))
+		return []Launch{x2}, err
+	}
+	cin, cout := uint64(g.C/g.G), uint64(g.Co/g.G)
+	kc, P := cin*uint64(g.KH*g.KW), uint64(g.Ho*g.Wo)
+	dcols := l.scratch(0, kc*P)
+	var out []Launch
+	var err error
+	for n := range uint64(g.N) {
+		for gr := range uint64(g.G) {
+			e := n*dy.strides[0] + gr*cout*dy.strides[1]
+			if out, err = mm(out, at(w, gr*cout*kc), at(dy, e), at(dcols, 0), kc, P, cout, 1, kc, dy.strides[1], 1); err != nil {
+				return nil, err
+			}
+			ci, err := withIters(alaunch("a_col2im", cin*uint64(g.H*g.W), []aview{dcols, dx}, append(g.words(), uint32(n), 1, uint32(gr))...))(uint64(g.KH * g.KW))
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, ci)
+		}
+	}
+	return out, nil
+}
+
+// convBackwardWeight is dw = conv's weight gradient: per group, dy's
+// channels of the group as [cout, N·P] (copied in the workspace) times
+// the columns of every image [cin·KH·KW, N·P] transposed, on the tiled
+// matmul: each weight's sum runs over images, then positions.
+func (l *lowerer) convBackwardWeight(g conv, dy, x, dw aview) ([]Launch, error) {
+	if !matmulReady(dy, x, dw) || !dw.contiguous() {
+		x2, err := withIters(alaunch("a_conv_bwd_w", dw.numel(), []aview{dy, x, dw}, g.words()...))(uint64(g.N) * uint64(g.Ho*g.Wo))
+		return []Launch{x2}, err
+	}
+	cin, cout := uint64(g.C/g.G), uint64(g.Co/g.G)
+	kc, P, N := cin*uint64(g.KH*g.KW), uint64(g.Ho*g.Wo), uint64(g.N)
+	cols, dyp := l.scratch(0, kc*N*P), l.scratch(kc*N*P, cout*N*P)
+	var out []Launch
+	for gr := range uint64(g.G) {
+		ic, err := alaunch("a_im2col", kc*N*P, []aview{x, cols}, append(g.words(), 0, uint32(N), uint32(gr))...)
+		if err != nil {
+			return nil, err
+		}
+		// dyp[co, n, p] = dy[n, gr·cout+co, p]
+		src := dy
+		src.shape = []uint64{cout, N, P}
+		src.strides = []uint64{dy.strides[1], dy.strides[0], 1}
+		src.offset = dy.offset + gr*cout*dy.strides[1]
+		dst := dyp
+		dst.shape, dst.strides = []uint64{cout, N, P}, []uint64{N * P, P, 1}
+		cp, err := alaunch("a_unary", cout*N*P, []aview{src, dst}, u32(cout*N*P), uCopy, 0, 0)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, ic, cp)
+		if out, err = mm(out, at(dyp, 0), at(cols, 0), at(dw, gr*cout*kc), cout, kc, N*P, N*P, 1, 1, N*P); err != nil {
+			return nil, err
+		}
 	}
 	return out, nil
 }
@@ -951,22 +1174,22 @@ func lowerConvolutionBackward(l *lowerer, n *ir.Node, c *ir.Call) ([]Launch, err
 		if err != nil {
 			return nil, err
 		}
-		ln, err := withIters(alaunch("a_conv_bwd_x", dx.numel(), []aview{dy, w, dx}, g.words()...))(uint64(g.Co/g.G) * uint64(g.KH*g.KW))
+		ls, err := l.convBackwardInput(g, dy, w, dx)
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, ln)
+		out = append(out, ls...)
 	}
 	if r := result(c, 1); r != nil {
 		dw, err := l.view(n, r)
 		if err != nil {
 			return nil, err
 		}
-		ln, err := withIters(alaunch("a_conv_bwd_w", dw.numel(), []aview{dy, x, dw}, g.words()...))(uint64(g.N) * uint64(g.Ho*g.Wo))
+		ls, err := l.convBackwardWeight(g, dy, x, dw)
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, ln)
+		out = append(out, ls...)
 	}
 	if r := result(c, 2); r != nil {
 		db, err := l.view(n, r)

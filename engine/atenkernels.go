@@ -26,7 +26,9 @@ import (
 //	a_div_scalar  x, y; n, f z                  y = x / z
 //	a_fill     y; n, f value
 //	a_arange   y; n, f start, f step
-//	a_triu     x, y; n, diagonal (signed)        over the last two dimensions
+//	a_triu     x, y; n, diagonal (signed), lower   over the last two dimensions (lower: tril)
+//	a_bernoulli  y; n, f p, node, seed lo, seed hi, step lo, step hi
+//	                                             y = 1 with probability p, from (seed, step, node, element)
 //	a_reduce   x, y; n, mask, code, f scale     y[j] = op over the masked dims of x
 //	a_softmax  x, y; rows, dim, log              along dimension dim
 //	a_softmax_bwd  g, out, y; rows, dim, log
@@ -37,6 +39,8 @@ import (
 //	a_emb_bwd      dy, idx, dt; rows, h, vocab, padding     column t of dt
 //	a_nll          logp, target, out, total; rows, classes, ignore, reduction
 //	a_nll_bwd      gout, target, total, gin; rows, classes, ignore, reduction
+//	a_im2col       x, cols; conv, n0, nimg, g     cols[(ci,i,j), m·P+p] of images n0…
+//	a_col2im       dcols, dx; conv, n, -, g       image n, group g of dx from its columns
 //	a_conv         x, w, y; conv
 //	a_conv_bwd_x   dy, w, dx; conv
 //	a_conv_bwd_w   dy, x, dw; conv
@@ -360,6 +364,23 @@ var rangeKernels = map[string]rangeKernel{
 			forEach(y, n, t, func(i uint32) { y.set(y.at(i), x.get(x.at(i))/z) })
 		}
 	},
+	"a_bernoulli": func(k *invocation, lo, hi uint32) {
+		v, w := k.views(1)
+		y := &v[0]
+		n, p, node := w[0], math.Float32frombits(w[1]), uint64(w[2])
+		seed, step := uint64(w[3])|uint64(w[4])<<32, uint64(w[5])|uint64(w[6])<<32
+		for t := lo; t < hi; t++ {
+			forEach(y, n, t, func(i uint32) {
+				h := seed*0x9e3779b97f4a7c15 ^ step*0xbf58476d1ce4e5b9 ^ node<<32 ^ uint64(i)
+				u := float32(splitmix(&h)>>40) / (1 << 24)
+				val := float32(0)
+				if u < p {
+					val = 1
+				}
+				y.set(y.at(i), val)
+			})
+		}
+	},
 	"a_fill": func(k *invocation, lo, hi uint32) {
 		v, w := k.views(1)
 		y := &v[0]
@@ -379,7 +400,7 @@ var rangeKernels = map[string]rangeKernel{
 	"a_triu": func(k *invocation, lo, hi uint32) {
 		v, w := k.views(2)
 		x, y := &v[0], &v[1]
-		n, diag := w[0], int64(int32(w[1]))
+		n, diag, lower := w[0], int64(int32(w[1])), w[2] != 0
 		cols := int64(y.shape[y.rank-1])
 		rows := int64(y.shape[y.rank-2])
 		for t := lo; t < hi; t++ {
@@ -387,7 +408,7 @@ var rangeKernels = map[string]rangeKernel{
 				c := int64(i) % cols
 				r := (int64(i) / cols) % rows
 				val := float32(0)
-				if c-r >= diag {
+				if !lower && c-r >= diag || lower && c-r <= diag {
 					val = x.get(x.at(i))
 				}
 				y.set(y.at(i), val)
@@ -645,6 +666,65 @@ var rangeKernels = map[string]rangeKernel{
 				val = -g
 			}
 			gin.set(gin.at(t), val)
+		}
+	},
+	"a_im2col": func(k *invocation, lo, hi uint32) {
+		// cols[(ci,i,j), m·P + p] = x[n0+m, g·cin+ci, oh·sh+i·dh−ph, ow·sw+j·dw−pw]
+		// (0 outside the image), for the images n0 … n0+nimg−1.
+		v, w := k.views(2)
+		x, cols := &v[0], &v[1]
+		c := convOf(w)
+		n0, nimg, g := w[16], w[17], w[18]
+		cin := c.C / c.G
+		P := c.Ho * c.Wo
+		kc := cin * c.KH * c.KW
+		for t := lo; t < hi && t < kc*nimg*P; t++ {
+			q := t % (nimg * P)
+			row := t / (nimg * P)
+			m, p := q/P, q%P
+			oh, ow := p/c.Wo, p%c.Wo
+			j := row % c.KW
+			i := (row / c.KW) % c.KH
+			ci := row / (c.KW * c.KH)
+			ih := int64(oh*c.SH+i*c.DH) - int64(c.PH)
+			iw := int64(ow*c.SW+j*c.DW) - int64(c.PW)
+			val := float32(0)
+			if ih >= 0 && ih < int64(c.H) && iw >= 0 && iw < int64(c.W) {
+				val = x.get(x.off + (n0+m)*x.stride[0] + (g*cin+ci)*x.stride[1] + uint32(ih)*x.stride[2] + uint32(iw)*x.stride[3])
+			}
+			cols.set(cols.off+t, val)
+		}
+	},
+	"a_col2im": func(k *invocation, lo, hi uint32) {
+		// dx[n, g·cin+ci, ih, iw] = Σ_(i,j) dcols[(ci,i,j), oh·Wo+ow] over the
+		// output positions whose window holds (ih, iw), in (i, j) order.
+		v, w := k.views(2)
+		dcols, dx := &v[0], &v[1]
+		c := convOf(w)
+		n, g := w[16], w[18]
+		cin := c.C / c.G
+		P := c.Ho * c.Wo
+		for t := lo; t < hi && t < cin*c.H*c.W; t++ {
+			iw := t % c.W
+			ih := (t / c.W) % c.H
+			ci := t / (c.W * c.H)
+			var s float32
+			for i := range c.KH {
+				num := int64(ih) + int64(c.PH) - int64(i*c.DH)
+				if num < 0 || num%int64(c.SH) != 0 || num/int64(c.SH) >= int64(c.Ho) {
+					continue
+				}
+				oh := uint32(num / int64(c.SH))
+				for j := range c.KW {
+					num := int64(iw) + int64(c.PW) - int64(j*c.DW)
+					if num < 0 || num%int64(c.SW) != 0 || num/int64(c.SW) >= int64(c.Wo) {
+						continue
+					}
+					ow := uint32(num / int64(c.SW))
+					s += dcols.get(dcols.off + ((ci*c.KH+i)*c.KW+j)*P + oh*c.Wo + ow)
+				}
+			}
+			dx.set(dx.off+n*dx.stride[0]+(g*cin+ci)*dx.stride[1]+ih*dx.stride[2]+iw*dx.stride[3], s)
 		}
 	},
 	"a_conv": func(k *invocation, lo, hi uint32) {

@@ -68,6 +68,7 @@ type Engine struct {
 	// adam holds the AdamW bias corrections of the step.
 	watched map[string][]uint32
 	adam    [2]uint32
+	rng     [4]uint32 // a dropout mask's seed and step
 	// feed holds the inputs FeedLM and feedTokens write, reused every
 	// step.
 	feed struct {
@@ -498,8 +499,15 @@ func (e *Engine) run(ctx context.Context, step uint64, key string, forward bool)
 			}
 		}
 		for j, p := range a.prepared {
-			if a.launches[j].Kernel == "adamw" {
+			switch a.launches[j].Kernel {
+			case "adamw":
 				if err := p.SetParams(adamCorrections, e.adam[:]); err != nil {
+					return fmt.Errorf("engine: node %s: %w", a.node, deviceError(err))
+				}
+			case "a_bernoulli":
+				// The mask of this step: (seed, step) in its last words.
+				e.rng = [4]uint32{uint32(e.opts.Seed), uint32(e.opts.Seed >> 32), uint32(step), uint32(step >> 32)}
+				if err := p.SetParams(len(a.launches[j].Params)-4, e.rng[:]); err != nil {
 					return fmt.Errorf("engine: node %s: %w", a.node, deviceError(err))
 				}
 			}
