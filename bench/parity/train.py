@@ -109,7 +109,8 @@ def main():
     ap.add_argument("--weight-decay", type=float, default=0.01)
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     ap.add_argument("--export", metavar="OUT", help="write the trained weights to OUT")
-    ap.add_argument("--model", default="gpt2", help="gpt2 (gpt2.py) or a torchvision classifier's name")
+    ap.add_argument("--model", default="gpt2", help="gpt2 (gpt2.py), a torchvision classifier's name, or FILE.py:NAME (a builder)")
+    ap.add_argument("--grads", metavar="OUT", help="instead of training: write the gradient of the first batch's loss, parameter by parameter")
     ap.add_argument("--images", help="a .npy of samples [N, C, H, W] (torchvision models)")
     ap.add_argument("--labels", help="a .npy of labels [N]")
     a = ap.parse_args()
@@ -149,17 +150,36 @@ def main():
     return 0
 
 
-def train_images(a):
+def build_model(name):
+    if ":" in name:
+        import importlib.util
+        path, fn = name.rsplit(":", 1)
+        spec = importlib.util.spec_from_file_location("tmmu_parity_model", path)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        return getattr(mod, fn)()[0]
     import torchvision
+    return getattr(torchvision.models, name)()
+
+
+def train_images(a):
     if a.threads:
         torch.set_num_threads(a.threads)
-    model = getattr(torchvision.models, a.model)()
+    model = build_model(a.model)
     model.load_state_dict(read_safetensors(a.weights), strict=True)
     model.train()
     x = np.load(a.images)
     y = np.load(a.labels)
     if x.dtype == np.uint8:
         x = x.astype(np.float32) / 255
+    if a.grads:
+        xb = torch.from_numpy(np.ascontiguousarray(x[:a.batch]))
+        yb = torch.from_numpy(y[:a.batch].astype(np.int64))
+        loss = torch.nn.functional.cross_entropy(model(xb), yb)
+        loss.backward()
+        write_safetensors(a.grads, {n: p.grad for n, p in model.named_parameters()})
+        print(json.dumps({"loss": loss.item()}))
+        return 0
     opt = torch.optim.AdamW(model.parameters(), lr=a.lr, betas=(a.beta1, a.beta2), eps=a.eps,
                             weight_decay=a.weight_decay)
     losses = []

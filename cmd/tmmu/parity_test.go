@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
 	"os"
 	"os/exec"
@@ -335,4 +336,81 @@ np.save(sys.argv[1], x); np.save(sys.argv[2], y)`, images, labels)
 	}
 	t.Logf("| resnet18 (torchvision, imported, batch 8, 32×32, lr 1e-5) | cpu | %s steps | loss %.5f → %.5f | worst loss rel. diff %.2g | worst weight diff %.2g |",
 		steps, got.Steps[0].Loss, got.Steps[len(got.Steps)-1].Loss, worst, worstW)
+}
+
+// TestImportedGradientsMatchPyTorch checks the kernels of imported ops
+// against PyTorch's autograd on small members of the model families
+// (bench/parity/families.py: resnet18; mobilenet_v3_large's depthwise
+// convolutions, hardswish and squeeze-excitation; a vision transformer
+// with vit_b_16's code): the loss of one batch, and every parameter's
+// gradient. The gradient is read off one AdamW step with ε = 1 and no
+// weight decay, whose update is lr·g/(|g|+1), so g = u/(1−|u|) with
+// u = Δw/lr; lr = 10⁴ makes Δw large beside the weight, so that fp32
+// keeps every digit of small gradients.
+func TestImportedGradientsMatchPyTorch(t *testing.T) {
+	py := pythonWithTorch(t)
+	t.Setenv("TMMU_PYTHON", py)
+	dir := t.TempDir()
+	if d := os.Getenv("TMMU_TEST_KEEP"); d != "" {
+		dir = d
+	}
+	images, labels := filepath.Join(dir, "images.npy"), filepath.Join(dir, "labels.npy")
+	mk := exec.Command(py, "-c", `import sys, numpy as np
+rng = np.random.default_rng(1)
+np.save(sys.argv[1], rng.standard_normal((8, 3, 32, 32)).astype(np.float32))
+np.save(sys.argv[2], rng.integers(0, 10, size=8))`, images, labels)
+	if out, err := mk.CombinedOutput(); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	families := filepath.Join("..", "..", "bench", "parity", "families.py")
+	for _, name := range []string{"resnet", "mobilenet", "vit"} {
+		t.Run(name, func(t *testing.T) {
+			irFile, w0 := filepath.Join(dir, name+".json"), filepath.Join(dir, name+".safetensors")
+			if status, _, stderr := runCLI(t, "", "import", "torch", families+":"+name, "--train", "--no-peak", "--out", irFile); status != 0 {
+				t.Fatalf("import: %s", stderr)
+			}
+			const lr = 1e4
+			out := filepath.Join(dir, name+"-1.safetensors")
+			var got trainResult
+			js := mustRun(t, "", "train", irFile, "--executor", "cpu", "--steps", "1", "--lr", fmt.Sprint(lr), "--eps", "1", "--weight-decay", "0",
+				"--weights", w0, "--data", images, "--labels", labels, "--order", "sequential", "--export", out, "-o", "json")
+			if err := json.Unmarshal([]byte(js), &got); err != nil {
+				t.Fatal(err)
+			}
+			grads := filepath.Join(dir, name+"-grads.safetensors")
+			raw, err := exec.Command(py, filepath.Join("..", "..", "bench", "parity", "train.py"), "--model", families+":"+name, "--weights", w0,
+				"--images", images, "--labels", labels, "--batch", "4", "--threads", "1", "--grads", grads).Output()
+			if err != nil {
+				t.Fatalf("train.py: %v", err)
+			}
+			var want struct {
+				Loss float64 `json:"loss"`
+			}
+			json.Unmarshal(raw, &want)
+			if d := math.Abs(float64(got.Steps[0].Loss)-want.Loss) / want.Loss; d > 1e-5 {
+				t.Errorf("loss %.7f, PyTorch %.7f", got.Steps[0].Loss, want.Loss)
+			}
+			before, after, g := readWeights(t, w0), readWeights(t, out), readWeights(t, grads)
+			worst, worstName := 0.0, ""
+			for pname, gv := range g {
+				var num, den float64
+				for i, x := range gv {
+					u := float64(before[pname][i]-after[pname][i]) / lr
+					est := u / (1 - math.Abs(u))
+					num += (est - float64(x)) * (est - float64(x))
+					den += float64(x) * float64(x)
+				}
+				if den < 1e-12 {
+					continue // no gradient to speak of
+				}
+				if r := math.Sqrt(num / den); r > worst {
+					worst, worstName = r, pname
+				}
+			}
+			if worst > 1e-3 {
+				t.Errorf("gradient of %s differs from PyTorch's by %.3g (relative, in norm)", worstName, worst)
+			}
+			t.Logf("%s: %d parameters, loss %.6f (PyTorch %.6f), worst gradient %s off by %.2g relative", name, len(g), got.Steps[0].Loss, want.Loss, worstName, worst)
+		})
+	}
 }
