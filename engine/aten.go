@@ -1059,54 +1059,78 @@ func matmulReady(views ...aview) bool {
 	return true
 }
 
-// convForward is y = conv(x, w): per image and group, the input's
-// columns (im2col, in the workspace) times the group's weight [cout,
-// cin·KH·KW] on the tiled matmul; or, for layouts that path does not
-// take, one invocation per output element.
+// convForward is y = conv(x, w): per group, the columns of every image
+// (im2col, [cin·KH·KW, N·P] in the workspace) times the group's weight
+// [cout, cin·KH·KW] on the tiled matmul, into [cout, N·P] and copied
+// into y's layout; or, for layouts that path does not take, one
+// invocation per output element.
 func (l *lowerer) convForward(g conv, x, w, y aview) ([]Launch, error) {
 	if !matmulReady(x, w, y) || !w.contiguous() || !y.contiguous() {
 		x2, err := withIters(alaunch("a_conv", y.numel(), []aview{x, w, y}, g.words()...))(uint64(g.C/g.G) * uint64(g.KH*g.KW))
 		return []Launch{x2}, err
 	}
 	cin, cout := uint64(g.C/g.G), uint64(g.Co/g.G)
-	kc, P := cin*uint64(g.KH*g.KW), uint64(g.Ho*g.Wo)
-	cols := l.scratch(0, kc*P)
+	kc, P, N := cin*uint64(g.KH*g.KW), uint64(g.Ho*g.Wo), uint64(g.N)
+	cols, yp := l.scratch(0, kc*N*P), l.scratch(kc*N*P, cout*N*P)
 	var out []Launch
-	for n := range uint64(g.N) {
-		for gr := range uint64(g.G) {
-			ic, err := alaunch("a_im2col", kc*P, []aview{x, cols}, append(g.words(), uint32(n), 1, uint32(gr))...)
-			if err != nil {
-				return nil, err
-			}
-			out = append(out, ic)
-			if out, err = mm(out, at(w, gr*cout*kc), at(cols, 0), at(y, (n*uint64(g.Co)+gr*cout)*P), cout, P, kc, kc, 1, P, 1); err != nil {
-				return nil, err
-			}
+	for gr := range uint64(g.G) {
+		ic, err := alaunch("a_im2col", kc*N*P, []aview{x, cols}, append(g.words(), 0, uint32(N), uint32(gr))...)
+		if err != nil {
+			return nil, err
 		}
+		out = append(out, ic)
+		if out, err = mm(out, at(w, gr*cout*kc), at(cols, 0), at(yp, 0), cout, N*P, kc, kc, 1, N*P, 1); err != nil {
+			return nil, err
+		}
+		cp, err := permuteGroup(yp, y, gr, cout, N, P, true)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, cp)
 	}
 	return out, nil
 }
 
-// convBackwardInput is dx = conv's input gradient: per image and group,
-// the columns' gradient wᵀ·dy (tiled matmul, in the workspace), gathered
-// back onto the image (col2im).
+// permuteGroup copies between a workspace [cout, N, P] and group gr's
+// channels of an [N, C, P] tensor t: into t (toT), or out of it.
+func permuteGroup(ws, t aview, gr, cout, N, P uint64, toT bool) (Launch, error) {
+	tv := t
+	tv.shape = []uint64{cout, N, P}
+	tv.strides = []uint64{t.strides[1], t.strides[0], 1}
+	tv.offset = t.offset + gr*cout*t.strides[1]
+	wv := ws
+	wv.shape, wv.strides = []uint64{cout, N, P}, []uint64{N * P, P, 1}
+	src, dst := wv, tv
+	if !toT {
+		src, dst = tv, wv
+	}
+	return alaunch("a_unary", cout*N*P, []aview{src, dst}, u32(cout*N*P), uCopy, 0, 0)
+}
+
+// convBackwardInput is dx = conv's input gradient: per group, the
+// columns' gradient wᵀ·dy for every image ([cin·KH·KW, N·P], tiled
+// matmul over dy's group channels copied to [cout, N·P]), gathered back
+// onto each image (col2im).
 func (l *lowerer) convBackwardInput(g conv, dy, w, dx aview) ([]Launch, error) {
 	if !matmulReady(dy, w, dx) || !w.contiguous() {
 		x2, err := withIters(alaunch("a_conv_bwd_x", dx.numel(), []aview{dy, w, dx}, g.words()...))(uint64(g.Co/g.G) * uint64(g.KH*g.KW))
 		return []Launch{x2}, err
 	}
 	cin, cout := uint64(g.C/g.G), uint64(g.Co/g.G)
-	kc, P := cin*uint64(g.KH*g.KW), uint64(g.Ho*g.Wo)
-	dcols := l.scratch(0, kc*P)
+	kc, P, N := cin*uint64(g.KH*g.KW), uint64(g.Ho*g.Wo), uint64(g.N)
+	dcols, dyp := l.scratch(0, kc*N*P), l.scratch(kc*N*P, cout*N*P)
 	var out []Launch
-	var err error
-	for n := range uint64(g.N) {
-		for gr := range uint64(g.G) {
-			e := n*dy.strides[0] + gr*cout*dy.strides[1]
-			if out, err = mm(out, at(w, gr*cout*kc), at(dy, e), at(dcols, 0), kc, P, cout, 1, kc, dy.strides[1], 1); err != nil {
-				return nil, err
-			}
-			ci, err := withIters(alaunch("a_col2im", cin*uint64(g.H*g.W), []aview{dcols, dx}, append(g.words(), uint32(n), 1, uint32(gr))...))(uint64(g.KH * g.KW))
+	for gr := range uint64(g.G) {
+		cp, err := permuteGroup(dyp, dy, gr, cout, N, P, false)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, cp)
+		if out, err = mm(out, at(w, gr*cout*kc), at(dyp, 0), at(dcols, 0), kc, N*P, cout, 1, kc, N*P, 1); err != nil {
+			return nil, err
+		}
+		for n := range N {
+			ci, err := withIters(alaunch("a_col2im", cin*uint64(g.H*g.W), []aview{dcols, dx}, append(g.words(), uint32(n), uint32(N), uint32(gr))...))(uint64(g.KH * g.KW))
 			if err != nil {
 				return nil, err
 			}
@@ -1134,14 +1158,7 @@ func (l *lowerer) convBackwardWeight(g conv, dy, x, dw aview) ([]Launch, error) 
 		if err != nil {
 			return nil, err
 		}
-		// dyp[co, n, p] = dy[n, gr·cout+co, p]
-		src := dy
-		src.shape = []uint64{cout, N, P}
-		src.strides = []uint64{dy.strides[1], dy.strides[0], 1}
-		src.offset = dy.offset + gr*cout*dy.strides[1]
-		dst := dyp
-		dst.shape, dst.strides = []uint64{cout, N, P}, []uint64{N * P, P, 1}
-		cp, err := alaunch("a_unary", cout*N*P, []aview{src, dst}, u32(cout*N*P), uCopy, 0, 0)
+		cp, err := permuteGroup(dyp, dy, gr, cout, N, P, false)
 		if err != nil {
 			return nil, err
 		}

@@ -40,7 +40,7 @@ import (
 //	a_nll          logp, target, out, total; rows, classes, ignore, reduction
 //	a_nll_bwd      gout, target, total, gin; rows, classes, ignore, reduction
 //	a_im2col       x, cols; conv, n0, nimg, g     cols[(ci,i,j), m·P+p] of images n0…
-//	a_col2im       dcols, dx; conv, n, -, g       image n, group g of dx from its columns
+//	a_col2im       dcols, dx; conv, n, nimg, g    image n, group g of dx from the columns of nimg images
 //	a_conv         x, w, y; conv
 //	a_conv_bwd_x   dy, w, dx; conv
 //	a_conv_bwd_w   dy, x, dw; conv
@@ -701,9 +701,10 @@ var rangeKernels = map[string]rangeKernel{
 		v, w := k.views(2)
 		dcols, dx := &v[0], &v[1]
 		c := convOf(w)
-		n, g := w[16], w[18]
+		n, nimg, g := w[16], w[17], w[18]
 		cin := c.C / c.G
 		P := c.Ho * c.Wo
+		NP := nimg * P // dcols' row length: every image's positions
 		for t := lo; t < hi && t < cin*c.H*c.W; t++ {
 			iw := t % c.W
 			ih := (t / c.W) % c.H
@@ -721,7 +722,7 @@ var rangeKernels = map[string]rangeKernel{
 						continue
 					}
 					ow := uint32(num / int64(c.SW))
-					s += dcols.get(dcols.off + ((ci*c.KH+i)*c.KW+j)*P + oh*c.Wo + ow)
+					s += dcols.get(dcols.off + ((ci*c.KH+i)*c.KW+j)*NP + n*P + oh*c.Wo + ow)
 				}
 			}
 			dx.set(dx.off+n*dx.stride[0]+(g*cin+ci)*dx.stride[1]+ih*dx.stride[2]+iw*dx.stride[3], s)

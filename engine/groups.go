@@ -312,8 +312,22 @@ func matmulGroup(k *invocation, g uint32) {
 	// blocks; a block continues its sums from y after the first chunk.
 	for c0 := r0; ; c0 += kBlock {
 		c1 := min(c0+kBlock, r1)
+		// With AVX, blocks of 4×8 (mm4x8: the same products and sums in
+		// the same order) read b's rows contiguously: b itself, or the
+		// tile's columns of it packed.
+		vec := simd && c1 > c0 && jEnd-j0 >= 8
+		pb, pbs0, base := b, bs0, func(j uint32) uint32 { return j + c0*bs0 }
+		if vec && bs1 != 1 {
+			pb, pbs0, base = k.packB(b, c0, c1, j0, jEnd, bs0, bs1), matmulTile, func(j uint32) uint32 { return j - j0 }
+		}
 		for i := i0; i+4 <= iEnd; i += 4 {
-			for j := j0; j+4 <= jEnd; j += 4 {
+			j := j0
+			if vec {
+				for ; j+8 <= jEnd; j += 8 {
+					mm4x8(&a[i*as0+c0*as1], uintptr(4*as0), uintptr(4*as1), &pb[base(j)], uintptr(4*pbs0), uintptr(c1-c0), &y[i*N+j], uintptr(4*N), c0 > 0)
+				}
+			}
+			for ; j+4 <= jEnd; j += 4 {
 				matmul4x4(a, b, y, i, j, N, c0, c1, as0, as1, bs0, bs1)
 			}
 		}
@@ -341,6 +355,23 @@ func matmulGroup(k *invocation, g uint32) {
 			}
 		}
 	}
+}
+
+// packB copies b's rows [c0, c1) of columns [j0, j1) into the
+// invocation's buffer, matmulTile words a row, column j0 first.
+func (k *invocation) packB(b []uint32, c0, c1, j0, j1, bs0, bs1 uint32) []uint32 {
+	n := int(c1-c0) * matmulTile
+	if cap(k.pack) < n {
+		k.pack = make([]uint32, n, kBlock*matmulTile)
+	}
+	p := k.pack[:n]
+	for r := c0; r < c1; r++ {
+		row := p[(r-c0)*matmulTile:]
+		for j := j0; j < j1; j++ {
+			row[j-j0] = b[r*bs0+j*bs1]
+		}
+	}
+	return p
 }
 
 // matmul4x4 is y[i..i+4, j..j+4] of matmulGroup over rows [r0, r1).

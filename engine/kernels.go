@@ -68,6 +68,7 @@ type invocation struct {
 	p     []uint32
 	lanes *lanes // workgroup memory (workgroup kernels, groups.go)
 	tv    [8]tview
+	pack  []uint32 // the cpu matmul's packed columns of b
 }
 
 func (k *invocation) u(i int) uint32  { return k.p[i] }
