@@ -44,10 +44,20 @@
 //     dp.reduce_scatter average (the gradient of the mean loss over the
 //     global batch), dp.all_gather concatenates; every rank reduces the
 //     same list in rank order, so replicas stay bit-identical.
-//   - Executor adapts an Engine to a worker (runner.Executor): it feeds a
-//     synthetic counting task (Batch), reports each step's loss, seals
-//     the state hash when asked (StateHash) and carries model state
-//     across plan switches (Export, Import).
+//   - Executor adapts an Engine to a worker (runner.Executor): it feeds
+//     the job's dataset (SetData: token streams for language models,
+//     image sets for classifiers; package data) or a synthetic task
+//     (Batch; random images), starts from loaded weights
+//     (Options.Weights) or DefaultInit, reports each step's loss and the
+//     validation loss (Validate: forward nodes only), seals the state
+//     hash when asked (StateHash) and carries model state across plan
+//     switches (Export, Import).
+//   - Imported nodes (tmmu import torch) carry their aten call
+//     (ir.Call); aten.go lowers a call to the kernels of atenkernels.go,
+//     which read every tensor through the call's view (shape, strides,
+//     offset), and to the tiled matmul (mm, bmm, addmm, convolutions by
+//     im2col). They run on the cpu; on WebGPU an imported node is refused
+//     by name.
 //
 // # Kernels
 //
@@ -76,8 +86,10 @@
 //
 // # Limits
 //
-// fp32 and int32 tensors only (bf16 graphs and fp32 master weights are
-// refused with UNSUPPORTED_EXECUTION), no shape envelopes at run time, and
+// fp32, int32, int64 (values within 32 bits), bool and uint8 tensors
+// only (bf16 graphs and fp32 master weights are refused with
+// UNSUPPORTED_EXECUTION), imported ops on the cpu only, no shape
+// envelopes at run time, and
 // data parallelism only: tensor- and pipeline-parallel collectives are
 // planned by package shard but not executed. Every launch records how
 // many loop iterations one invocation runs; on a device that silently
@@ -88,6 +100,7 @@
 // attention with several query heads per key/value head at long
 // sequences (8 over 2, heads 128 wide, 2,048 tokens) reach that bound.
 // Attention runs sequences up to 2,048 and head dimensions up to 256.
-// Beyond the register-blocked matmul the kernels favour clarity over
-// speed.
+// Beyond the register-blocked matmul (whose cpu blocks use AVX where the
+// machine has it, with the Go blocks' bits) the kernels favour clarity
+// over speed.
 package engine
