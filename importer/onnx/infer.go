@@ -148,6 +148,7 @@ var shapeRules = map[string]shapeRule{
 	"ConstantOfShape":   ruleFill,
 	"Range":             ruleRange,
 	"Gather":            ruleGather,
+	"Pad":               rulePad,
 }
 
 // same gives each of outs outputs shape and dtype dt.
@@ -174,12 +175,80 @@ func ruleUnary(im *importer, n *onnxpb.NodeProto, in []*tensorInfo, op string, o
 	if op == "Dropout" && outs > 1 {
 		d[1] = ir.Bool
 	}
-	if op == "BatchNormalization" || op == "LayerNormalization" {
+	switch op {
+	case "BatchNormalization":
+		// Training mode: the running mean and variance (opset 14+), or
+		// (opset < 14) those and the saved mean and variance, all
+		// shaped like the scale [C].
 		for i := 1; i < outs; i++ {
-			s[i] = nil // statistics: from value_info only
+			s[i] = nil
+			if len(in) > 1 && in[1] != nil && in[1].known {
+				s[i], d[i] = slices.Clone(in[1].shape), in[1].dtype
+			}
+		}
+	case "LayerNormalization":
+		// The mean and inverse standard deviation: the input's shape
+		// with the normalised axes (axis … rank−1) of size 1, fp32.
+		axis := attrInt(n, "axis", -1)
+		r := int64(len(in[0].shape))
+		if axis < 0 {
+			axis += r
+		}
+		for i := 1; i < outs; i++ {
+			s[i], d[i] = nil, ir.F32
+			if axis >= 0 && axis < r {
+				s[i] = slices.Clone(in[0].shape)
+				for k := axis; k < r; k++ {
+					s[i][k] = 1
+				}
+			}
 		}
 	}
 	return s, d, nil
+}
+
+// rulePad infers Pad: each dimension grows by its constant pads (begin
+// and end; negative pads crop), on the axes given (opset 18), or all.
+func rulePad(im *importer, n *onnxpb.NodeProto, in []*tensorInfo, op string, outs int) ([][]uint64, []ir.DType, error) {
+	if err := known(n, in, 1); err != nil {
+		return nil, nil, err
+	}
+	x := in[0].shape
+	pads := attrInts(n, "pads") // opset < 11
+	if len(n.GetInput()) > 1 && n.GetInput()[1] != "" {
+		var ok bool
+		if pads, ok = im.ints(n.GetInput()[1]); !ok {
+			return nil, nil, fmt.Errorf("the pads %q are not a constant", n.GetInput()[1])
+		}
+	}
+	axes := make([]int64, len(x))
+	for i := range axes {
+		axes[i] = int64(i)
+	}
+	if len(n.GetInput()) > 3 && n.GetInput()[3] != "" {
+		var ok bool
+		if axes, ok = im.ints(n.GetInput()[3]); !ok {
+			return nil, nil, fmt.Errorf("the axes %q are not a constant", n.GetInput()[3])
+		}
+	}
+	if len(pads) != 2*len(axes) {
+		return nil, nil, fmt.Errorf("%d pads for %d axes", len(pads), len(axes))
+	}
+	s := slices.Clone(x)
+	for i, a := range axes {
+		if a < 0 {
+			a += int64(len(x))
+		}
+		if a < 0 || int(a) >= len(x) {
+			return nil, nil, fmt.Errorf("axis %d of a rank-%d input", axes[i], len(x))
+		}
+		v := int64(s[a]) + pads[i] + pads[i+len(axes)]
+		if v < 1 {
+			return nil, nil, fmt.Errorf("pads %v leave dimension %d of %v empty", pads, a, x)
+		}
+		s[a] = uint64(v)
+	}
+	return wrap(s, in[0].dtype, outs, nil)
 }
 
 // ruleBroadcast infers the elementwise ops that broadcast their inputs
