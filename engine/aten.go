@@ -524,7 +524,7 @@ func lowerBernoulli(l *lowerer, n *ir.Node, c *ir.Call) ([]Launch, error) {
 	if err != nil || argT(c, 1) != nil {
 		return nil, failf(n, c, "a probability that is not a number")
 	}
-	x, err := alaunch("a_bernoulli", outThreads(y), []aview{y}, u32(y.numel()), f32(float32(p)), uint32(fnv64(n.ID)), 0, 0, 0, 0)
+	x, err := alaunch("a_bernoulli", outThreads(y), []aview{y}, u32(y.numel()), f32(float32(p)), hash32(uint32(fnv64(n.ID))), 0, 0, 0, 0)
 	return []Launch{x}, err
 }
 
@@ -1062,10 +1062,12 @@ func matmulReady(views ...aview) bool {
 // convForward is y = conv(x, w): per group, the columns of every image
 // (im2col, [cin·KH·KW, N·P] in the workspace) times the group's weight
 // [cout, cin·KH·KW] on the tiled matmul, into [cout, N·P] and copied
-// into y's layout; or, for layouts that path does not take, one
-// invocation per output element.
+// into y's layout; or one invocation per output element, for grouped
+// convolutions (whose groups are a few channels: a depthwise one loops
+// over KH·KW products, where per-group matmuls would be thousands of
+// launches) and for layouts the matmul path does not take.
 func (l *lowerer) convForward(g conv, x, w, y aview) ([]Launch, error) {
-	if !matmulReady(x, w, y) || !w.contiguous() || !y.contiguous() {
+	if g.G > 1 || !matmulReady(x, w, y) || !w.contiguous() || !y.contiguous() {
 		x2, err := withIters(alaunch("a_conv", y.numel(), []aview{x, w, y}, g.words()...))(uint64(g.C/g.G) * uint64(g.KH*g.KW))
 		return []Launch{x2}, err
 	}
@@ -1112,7 +1114,7 @@ func permuteGroup(ws, t aview, gr, cout, N, P uint64, toT bool) (Launch, error) 
 // matmul over dy's group channels copied to [cout, N·P]), gathered back
 // onto each image (col2im).
 func (l *lowerer) convBackwardInput(g conv, dy, w, dx aview) ([]Launch, error) {
-	if !matmulReady(dy, w, dx) || !w.contiguous() {
+	if g.G > 1 || !matmulReady(dy, w, dx) || !w.contiguous() {
 		x2, err := withIters(alaunch("a_conv_bwd_x", dx.numel(), []aview{dy, w, dx}, g.words()...))(uint64(g.Co/g.G) * uint64(g.KH*g.KW))
 		return []Launch{x2}, err
 	}
@@ -1145,9 +1147,20 @@ func (l *lowerer) convBackwardInput(g conv, dy, w, dx aview) ([]Launch, error) {
 // the columns of every image [cin·KH·KW, N·P] transposed, on the tiled
 // matmul: each weight's sum runs over images, then positions.
 func (l *lowerer) convBackwardWeight(g conv, dy, x, dw aview) ([]Launch, error) {
-	if !matmulReady(dy, x, dw) || !dw.contiguous() {
-		x2, err := withIters(alaunch("a_conv_bwd_w", dw.numel(), []aview{dy, x, dw}, g.words()...))(uint64(g.N) * uint64(g.Ho*g.Wo))
-		return []Launch{x2}, err
+	if g.G > 1 || !matmulReady(dy, x, dw) || !dw.contiguous() {
+		// Chunked over (image, output row) pairs, each launch adding
+		// onto the last one's sums: the same order as one launch.
+		per := max(rowChunk/uint64(g.Wo), 1)
+		var out []Launch
+		for r0 := uint64(0); r0 < uint64(g.N*g.Ho); r0 += per {
+			r1 := min(r0+per, uint64(g.N*g.Ho))
+			x2, err := withIters(alaunch("a_conv_bwd_w", dw.numel(), []aview{dy, x, dw}, append(g.words(), uint32(r0), uint32(r1))...))((r1 - r0) * uint64(g.Wo))
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, x2)
+		}
+		return out, nil
 	}
 	cin, cout := uint64(g.C/g.G), uint64(g.Co/g.G)
 	kc, P, N := cin*uint64(g.KH*g.KW), uint64(g.Ho*g.Wo), uint64(g.N)
@@ -1391,7 +1404,7 @@ func lowerMaxPoolBackward(l *lowerer, n *ir.Node, c *ir.Call) ([]Launch, error) 
 	if err != nil {
 		return nil, err
 	}
-	x, err := withIters(alaunch("a_maxpool_bwd", v[2].numel(), v[:3], p.words()...))(uint64(p.Ho * p.Wo))
+	x, err := withIters(alaunch("a_maxpool_bwd", v[2].numel(), v[:3], p.words()...))(uint64((p.KH*p.DH/p.SH + 1) * (p.KW*p.DW/p.SW + 1)))
 	return []Launch{x}, err
 }
 

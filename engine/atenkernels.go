@@ -43,7 +43,7 @@ import (
 //	a_col2im       dcols, dx; conv, n, nimg, g    image n, group g of dx from the columns of nimg images
 //	a_conv         x, w, y; conv
 //	a_conv_bwd_x   dy, w, dx; conv
-//	a_conv_bwd_w   dy, x, dw; conv
+//	a_conv_bwd_w   dy, x, dw; conv, r0, r1 (image rows n·Ho+oh summed, onto dw when r0 > 0)
 //	a_bn_stats     x, mean, invstd, rmean, rvar; channels, f eps, f momentum, update
 //	               (update: the running statistics, with the unbiased variance)
 //	a_bn_apply     x, mean, invstd, w, b, y; n, hasw, hasb
@@ -92,15 +92,6 @@ func (k *invocation) views(n int) ([]tview, []uint32) {
 		copy(v.stride[:], k.p[at+3+maxRank:at+3+2*maxRank])
 	}
 	return vs, k.p[2*n+viewWords*n:]
-}
-
-// numel is the view's element count.
-func (v *tview) numel() uint32 {
-	n := uint32(1)
-	for d := range v.rank {
-		n *= v.shape[d]
-	}
-	return n
 }
 
 // at returns the storage element of the view's t-th element in
@@ -367,12 +358,10 @@ var rangeKernels = map[string]rangeKernel{
 	"a_bernoulli": func(k *invocation, lo, hi uint32) {
 		v, w := k.views(1)
 		y := &v[0]
-		n, p, node := w[0], math.Float32frombits(w[1]), uint64(w[2])
-		seed, step := uint64(w[3])|uint64(w[4])<<32, uint64(w[5])|uint64(w[6])<<32
+		n, p := w[0], math.Float32frombits(w[1])
 		for t := lo; t < hi; t++ {
 			forEach(y, n, t, func(i uint32) {
-				h := seed*0x9e3779b97f4a7c15 ^ step*0xbf58476d1ce4e5b9 ^ node<<32 ^ uint64(i)
-				u := float32(splitmix(&h)>>40) / (1 << 24)
+				u := float32(maskHash(w[2], w[3], w[4], w[5], w[6], i)>>8) / (1 << 24)
 				val := float32(0)
 				if u < p {
 					val = 1
@@ -808,6 +797,7 @@ var rangeKernels = map[string]rangeKernel{
 		c := convOf(w)
 		cin := c.C / c.G
 		cout := c.Co / c.G
+		r0, r1 := w[16], w[17] // the (image, output row) pairs summed here
 		for t := lo; t < hi && t < c.Co*cin*c.KH*c.KW; t++ {
 			j := t % c.KW
 			i := (t / c.KW) % c.KH
@@ -815,20 +805,22 @@ var rangeKernels = map[string]rangeKernel{
 			co := t / (c.KW * c.KH * cin)
 			g := co / cout
 			var s float32
-			for n := range c.N {
-				for oh := range c.Ho {
-					ih := int64(oh*c.SH+i*c.DH) - int64(c.PH)
-					if ih < 0 || ih >= int64(c.H) {
+			if r0 > 0 {
+				s = dw.get(dw.at(t))
+			}
+			for r := r0; r < r1; r++ {
+				n, oh := r/c.Ho, r%c.Ho
+				ih := int64(oh*c.SH+i*c.DH) - int64(c.PH)
+				if ih < 0 || ih >= int64(c.H) {
+					continue
+				}
+				for ow := range c.Wo {
+					iw := int64(ow*c.SW+j*c.DW) - int64(c.PW)
+					if iw < 0 || iw >= int64(c.W) {
 						continue
 					}
-					for ow := range c.Wo {
-						iw := int64(ow*c.SW+j*c.DW) - int64(c.PW)
-						if iw < 0 || iw >= int64(c.W) {
-							continue
-						}
-						s += dy.get(dy.off+n*dy.stride[0]+co*dy.stride[1]+oh*dy.stride[2]+ow*dy.stride[3]) *
-							x.get(x.off+n*x.stride[0]+(g*cin+ci)*x.stride[1]+uint32(ih)*x.stride[2]+uint32(iw)*x.stride[3])
-					}
+					s += dy.get(dy.off+n*dy.stride[0]+co*dy.stride[1]+oh*dy.stride[2]+ow*dy.stride[3]) *
+						x.get(x.off+n*x.stride[0]+(g*cin+ci)*x.stride[1]+uint32(ih)*x.stride[2]+uint32(iw)*x.stride[3])
 				}
 			}
 			dw.set(dw.at(t), s)
@@ -942,13 +934,16 @@ var rangeKernels = map[string]rangeKernel{
 			n, c := nc/p.C, nc%p.C
 			flat := int32(ih*p.W + iw)
 			var s float32
-			// The windows that may contain (ih, iw), in output order.
-			for oh := range p.Ho {
+			// The windows that may contain (ih, iw), in output order: those
+			// starting within a window's extent before it.
+			ohLo, ohHi := windowsOf(ih, p.PH, p.KH, p.DH, p.SH, p.Ho)
+			owLo, owHi := windowsOf(iw, p.PW, p.KW, p.DW, p.SW, p.Wo)
+			for oh := ohLo; oh < ohHi; oh++ {
 				top := int64(oh*p.SH) - int64(p.PH)
 				if int64(ih) < top || int64(ih) > top+int64((p.KH-1)*p.DH) {
 					continue
 				}
-				for ow := range p.Wo {
+				for ow := owLo; ow < owHi; ow++ {
 					left := int64(ow*p.SW) - int64(p.PW)
 					if int64(iw) < left || int64(iw) > left+int64((p.KW-1)*p.DW) {
 						continue
@@ -963,6 +958,22 @@ var rangeKernels = map[string]rangeKernel{
 			dx.set(dx.at(t), s)
 		}
 	},
+}
+
+// hash32 is a 32-bit mixer (the murmur3 finaliser), the same in WGSL.
+func hash32(x uint32) uint32 {
+	x ^= x >> 16
+	x *= 0x85ebca6b
+	x ^= x >> 13
+	x *= 0xc2b2ae35
+	x ^= x >> 16
+	return x
+}
+
+// maskHash draws the dropout mask's word of element i from the node,
+// the seed and the step (32-bit words, as WGSL computes it).
+func maskHash(node, seedLo, seedHi, stepLo, stepHi, i uint32) uint32 {
+	return hash32(seedLo ^ hash32(seedHi^hash32(stepLo^hash32(stepHi^hash32(node^hash32(i+0x9e3779b9))))))
 }
 
 // rowBase is the storage element of the first element of row t of v
@@ -1016,6 +1027,19 @@ func forChannel2(a, b *tview, c uint32, f func(ea, eb uint32)) {
 			f(a.at(t), b.at(t))
 		}
 	}
+}
+
+// windowsOf is the range [lo, hi) of output positions (of n) whose
+// window (k taps, dilation d, stride s, padding p) may reach input
+// position i.
+func windowsOf(i, p, k, d, s, n uint32) (uint32, uint32) {
+	ext := int64((k - 1) * d)
+	lo := (int64(i) + int64(p) - ext + int64(s) - 1) / int64(s)
+	if int64(i)+int64(p)-ext < 0 {
+		lo = 0
+	}
+	hi := (int64(i)+int64(p))/int64(s) + 1
+	return uint32(min(max(lo, 0), int64(n))), uint32(min(max(hi, 0), int64(n)))
 }
 
 // conv is a convolution's geometry (2-D, NCHW).

@@ -56,8 +56,8 @@
 //     (ir.Call); aten.go lowers a call to the kernels of atenkernels.go,
 //     which read every tensor through the call's view (shape, strides,
 //     offset), and to the tiled matmul (mm, bmm, addmm, convolutions by
-//     im2col). They run on the cpu; on WebGPU an imported node is refused
-//     by name.
+//     im2col). atenwgsl.go holds their WGSL twins: imported graphs
+//     run on both backends.
 //
 // # Kernels
 //
@@ -88,7 +88,7 @@
 //
 // fp32, int32, int64 (values within 32 bits), bool and uint8 tensors
 // only (bf16 graphs and fp32 master weights are refused with
-// UNSUPPORTED_EXECUTION), imported ops on the cpu only, no shape
+// UNSUPPORTED_EXECUTION), no shape
 // envelopes at run time, and
 // data parallelism only: tensor- and pipeline-parallel collectives are
 // planned by package shard but not executed. Every launch records how

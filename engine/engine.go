@@ -206,15 +206,21 @@ func (e *Engine) placeWorkspace(words uint64) error {
 }
 
 // checkKernels refuses, naming the node, a launch the backend has no
-// kernel for: the kernels of imported ops run on the cpu only so far.
+// kernel for. Every kernel has a cpu body and a WGSL twin
+// (TestWGSLTwins); this is the guard for a kernel added to one
+// side only.
 func (e *Engine) checkKernels() error {
 	if e.opts.Backend.Name() != "webgpu" {
 		return nil
 	}
 	for _, a := range e.actions {
 		for _, l := range a.launches {
-			if _, ok := rangeKernels[l.Kernel]; ok {
-				return unsupported("node %q: kernel %s of an imported op has no WebGPU twin yet: imported graphs run on the cpu executor (--executor cpu)", a.node, l.Kernel)
+			twins := wgslKernels
+			if l.Groups {
+				twins = wgslGroupKernels
+			}
+			if _, ok := twins[l.Kernel]; !ok {
+				return unsupported("node %q: kernel %s has no WebGPU twin: run it on the cpu executor (--executor cpu)", a.node, l.Kernel)
 			}
 		}
 	}
@@ -297,19 +303,6 @@ func (e *Engine) wordsOf(ti int32) uint64 {
 	default:
 		return n * size / 4
 	}
-}
-
-// intWords encodes integer values for tensor ti's dtype (int32 or
-// int64).
-func (e *Engine) intWords(ti int32, vals []int32, dst []uint32) []uint32 {
-	dst = dst[:0]
-	for _, v := range vals {
-		dst = append(dst, uint32(v))
-		if e.g.Tensors[ti].DType == ir.I64 {
-			dst = append(dst, uint32(v>>31))
-		}
-	}
-	return dst
 }
 
 // tensor returns the index and location of id.

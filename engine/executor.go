@@ -164,20 +164,6 @@ func vocabOf(g *ir.Graph) (uint64, error) {
 	return 0, unsupported("the graph has no embedding of an input \"tokens\": the executors train language models (the generators', or imported ones whose token input the importer named tokens) and imported classifiers (images, labels)")
 }
 
-// CPUOnly returns the first node (in execution order) whose kernels run
-// on the cpu only (an imported op), and whether there is one: "auto"
-// picks the cpu for such a graph.
-func CPUOnly(g *ir.Graph) (string, bool) {
-	for _, i := range g.Order {
-		if n := &g.Nodes[i]; n.Call != nil {
-			if _, ok := lowerings[n.Op]; !ok {
-				return n.ID, true
-			}
-		}
-	}
-	return "", false
-}
-
 // Engine returns the engine.
 func (x *Executor) Engine() *Engine { return x.e }
 
@@ -327,10 +313,6 @@ func Factory(o FactoryOptions) func(g *ir.Graph, p *planner.Plan) (runner.Execut
 	return func(g *ir.Graph, p *planner.Plan) (runner.Executor, error) {
 		if be == nil {
 			name := o.Backend
-			if node, ok := CPUOnly(g); ok && (name == "auto" || name == "") {
-				log.Info("the graph has imported ops, whose kernels run on the cpu only: the cpu executor", "node", node)
-				name = "cpu"
-			}
 			b, reason, err := Open(name)
 			if err != nil {
 				return nil, err

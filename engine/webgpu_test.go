@@ -50,7 +50,11 @@ func TestWGSLTwins(t *testing.T) {
 			}
 		}
 	}
-	twins("invocation", keys(kernels), keys(wgslKernels))
+	ref := keys(kernels)
+	for name := range rangeKernels {
+		ref[name] = true
+	}
+	twins("invocation", ref, keys(wgslKernels))
 	twins("workgroup", keys(groupKernels), keys(wgslGroupKernels))
 }
 

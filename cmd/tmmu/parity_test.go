@@ -189,8 +189,7 @@ func TestParityGPT2WithPyTorch(t *testing.T) {
 // --train, trained by tmmu from the initial weights the importer wrote
 // beside the graph, on a token file in sequential order, against PyTorch
 // eager fp32 training the same module: every step's loss, the
-// validation loss and the exported weights. The imported ops run on the
-// cpu (their WebGPU twins are not built yet).
+// validation loss and the exported weights, on each executor.
 func TestParityImportedGPT2WithPyTorch(t *testing.T) {
 	py := pythonWithTorch(t)
 	dir := t.TempDir()
@@ -210,13 +209,6 @@ func TestParityImportedGPT2WithPyTorch(t *testing.T) {
 	if _, err := os.Stat(w0); err != nil {
 		t.Fatalf("import torch wrote no weights beside the graph: %v\n%s", err, stderr)
 	}
-	var got trainResult
-	out := filepath.Join(dir, "tmmu.safetensors")
-	js := mustRun(t, "", "train", irFile, "--executor", "cpu", "--steps", steps, "--weights", w0, "--data", trainBin, "--order", "sequential",
-		"--val-data", valBin, "--val-batches", "2", "--export", out, "-o", "json")
-	if err := json.Unmarshal([]byte(js), &got); err != nil {
-		t.Fatal(err)
-	}
 	ref := filepath.Join(dir, "pytorch.safetensors")
 	cmd := exec.Command(py, filepath.Join("..", "..", "bench", "parity", "train.py"), "--batch", "4", "--threads", "1", "--weights", w0, "--data", trainBin,
 		"--val-data", valBin, "--val-batches", "2", "--steps", steps, "--export", ref)
@@ -231,24 +223,34 @@ func TestParityImportedGPT2WithPyTorch(t *testing.T) {
 	if err := json.Unmarshal(raw, &want); err != nil {
 		t.Fatal(err)
 	}
-	if len(got.Steps) != len(want.Losses) {
-		t.Fatalf("%d steps, PyTorch %d", len(got.Steps), len(want.Losses))
-	}
-	worst := 0.0
-	for i, s := range got.Steps {
-		d := math.Abs(float64(s.Loss)-want.Losses[i]) / math.Abs(want.Losses[i])
-		worst = max(worst, d)
-		if d > 1e-4 {
-			t.Errorf("step %d: loss %.7f, PyTorch %.7f", i+1, s.Loss, want.Losses[i])
+	refW := readWeights(t, ref)
+	for _, ex := range executors(t) {
+		var got trainResult
+		out := filepath.Join(dir, ex+".safetensors")
+		js := mustRun(t, "", "train", irFile, "--executor", ex, "--steps", steps, "--weights", w0, "--data", trainBin, "--order", "sequential",
+			"--val-data", valBin, "--val-batches", "2", "--export", out, "-o", "json")
+		if err := json.Unmarshal([]byte(js), &got); err != nil {
+			t.Fatal(err)
 		}
+		if len(got.Steps) != len(want.Losses) {
+			t.Fatalf("%s: %d steps, PyTorch %d", ex, len(got.Steps), len(want.Losses))
+		}
+		worst := 0.0
+		for i, s := range got.Steps {
+			d := math.Abs(float64(s.Loss)-want.Losses[i]) / math.Abs(want.Losses[i])
+			worst = max(worst, d)
+			if d > 1e-4 {
+				t.Errorf("%s step %d: loss %.7f, PyTorch %.7f", ex, i+1, s.Loss, want.Losses[i])
+			}
+		}
+		last := got.Steps[len(got.Steps)-1]
+		if last.ValLoss == nil || math.Abs(*last.ValLoss-want.ValLoss)/want.ValLoss > 1e-4 {
+			t.Errorf("%s: validation loss %v, PyTorch %.7f", ex, last.ValLoss, want.ValLoss)
+		}
+		worstW, worstK := compareWeights(t, readWeights(t, out), refW, 1e-4, 1e-4)
+		t.Logf("| gpt2 (bench/parity/gpt2.py, imported) | %s | %s steps | loss %.5f → %.5f | worst loss rel. diff %.2g | val %.5f vs %.5f | worst weight diff %.2g (attention key biases %.2g) |",
+			ex, steps, got.Steps[0].Loss, last.Loss, worst, *last.ValLoss, want.ValLoss, worstW, worstK)
 	}
-	last := got.Steps[len(got.Steps)-1]
-	if last.ValLoss == nil || math.Abs(*last.ValLoss-want.ValLoss)/want.ValLoss > 1e-4 {
-		t.Errorf("validation loss %v, PyTorch %.7f", last.ValLoss, want.ValLoss)
-	}
-	worstW, worstK := compareWeights(t, readWeights(t, out), readWeights(t, ref), 1e-4, 1e-4)
-	t.Logf("| gpt2 (bench/parity/gpt2.py, imported) | cpu | %s steps | loss %.5f → %.5f | worst loss rel. diff %.2g | val %.5f vs %.5f | worst weight diff %.2g (attention key biases %.2g) |",
-		steps, got.Steps[0].Loss, last.Loss, worst, *last.ValLoss, want.ValLoss, worstW, worstK)
 }
 
 // seedOr is $TMMU_PARITY_SEED, or def: the parity tests' data can be
@@ -290,16 +292,6 @@ np.save(sys.argv[1], x); np.save(sys.argv[2], y)`, images, labels)
 	if status, _, stderr := runCLI(t, "", "import", "torch", "resnet18", "--train", "--batch", "8", "--image-size", "32", "--no-peak", "--out", irFile); status != 0 {
 		t.Fatalf("import: %s", stderr)
 	}
-	var got trainResult
-	out := filepath.Join(dir, "tmmu.safetensors")
-	js := mustRun(t, "", "train", irFile, "--executor", "auto", "--steps", steps, "--lr", "1e-5", "--weights", w0, "--data", images, "--labels", labels,
-		"--order", "sequential", "--export", out, "-o", "json")
-	if err := json.Unmarshal([]byte(js), &got); err != nil {
-		t.Fatal(err)
-	}
-	if got.Backend != "cpu" {
-		t.Errorf("--executor auto ran an imported graph on %s, want cpu", got.Backend)
-	}
 	ref := filepath.Join(dir, "pytorch.safetensors")
 	cmd := exec.Command(py, filepath.Join("..", "..", "bench", "parity", "train.py"), "--model", "resnet18", "--batch", "8", "--lr", "1e-5", "--threads", "1",
 		"--weights", w0, "--images", images, "--labels", labels, "--steps", steps, "--export", ref)
@@ -313,29 +305,42 @@ np.save(sys.argv[1], x); np.save(sys.argv[2], y)`, images, labels)
 	if err := json.Unmarshal(raw, &want); err != nil {
 		t.Fatal(err)
 	}
-	worst := 0.0
-	for i, s := range got.Steps {
-		d := math.Abs(float64(s.Loss)-want.Losses[i]) / math.Abs(want.Losses[i])
-		worst = max(worst, d)
-		if d > 1e-3 {
-			t.Errorf("step %d: loss %.7f, PyTorch %.7f", i+1, s.Loss, want.Losses[i])
+	b := readWeights(t, ref)
+	for _, ex := range executors(t) {
+		var got trainResult
+		out := filepath.Join(dir, ex+".safetensors")
+		js := mustRun(t, "", "train", irFile, "--executor", ex, "--steps", steps, "--lr", "1e-5", "--weights", w0, "--data", images, "--labels", labels,
+			"--order", "sequential", "--export", out, "-o", "json")
+		if err := json.Unmarshal([]byte(js), &got); err != nil {
+			t.Fatal(err)
 		}
-	}
-	a, b := readWeights(t, out), readWeights(t, ref)
-	if len(a) != len(b) {
-		t.Errorf("%d tensors exported, PyTorch's state_dict has %d", len(a), len(b))
-	}
-	worstW := 0.0
-	for name, v := range b {
-		for i := range v {
-			worstW = max(worstW, math.Abs(float64(a[name][i]-v[i])))
+		if len(got.Steps) != len(want.Losses) {
+			t.Fatalf("%s: %d steps, PyTorch %d", ex, len(got.Steps), len(want.Losses))
 		}
+		worst := 0.0
+		for i, s := range got.Steps {
+			d := math.Abs(float64(s.Loss)-want.Losses[i]) / math.Abs(want.Losses[i])
+			worst = max(worst, d)
+			if d > 1e-3 {
+				t.Errorf("%s step %d: loss %.7f, PyTorch %.7f", ex, i+1, s.Loss, want.Losses[i])
+			}
+		}
+		a := readWeights(t, out)
+		if len(a) != len(b) {
+			t.Errorf("%s: %d tensors exported, PyTorch's state_dict has %d", ex, len(a), len(b))
+		}
+		worstW := 0.0
+		for name, v := range b {
+			for i := range v {
+				worstW = max(worstW, math.Abs(float64(a[name][i]-v[i])))
+			}
+		}
+		if worstW > 1e-3 {
+			t.Errorf("%s: exported weights and statistics differ from PyTorch's by %.3g", ex, worstW)
+		}
+		t.Logf("| resnet18 (torchvision, imported, batch 8, 32×32, lr 1e-5) | %s | %s steps | loss %.5f → %.5f | worst loss rel. diff %.2g | worst weight diff %.2g |",
+			ex, steps, got.Steps[0].Loss, got.Steps[len(got.Steps)-1].Loss, worst, worstW)
 	}
-	if worstW > 1e-3 {
-		t.Errorf("exported weights and statistics differ from PyTorch's by %.3g", worstW)
-	}
-	t.Logf("| resnet18 (torchvision, imported, batch 8, 32×32, lr 1e-5) | cpu | %s steps | loss %.5f → %.5f | worst loss rel. diff %.2g | worst weight diff %.2g |",
-		steps, got.Steps[0].Loss, got.Steps[len(got.Steps)-1].Loss, worst, worstW)
 }
 
 // TestImportedGradientsMatchPyTorch checks the kernels of imported ops
@@ -370,13 +375,6 @@ np.save(sys.argv[2], rng.integers(0, 10, size=8))`, images, labels)
 				t.Fatalf("import: %s", stderr)
 			}
 			const lr = 1e4
-			out := filepath.Join(dir, name+"-1.safetensors")
-			var got trainResult
-			js := mustRun(t, "", "train", irFile, "--executor", "cpu", "--steps", "1", "--lr", fmt.Sprint(lr), "--eps", "1", "--weight-decay", "0",
-				"--weights", w0, "--data", images, "--labels", labels, "--order", "sequential", "--export", out, "-o", "json")
-			if err := json.Unmarshal([]byte(js), &got); err != nil {
-				t.Fatal(err)
-			}
 			grads := filepath.Join(dir, name+"-grads.safetensors")
 			raw, err := exec.Command(py, filepath.Join("..", "..", "bench", "parity", "train.py"), "--model", families+":"+name, "--weights", w0,
 				"--images", images, "--labels", labels, "--batch", "4", "--threads", "1", "--grads", grads).Output()
@@ -386,31 +384,43 @@ np.save(sys.argv[2], rng.integers(0, 10, size=8))`, images, labels)
 			var want struct {
 				Loss float64 `json:"loss"`
 			}
-			json.Unmarshal(raw, &want)
-			if d := math.Abs(float64(got.Steps[0].Loss)-want.Loss) / want.Loss; d > 1e-5 {
-				t.Errorf("loss %.7f, PyTorch %.7f", got.Steps[0].Loss, want.Loss)
+			if err := json.Unmarshal(raw, &want); err != nil {
+				t.Fatal(err)
 			}
-			before, after, g := readWeights(t, w0), readWeights(t, out), readWeights(t, grads)
-			worst, worstName := 0.0, ""
-			for pname, gv := range g {
-				var num, den float64
-				for i, x := range gv {
-					u := float64(before[pname][i]-after[pname][i]) / lr
-					est := u / (1 - math.Abs(u))
-					num += (est - float64(x)) * (est - float64(x))
-					den += float64(x) * float64(x)
+			before, g := readWeights(t, w0), readWeights(t, grads)
+			for _, ex := range executors(t) {
+				out := filepath.Join(dir, name+"-"+ex+".safetensors")
+				var got trainResult
+				js := mustRun(t, "", "train", irFile, "--executor", ex, "--steps", "1", "--lr", fmt.Sprint(lr), "--eps", "1", "--weight-decay", "0",
+					"--weights", w0, "--data", images, "--labels", labels, "--order", "sequential", "--export", out, "-o", "json")
+				if err := json.Unmarshal([]byte(js), &got); err != nil {
+					t.Fatal(err)
 				}
-				if den < 1e-12 {
-					continue // no gradient to speak of
+				if d := math.Abs(float64(got.Steps[0].Loss)-want.Loss) / want.Loss; d > 1e-5 {
+					t.Errorf("%s: loss %.7f, PyTorch %.7f", ex, got.Steps[0].Loss, want.Loss)
 				}
-				if r := math.Sqrt(num / den); r > worst {
-					worst, worstName = r, pname
+				after := readWeights(t, out)
+				worst, worstName := 0.0, ""
+				for pname, gv := range g {
+					var num, den float64
+					for i, x := range gv {
+						u := float64(before[pname][i]-after[pname][i]) / lr
+						est := u / (1 - math.Abs(u))
+						num += (est - float64(x)) * (est - float64(x))
+						den += float64(x) * float64(x)
+					}
+					if den < 1e-12 {
+						continue // no gradient to speak of
+					}
+					if r := math.Sqrt(num / den); r > worst {
+						worst, worstName = r, pname
+					}
 				}
+				if worst > 1e-3 {
+					t.Errorf("%s: gradient of %s differs from PyTorch's by %.3g (relative, in norm)", ex, worstName, worst)
+				}
+				t.Logf("%s on %s: %d parameters, loss %.6f (PyTorch %.6f), worst gradient %s off by %.2g relative", name, ex, len(g), got.Steps[0].Loss, want.Loss, worstName, worst)
 			}
-			if worst > 1e-3 {
-				t.Errorf("gradient of %s differs from PyTorch's by %.3g (relative, in norm)", worstName, worst)
-			}
-			t.Logf("%s: %d parameters, loss %.6f (PyTorch %.6f), worst gradient %s off by %.2g relative", name, len(g), got.Steps[0].Loss, want.Loss, worstName, worst)
 		})
 	}
 }

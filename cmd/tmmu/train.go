@@ -174,10 +174,6 @@ func runTrain(c *command, e *env, args []string) error {
 			store.SetMaxBytes(uint64(n))
 		}
 	}
-	if node, ok := engine.CPUOnly(g); ok && *backend == "auto" {
-		fmt.Fprintf(e.stderr, "tmmu: node %s is an imported op, whose kernels run on the cpu only: the cpu executor\n", node)
-		*backend = "cpu"
-	}
 	be, reason, err := engine.Open(*backend)
 	if err != nil {
 		return err
@@ -244,7 +240,12 @@ func runTrain(c *command, e *env, args []string) error {
 			return err
 		}
 		*ds.stream, *ds.tokens = s, B*max(S, 1)
-		*ds.info = &datasetInfo{Files: d.Files(), Format: string(d.Format), Order: string(ds.order), Digest: sum.DigestString(), Tokens: d.Len, Bytes: sum.Bytes}
+		*ds.info = &datasetInfo{Files: d.Files(), Format: string(d.Format), Order: string(ds.order), Digest: sum.DigestString(), Kind: string(d.Kind), Bytes: sum.Bytes}
+		if d.Kind == data.Images {
+			(*ds.info).Samples = d.Len
+		} else {
+			(*ds.info).Tokens = d.Len
+		}
 	}
 	feed.ValBatches = df.valBatches
 	x, err := engine.NewExecutor(g, p, eopts, false)
@@ -358,7 +359,11 @@ func runTrain(c *command, e *env, args []string) error {
 	}
 	fmt.Fprintf(e.stdout, "%d steps in %s: %.3g steps/s\n", len(res.Steps), took.Round(time.Millisecond), res.StepsPerSec)
 	if res.Data != nil {
-		fmt.Fprintf(e.stdout, "data %s: %d tokens (%s), digest %.12s; read %d bytes for %d fed\n", strings.Join(res.Data.Files, ","), res.Data.Tokens, res.Data.Format, res.Data.Digest, res.Data.BytesRead, res.Data.BytesFed)
+		n, unit := res.Data.Tokens, "tokens"
+		if res.Data.Kind == string(data.Images) {
+			n, unit = res.Data.Samples, "samples"
+		}
+		fmt.Fprintf(e.stdout, "data %s: %d %s (%s), digest %.12s; read %d bytes for %d fed\n", strings.Join(res.Data.Files, ","), n, unit, res.Data.Format, res.Data.Digest, res.Data.BytesRead, res.Data.BytesFed)
 	}
 	if res.Export != "" {
 		fmt.Fprintf(e.stdout, "weights written to %s (safetensors, %s names)\n", res.Export, weights.NamingOf(g).Scheme)

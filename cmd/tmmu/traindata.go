@@ -44,8 +44,12 @@ type datasetInfo struct {
 	Format string   `json:"format"`
 	Order  string   `json:"order,omitempty"`
 	Digest string   `json:"digest"`
-	Tokens uint64   `json:"tokens"`
-	Bytes  uint64   `json:"bytes"`
+	// Kind is "tokens" or "images"; Tokens counts a token stream's
+	// tokens, Samples an image set's samples.
+	Kind    string `json:"kind"`
+	Tokens  uint64 `json:"tokens,omitempty"`
+	Samples uint64 `json:"samples,omitempty"`
+	Bytes   uint64 `json:"bytes"`
 	// BytesRead is what the run read of it (the scan before the first
 	// step excluded); BytesFed the bytes of the tokens it fed, at the
 	// files' width (a row of S tokens reads S+1).
