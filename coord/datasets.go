@@ -1,6 +1,7 @@
 package coord
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -19,7 +20,10 @@ import (
 
 // SetDataStore sets the store of datasets and weights (the object store
 // bucket datastore.Bucket), once NATS is up.
-func (n *Node) SetDataStore(s checkpoint.Store) { n.dataStore.Store(&s) }
+func (n *Node) SetDataStore(s checkpoint.Store) {
+	n.dataReader.Store(datastore.NewReader(s, cmp.Or(n.cfg.DataCacheBytes, DefaultDataCacheBytes)))
+	n.dataStore.Store(&s)
+}
 
 // SetCheckpointStore sets the checkpoint store the API reads checkpoint
 // shards from (tmmu job export), once NATS is up.
@@ -47,6 +51,11 @@ const MaxFileBytes = 1 << 40
 //	GET    /v1/datasets         the named datasets
 //	GET    /v1/datasets/{name}  one dataset's manifest
 //	DELETE /v1/datasets/{name}  remove a name and collect what nothing holds (?force=1: even if a live job pinned it)
+//	GET    /v1/manifests/{digest}
+//	                            a stored manifest (its CBOR, which hashes to digest)
+//	GET    /v1/manifests/{digest}/files/{i}?off=O&len=N
+//	                            bytes [O, O+N) of its file i (files, then label files):
+//	                            the workers' range reads, N ≤ datastore.MaxRead
 //	GET    /v1/jobs/{name}/checkpoints/{step}/shards/{rank}
 //	                            a committed checkpoint's shard (its CBOR object)
 func (n *Node) dataHandlers(mux *http.ServeMux) {
@@ -135,6 +144,41 @@ func (n *Node) dataHandlers(mux *http.ServeMux) {
 		}
 		writeJSON(w, http.StatusOK, api.DataRemoved{Name: name, Objects: objs, Bytes: bytes, PinnedBy: users})
 	}))
+	mux.HandleFunc("GET /v1/manifests/{digest}", n.readable(func(w http.ResponseWriter, r *http.Request) {
+		_, m, ok := n.manifest(w, r)
+		if !ok {
+			return
+		}
+		b, _, err := m.Encode()
+		if err != nil {
+			writeError(w, http.StatusInternalServerError, err)
+			return
+		}
+		w.Header().Set("Content-Type", "application/cbor")
+		w.Write(b)
+	}))
+	mux.HandleFunc("GET /v1/manifests/{digest}/files/{i}", n.readable(func(w http.ResponseWriter, r *http.Request) {
+		rd, m, ok := n.manifest(w, r)
+		if !ok {
+			return
+		}
+		q := r.URL.Query()
+		i, err1 := strconv.Atoi(r.PathValue("i"))
+		off, err2 := strconv.ParseUint(q.Get("off"), 10, 64)
+		size, err3 := strconv.ParseUint(q.Get("len"), 10, 64)
+		if err := errors.Join(err1, err2, err3); err != nil {
+			writeError(w, http.StatusBadRequest, failure.New(failure.InvalidOptions, api.OpCoordinator, "a range read names a file index, ?off= and ?len= (decimal): "+err.Error()))
+			return
+		}
+		b, err := rd.ReadRange(r.Context(), m, i, off, size)
+		if err != nil {
+			writeError(w, storeStatus(err), err)
+			return
+		}
+		n.metrics.dataServed.Add(float64(len(b)))
+		w.Header().Set("Content-Type", "application/octet-stream")
+		w.Write(b)
+	}))
 	mux.HandleFunc("GET /v1/jobs/{name}/checkpoints/{step}/shards/{rank}", n.readable(func(w http.ResponseWriter, r *http.Request) {
 		j := n.job(w, r)
 		if j == nil {
@@ -161,6 +205,27 @@ func (n *Node) dataHandlers(mux *http.ServeMux) {
 		w.Header().Set("Content-Type", "application/cbor")
 		w.Write(b)
 	}))
+}
+
+// manifest resolves the {digest} of a request to its manifest, read
+// through the node's reader (or answers the error and returns false).
+func (n *Node) manifest(w http.ResponseWriter, r *http.Request) (*datastore.Reader, *datastore.Manifest, bool) {
+	rd := n.dataReader.Load()
+	if rd == nil {
+		writeError(w, http.StatusServiceUnavailable, ErrNoDataStore)
+		return nil, nil, false
+	}
+	d, err := ir.ParseHash(r.PathValue("digest"))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, failure.New(failure.InvalidOptions, api.OpCoordinator, "manifest digest: "+err.Error()))
+		return nil, nil, false
+	}
+	m, err := rd.Manifest(r.Context(), d)
+	if err != nil {
+		writeError(w, storeStatus(err), err)
+		return nil, nil, false
+	}
+	return rd, m, true
 }
 
 // storeStatus is the HTTP status of a data store error.

@@ -59,6 +59,9 @@ type metrics struct {
 	forged          *prometheus.CounterVec
 	raftRefused     prometheus.Counter
 	answers         *prometheus.CounterVec
+	// data: range reads served, blocks fetched for them
+	dataServed  prometheus.Counter
+	dataFetched prometheus.CounterFunc
 }
 
 func newMetrics(n *Node) *metrics {
@@ -92,7 +95,15 @@ func newMetrics(n *Node) *metrics {
 	}
 	m.raftRefused = prometheus.NewCounter(prometheus.CounterOpts{Name: "tmmu_coordinator_raft_refused_connections_total", Help: "Raft connections refused because the peer's TLS handshake failed (no certificate of a coordinator of this cluster's CA)."})
 	m.answers = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tmmu_coordinator_http_responses_total", Help: "API answers by status code."}, []string{"code"})
-	m.reg.MustRegister(m.leader, m.term, m.applied, m.submits, m.outcomes, m.agreement, m.refused, m.replans, m.checkpoints, m.checkpointBytes, m.checkpointWrite, m.collected, m.recoveries, m.forged, m.raftRefused, m.answers)
+	m.dataServed = prometheus.NewCounter(prometheus.CounterOpts{Name: "tmmu_coordinator_data_served_bytes_total", Help: "Bytes of stored datasets and weights this node served to workers' range reads."})
+	m.dataFetched = prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tmmu_coordinator_data_fetched_bytes_total", Help: "Bytes of dataset blocks this node fetched from the object store to serve range reads (the rest came from its cache)."},
+		func() float64 {
+			if rd := n.dataReader.Load(); rd != nil {
+				return float64(rd.Fetched.Load())
+			}
+			return 0
+		})
+	m.reg.MustRegister(m.leader, m.term, m.applied, m.submits, m.outcomes, m.agreement, m.refused, m.replans, m.checkpoints, m.checkpointBytes, m.checkpointWrite, m.collected, m.recoveries, m.forged, m.raftRefused, m.answers, m.dataServed, m.dataFetched)
 	return m
 }
 

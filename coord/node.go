@@ -21,6 +21,7 @@ import (
 
 	"github.com/tmmu/tmmu/checkpoint"
 	"github.com/tmmu/tmmu/coord/api"
+	"github.com/tmmu/tmmu/datastore"
 	"github.com/tmmu/tmmu/failure"
 	"github.com/tmmu/tmmu/internal/logbridge"
 	"github.com/tmmu/tmmu/ir"
@@ -64,8 +65,14 @@ type Config struct {
 	// SubmitWait is how long a submission waits for its plan before the
 	// API answers 202 (default DefaultSubmitWait).
 	SubmitWait time.Duration
-	Logger     *slog.Logger
+	// DataCacheBytes bounds the cache of dataset blocks the node keeps
+	// to serve the workers' range reads (default DefaultDataCacheBytes).
+	DataCacheBytes int
+	Logger         *slog.Logger
 }
+
+// DefaultDataCacheBytes is a node's default cache of dataset blocks.
+const DefaultDataCacheBytes = 256 << 20
 
 // Validate reports every problem of c at once.
 func (c *Config) Validate() error {
@@ -226,6 +233,9 @@ type Node struct {
 	// dataStore keeps datasets and weights (datastore.Bucket), ckptStore
 	// the checkpoints the API serves (tmmu job export).
 	dataStore, ckptStore atomic.Pointer[checkpoint.Store]
+	// dataReader serves the workers' range reads of stored datasets and
+	// weights through one cache of blocks (DataCacheBytes).
+	dataReader atomic.Pointer[datastore.Reader]
 	// subs are the submissions being planned or recently answered, by
 	// job name (leader only); planning holds a slot while one is planned.
 	subMu    sync.Mutex

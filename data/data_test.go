@@ -93,6 +93,39 @@ func TestSequentialOrderIsTheFormula(t *testing.T) {
 	}
 }
 
+// TestOriginContinuesTheStream: a stream whose global batch changes at
+// step k0 (SetOrigin to the rows consumed before it) reads, from k0 on,
+// the rows that follow those: across 10 steps of 4 rows and then steps
+// of 3, every global row of a single stream of rows is read once, in
+// order, in both orders.
+func TestOriginContinuesTheStream(t *testing.T) {
+	toks := make([]int, 801)
+	for i := range toks {
+		toks[i] = (i * 11) % 89
+	}
+	d, _ := Open(Uint16, []Source{src("t.bin", u16(toks...))}, nil)
+	const S = 8
+	for _, order := range []Order{Sequential, Shuffled} {
+		one, _ := NewStream(d, order, 5, [32]byte{3}, S, 1) // row g is step g's
+		four, _ := NewStream(d, order, 5, [32]byte{3}, S, 4)
+		three, _ := NewStream(d, order, 5, [32]byte{3}, S, 3)
+		three.SetOrigin(10, 40)
+		g := uint64(0)
+		for k := range uint64(20) {
+			s, B := four, uint64(4)
+			if k >= 10 {
+				s, B = three, 3
+			}
+			for r := range B {
+				if got, want := s.Row(k, r), one.Row(g, 0); got != want {
+					t.Fatalf("%s: step %d row %d starts at %d, global row %d at %d", order, k, r, got, g, want)
+				}
+				g++
+			}
+		}
+	}
+}
+
 func TestShuffledEpochsArePermutations(t *testing.T) {
 	for _, n := range []uint64{1, 2, 3, 5, 17, 64, 65, 1000, 4097} {
 		for epoch := range uint64(3) {

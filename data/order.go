@@ -26,7 +26,9 @@ const (
 	// (N = ⌊(T−1)/S⌋ of them), or the N samples. Global row g = k·B + r
 	// is sample π_e(g mod N) of epoch e = ⌊g/N⌋, π_e a permutation drawn
 	// from (seed, e, the dataset's digest). Which sample a row gets
-	// depends on the global batch, never on the world size.
+	// depends on the global batch, never on the world size; a job whose
+	// global batch changes sets the origin of the steps after the change
+	// (SetOrigin) to the rows consumed before it.
 	Shuffled Order = "shuffled"
 )
 
@@ -40,6 +42,9 @@ type Stream struct {
 	// the global batch's rows.
 	Seq, Batch uint64
 
+	// origin: the k-th step's global rows start at row0 + (k−k0)·B
+	// (SetOrigin; zero: k·B).
+	k0, row0 uint64
 	// samples is N (shuffled) or T − S − 1 (sequential tokens).
 	samples uint64
 	buf     []byte
@@ -91,10 +96,20 @@ func NewStream(d *Dataset, order Order, seed uint64, digest [32]byte, seq, batch
 // T − S − 1 starting tokens for a sequential token set.
 func (s *Stream) Samples() uint64 { return s.samples }
 
+// SetOrigin makes the k0-th step's global rows start at stream row
+// row0 (and the next steps' follow): a job whose world size changed
+// continues its stream where the steps before k0 left it (the rows they
+// consumed at their own global batches), instead of at k0·B.
+func (s *Stream) SetOrigin(k0, row0 uint64) { s.k0, s.row0 = k0, row0 }
+
 // Row returns where global row r of the k-th step (k = 0 first) starts:
-// a token index (token sets) or a sample index.
+// a token index (token sets) or a sample index. Global row g = k·B + r,
+// or row0 + (k−k0)·B + r from an origin (SetOrigin), picks the sample.
 func (s *Stream) Row(k, r uint64) uint64 {
 	g := mulAdd(k, s.Batch, r)
+	if k >= s.k0 && (s.k0 != 0 || s.row0 != 0) {
+		g = s.row0 + mulAdd(k-s.k0, s.Batch, r)
+	}
 	switch {
 	case s.Order == Shuffled:
 		e, i := g/s.samples, g%s.samples

@@ -15,7 +15,11 @@
 // A Reader serves a manifest's files as data.Sources: it fetches only
 // the blocks that hold what is read, checks each against its digest
 // (INVALID_DATASET naming the block when it does not match) and keeps
-// the latest blocks in a cache of bounded size.
+// the latest blocks in a cache of bounded size; concurrent reads of a
+// block fetch it once. Coordinators serve workers range reads of it
+// (Reader.ReadRange, GET /v1/manifests/{digest}/files/{i}); a worker
+// reads a stored dataset through RemoteSources, which fetch exactly the
+// ranges asked for.
 package datastore
 
 import (
@@ -134,29 +138,55 @@ func New(objs checkpoint.Store) *Store { return &Store{objs: objs, now: time.Now
 
 func blockName(h ir.Hash) string { return blocksPrefix + h.String() }
 
-// PutFile stores what r yields as blocks and returns its FileRef.
+// putsInFlight is how many blocks PutFile stores at once, and how many
+// a Reader with read-ahead fetches ahead.
+const putsInFlight = 4
+
+// PutFile stores what r yields as blocks and returns its FileRef. It
+// stores up to putsInFlight blocks at once while it reads the next.
 func (s *Store) PutFile(ctx context.Context, name string, r io.Reader) (FileRef, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	ref := FileRef{Name: name}
 	whole := sha256.New()
-	buf := make([]byte, BlockSize)
-	for {
+	slots := make(chan struct{}, putsInFlight)
+	var wg sync.WaitGroup
+	var once sync.Once
+	var failed error
+	fail := func(err error) {
+		once.Do(func() { failed = err; cancel() })
+	}
+	for ctx.Err() == nil {
+		buf := make([]byte, BlockSize)
 		n, err := io.ReadFull(r, buf)
 		if n > 0 {
 			b := buf[:n]
 			whole.Write(b)
 			h := ir.Hash(sha256.Sum256(b))
-			if perr := s.objs.Put(ctx, blockName(h), b); perr != nil {
-				return FileRef{}, fmt.Errorf("datastore: storing a block of %s: %w", name, perr)
-			}
 			ref.Blocks = append(ref.Blocks, h)
 			ref.Size += uint64(n)
+			slots <- struct{}{}
+			wg.Add(1)
+			go func() {
+				defer func() { <-slots; wg.Done() }()
+				if perr := s.objs.Put(ctx, blockName(h), b); perr != nil {
+					fail(fmt.Errorf("datastore: storing a block of %s: %w", name, perr))
+				}
+			}()
 		}
 		if err == io.EOF || err == io.ErrUnexpectedEOF {
 			break
 		}
 		if err != nil {
-			return FileRef{}, failure.New(failure.IOError, Operator, fmt.Sprintf("reading %s: %v", name, err), "file", name).Wrap(err)
+			fail(failure.New(failure.IOError, Operator, fmt.Sprintf("reading %s: %v", name, err), "file", name).Wrap(err))
 		}
+	}
+	wg.Wait()
+	if failed == nil && ctx.Err() != nil {
+		failed = ctx.Err()
+	}
+	if failed != nil {
+		return FileRef{}, failed
 	}
 	copy(ref.SHA256[:], whole.Sum(nil))
 	return ref, nil
@@ -183,6 +213,7 @@ func (s *Store) Commit(ctx context.Context, name string, req Request) (*Manifest
 		return nil, ir.Hash{}, failure.New(failure.InvalidDataset, Operator, "a dataset needs at least one file", "name", name)
 	}
 	rd := NewReader(s.objs, 0)
+	rd.SetReadahead(putsInFlight)
 	m := &Manifest{Name: name, Format: req.Format, Files: req.Files, Labels: req.Labels, Created: s.now().Unix()}
 	objs, err := s.objs.List(ctx, blocksPrefix)
 	if err != nil {
@@ -282,12 +313,17 @@ func readManifest(ctx context.Context, objs checkpoint.Store, digest ir.Hash) (*
 	if err != nil {
 		return nil, err
 	}
+	return DecodeManifest(b, digest)
+}
+
+// DecodeManifest decodes a manifest's CBOR, which must hash to digest.
+func DecodeManifest(b []byte, digest ir.Hash) (*Manifest, error) {
 	if ir.Hash(sha256.Sum256(b)) != digest {
-		return nil, failure.New(failure.DatasetChanged, Operator, "the stored manifest does not hash to its name", "manifest", digest.String())
+		return nil, failure.New(failure.DatasetChanged, Operator, "the manifest does not hash to its digest", "manifest", digest.String())
 	}
 	var m Manifest
 	if err := cbor.Unmarshal(b, &m); err != nil {
-		return nil, failure.New(failure.InvalidEncoding, Operator, "the stored manifest does not decode: "+err.Error(), "manifest", digest.String())
+		return nil, failure.New(failure.InvalidEncoding, Operator, "the manifest does not decode: "+err.Error(), "manifest", digest.String())
 	}
 	return &m, nil
 }
@@ -398,10 +434,13 @@ type Reader struct {
 	objs     checkpoint.Store
 	maxBytes int
 
-	mu    sync.Mutex
-	lru   *list.List // of *cached, most recent first
-	cache map[ir.Hash]*list.Element
-	bytes int
+	mu        sync.Mutex
+	lru       *list.List // of *cached, most recent first
+	cache     map[ir.Hash]*list.Element
+	bytes     int
+	manifests map[ir.Hash]*Manifest
+	inflight  map[ir.Hash]*fetch
+	readahead int
 	// Fetched counts the bytes fetched from the store.
 	Fetched atomic.Uint64
 }
@@ -420,18 +459,39 @@ func NewReader(objs checkpoint.Store, maxBytes int) *Reader {
 	if maxBytes <= 0 {
 		maxBytes = DefaultCacheBytes
 	}
-	return &Reader{objs: objs, maxBytes: maxBytes, lru: list.New(), cache: map[ir.Hash]*list.Element{}}
+	return &Reader{objs: objs, maxBytes: maxBytes, lru: list.New(), cache: map[ir.Hash]*list.Element{}, manifests: map[ir.Hash]*Manifest{}, inflight: map[ir.Hash]*fetch{}}
 }
 
 // Store returns the object store r reads.
 func (r *Reader) Store() checkpoint.Store { return r.objs }
 
-// Manifest returns the manifest of digest.
+// maxManifests bounds the manifests a Reader keeps.
+const maxManifests = 256
+
+// Manifest returns the manifest of digest (kept once read: manifests
+// are immutable).
 func (r *Reader) Manifest(ctx context.Context, digest ir.Hash) (*Manifest, error) {
-	return readManifest(ctx, r.objs, digest)
+	r.mu.Lock()
+	m, ok := r.manifests[digest]
+	r.mu.Unlock()
+	if ok {
+		return m, nil
+	}
+	m, err := readManifest(ctx, r.objs, digest)
+	if err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	if len(r.manifests) >= maxManifests {
+		clear(r.manifests)
+	}
+	r.manifests[digest] = m
+	r.mu.Unlock()
+	return m, nil
 }
 
 // block returns block h of file, from the cache or the store.
+// Concurrent reads of a block that is not cached fetch it once.
 func (r *Reader) block(ctx context.Context, file string, i int, h ir.Hash) ([]byte, error) {
 	r.mu.Lock()
 	if e, ok := r.cache[h]; ok {
@@ -440,7 +500,56 @@ func (r *Reader) block(ctx context.Context, file string, i int, h ir.Hash) ([]by
 		r.mu.Unlock()
 		return b, nil
 	}
+	if f, ok := r.inflight[h]; ok {
+		r.mu.Unlock()
+		select {
+		case <-f.done:
+			return f.b, f.err
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	f := &fetch{done: make(chan struct{})}
+	r.inflight[h] = f
 	r.mu.Unlock()
+	f.b, f.err = r.fetch(ctx, file, i, h)
+	r.mu.Lock()
+	delete(r.inflight, h)
+	r.mu.Unlock()
+	close(f.done)
+	return f.b, f.err
+}
+
+// SetReadahead makes r fetch the next n blocks of a file, in the
+// background, as it reads one (a sequential scan); 0 turns it off.
+func (r *Reader) SetReadahead(n int) { r.readahead = n }
+
+// prefetch starts fetching block h unless it is cached or being
+// fetched (errors are left for the read that needs the block).
+func (r *Reader) prefetch(file string, i int, h ir.Hash) {
+	r.mu.Lock()
+	_, cached := r.cache[h]
+	_, busy := r.inflight[h]
+	r.mu.Unlock()
+	if cached || busy {
+		return
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		r.block(ctx, file, i, h)
+	}()
+}
+
+// fetch is a block read from the store.
+type fetch struct {
+	done chan struct{}
+	b    []byte
+	err  error
+}
+
+// fetch reads block h from the store, checks it and caches it.
+func (r *Reader) fetch(ctx context.Context, file string, i int, h ir.Hash) ([]byte, error) {
 	b, err := r.objs.Get(ctx, blockName(h))
 	if err != nil {
 		if errors.Is(err, checkpoint.ErrNotFound) {
@@ -476,8 +585,15 @@ type source struct {
 func (s *source) Size() int64  { return int64(s.f.Size) }
 func (s *source) Name() string { return s.f.Name }
 
-// ReadAt reads from the blocks that hold [off, off+len(p)).
+// ReadAt reads from the blocks that hold [off, off+len(p)), and with
+// read-ahead starts fetching the blocks after the last one.
 func (s *source) ReadAt(p []byte, off int64) (int, error) {
+	if s.r.readahead > 0 && off >= 0 && len(p) > 0 {
+		last := (uint64(off) + uint64(len(p)) - 1) / BlockSize
+		for i := last + 1; i <= last+uint64(s.r.readahead) && i < uint64(len(s.f.Blocks)); i++ {
+			s.r.prefetch(s.f.Name, int(i), s.f.Blocks[i])
+		}
+	}
 	if off < 0 {
 		return 0, fmt.Errorf("datastore: negative offset")
 	}
@@ -499,6 +615,34 @@ func (s *source) ReadAt(p []byte, off int64) (int, error) {
 		n += copy(p[n:], b[within:])
 	}
 	return n, nil
+}
+
+// MaxRead bounds one ReadRange: the most bytes one range read returns.
+const MaxRead = 8 << 20
+
+// ReadRange returns bytes [off, off+n) of file i of a manifest (its
+// files, then its label files), n at most MaxRead and clamped at the
+// file's end, read through r's blocks: the range reads a coordinator
+// serves to workers (GET /v1/manifests/{digest}/files/{i}), so that a
+// rank fetches what it feeds and one cache serves every rank.
+func (r *Reader) ReadRange(ctx context.Context, m *Manifest, i int, off, n uint64) ([]byte, error) {
+	files := append(slices.Clone(m.Files), m.Labels...)
+	if i < 0 || i >= len(files) {
+		return nil, fmt.Errorf("%w: manifest %s has %d files, no file %d", ErrNotFound, m.Name, len(files), i)
+	}
+	f := files[i]
+	if n > MaxRead {
+		return nil, failure.New(failure.InvalidOptions, Operator, fmt.Sprintf("a range read of %d bytes: at most %d", n, MaxRead), "file", f.Name)
+	}
+	if off > f.Size {
+		return nil, failure.New(failure.InvalidOptions, Operator, fmt.Sprintf("offset %d is past the end of %s (%d bytes)", off, f.Name, f.Size), "file", f.Name)
+	}
+	b := make([]byte, min(n, f.Size-off))
+	src := &source{r: r, f: f, ctx: ctx}
+	if _, err := src.ReadAt(b, int64(off)); err != nil && err != io.EOF {
+		return nil, err
+	}
+	return b, nil
 }
 
 // Sources returns a manifest's files and label files as data.Sources

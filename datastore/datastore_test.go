@@ -6,6 +6,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/nats-io/nats.go"
@@ -193,3 +195,91 @@ type memSrc struct {
 func (m memSrc) Name() string { return m.name }
 
 func mem(name string, b []byte) data.Source { return memSrc{bytes.NewReader(b), name} }
+
+// TestRangeReads: a Reader's range reads return the stored bytes across
+// block boundaries and the label files after the files; a dataset read
+// through RemoteSources over them gives the rows the local files give
+// and fetches exactly the bytes it reads; concurrent reads of a block
+// fetch it once; bad ranges are refused by name.
+func TestRangeReads(t *testing.T) {
+	ctx := context.Background()
+	objs := natsStore(t)
+	s := New(objs)
+	a := tokens(BlockSize/2*2+5, func(i int) int { return (i * 7) % 900 }) // 2 blocks and a bit
+	ra, err := s.PutFile(ctx, "a.bin", bytes.NewReader(a))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _, err := s.Commit(ctx, "toks", Request{Format: "uint16", Files: []FileRef{ra}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := NewReader(objs, 0)
+	for _, c := range []struct{ off, n uint64 }{{0, 10}, {BlockSize - 3, 9}, {uint64(len(a)) - 4, 100}, {uint64(len(a)), 10}} {
+		got, err := r.ReadRange(ctx, m, 0, c.off, c.n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := a[c.off:min(c.off+c.n, uint64(len(a)))]; !bytes.Equal(got, want) {
+			t.Errorf("[%d, +%d): %d bytes, not the stored %d", c.off, c.n, len(got), len(want))
+		}
+	}
+	for _, c := range []struct {
+		i       int
+		off, n  uint64
+		code    failure.Code
+		message string
+	}{
+		{1, 0, 1, "", "no file 1"},
+		{0, 0, MaxRead + 1, failure.InvalidOptions, "at most"},
+		{0, uint64(len(a)) + 1, 1, failure.InvalidOptions, "past the end of a.bin"},
+	} {
+		_, err := r.ReadRange(ctx, m, c.i, c.off, c.n)
+		if err == nil || !strings.Contains(err.Error(), c.message) || (c.code != "" && !errors.Is(err, c.code)) || (c.code == "" && !errors.Is(err, ErrNotFound)) {
+			t.Errorf("file %d [%d, +%d): %v, want %s %q", c.i, c.off, c.n, err, c.code, c.message)
+		}
+	}
+
+	// Through RemoteSources: the rows of the local files, fetched exactly.
+	var fetched atomic.Uint64
+	read := func(ctx context.Context, i int, off, n uint64) ([]byte, error) { return r.ReadRange(ctx, m, i, off, n) }
+	files, _ := RemoteSources(ctx, m, read, &fetched)
+	remote, err := data.Open(data.Uint16, files, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	local, _ := data.Open(data.Uint16, []data.Source{mem("a", a)}, nil)
+	const S = 32
+	s1, _ := data.NewStream(remote, data.Sequential, 1, m.Digest, S, 2)
+	s2, _ := data.NewStream(local, data.Sequential, 1, m.Digest, S, 2)
+	t1, l1, t2, l2 := make([]int32, S), make([]int32, S), make([]int32, S), make([]int32, S)
+	for k := range uint64(20) {
+		if err := s1.Tokens(k, 1, t1, l1); err != nil { // the second row of each step
+			t.Fatal(err)
+		}
+		s2.Tokens(k, 1, t2, l2)
+		if !equal(t1, t2) || !equal(l1, l2) {
+			t.Fatalf("step %d: the range reads and memory disagree", k)
+		}
+	}
+	if fetched.Load() != remote.BytesRead() || fetched.Load() != 20*(S+1)*2 {
+		t.Errorf("fetched %d bytes, read %d, want %d", fetched.Load(), remote.BytesRead(), 20*(S+1)*2)
+	}
+
+	// Eight concurrent reads of an uncached block fetch it once.
+	fresh := NewReader(objs, 0)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := fresh.ReadRange(ctx, m, 0, BlockSize+100, 10); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if got := fresh.Fetched.Load(); got != BlockSize {
+		t.Errorf("8 concurrent reads of one block fetched %d bytes, want %d", got, BlockSize)
+	}
+}

@@ -24,11 +24,12 @@ type Permissions struct {
 const checkpointStream = "OBJ_tmmu_checkpoints"
 
 // DataStream is the stream behind the object store of datasets and
-// weights (datastore.Bucket), which workers only read.
+// weights (datastore.Bucket). Workers have no access to it: they read
+// what their jobs name in ranges from the coordinators' API.
 const DataStream = "OBJ_tmmu_data"
 
 // workerStreams are the streams behind the buckets a worker uses.
-var workerStreams = []string{"KV_" + Bucket, "KV_" + StepsBucket, "KV_" + ProgressBucket, "KV_" + CollectiveBucket, "KV_" + CheckpointBucket, checkpointStream, DataStream}
+var workerStreams = []string{"KV_" + Bucket, "KV_" + StepsBucket, "KV_" + ProgressBucket, "KV_" + CollectiveBucket, "KV_" + CheckpointBucket, checkpointStream}
 
 // WorkerPermissions returns the NATS permissions of a worker identity:
 //
@@ -38,10 +39,10 @@ var workerStreams = []string{"KV_" + Bucket, "KV_" + StepsBucket, "KV_" + Progre
 //     "tmmu.<job>.replan.<token>" and "tmmu.<job>.recover.<token>"; and
 //     the checkpoint object store's chunks and metadata (objects are
 //     named by their SHA-256, which readers check);
-//   - JetStream: reading the buckets, the datasets and weights store
-//     among them (stream info, direct and message gets, ephemeral
-//     consumers with flow control on those streams) and
-//     nothing else: no stream is created, changed, purged, deleted,
+//   - JetStream: reading the buckets (stream info, direct and message
+//     gets, ephemeral consumers with flow control on those streams) —
+//     not the datasets and weights store (DataStream), which workers
+//     read through the coordinators — and nothing else: no stream is created, changed, purged, deleted,
 //     mirrored or sourced, so nothing can be republished into the
 //     coordinators' subjects;
 //   - reads: the coordinators' outcomes and announcements, and replies

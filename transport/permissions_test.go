@@ -180,6 +180,24 @@ func TestWorkerPermissions(t *testing.T) {
 			t.Fatalf("%d permission violations for the 4 forbidden publishes", violations)
 		}
 	}
+	// The datasets and weights store is the coordinators' alone: workers
+	// read what their jobs name through the coordinators' API.
+	cjs0, _ := jetstream.New(cnc)
+	obs, err := cjs0.CreateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: strings.TrimPrefix(DataStream, "OBJ_")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := obs.PutBytes(ctx, "blocks/x", []byte("a dataset")); err != nil {
+		t.Fatal(err)
+	}
+	refused("read the datasets store", func(c context.Context) error {
+		o, err := js.ObjectStore(c, strings.TrimPrefix(DataStream, "OBJ_"))
+		if err != nil {
+			return err
+		}
+		_, err = o.GetBytes(c, "blocks/x")
+		return err
+	})
 	// Nothing forged was stored.
 	reps, err := New(cnc)
 	if err != nil {

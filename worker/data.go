@@ -4,8 +4,8 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 
-	"github.com/tmmu/tmmu/checkpoint"
 	"github.com/tmmu/tmmu/coord/api"
 	"github.com/tmmu/tmmu/data"
 	"github.com/tmmu/tmmu/datastore"
@@ -25,17 +25,20 @@ type jobData struct {
 	train, val *data.Dataset
 	weights    map[string][]float32
 	adamw      [5]float32
-	reader     *datastore.Reader
+	// coord serves stored datasets and weights in range reads.
+	coord *api.Client
 }
 
 // prepareData opens the job's datasets and reads its initial weights
-// (once, before the rank is claimed). A stored dataset is read through
-// the data store's blocks (each checked against its digest); mounted
-// files are scanned and must have the digest the job was submitted with
+// (once, before the rank is claimed). A stored dataset is read in exact
+// ranges from the coordinators (which read the store's blocks, each
+// checked against its digest, through one cache for every rank); its
+// manifest is checked against the digest the job pinned. Mounted files
+// are scanned and must have the digest the job was submitted with
 // (DATASET_CHANGED otherwise).
 func (w *run) prepareData(ctx context.Context, job *api.Job) error {
 	spec := &job.Spec
-	d := &jobData{spec: spec.Data}
+	d := &jobData{spec: spec.Data, coord: w.cfg.Coordinator}
 	if o := spec.Optimizer; o != nil {
 		for i, v := range []string{o.LR, o.Beta1, o.Beta2, o.Eps, o.WeightDecay} {
 			f, err := strconv.ParseFloat(v, 32)
@@ -48,13 +51,6 @@ func (w *run) prepareData(ctx context.Context, job *api.Job) error {
 	if spec.Data == nil && spec.Weights == nil {
 		w.data = d
 		return nil
-	}
-	if needStore(spec) {
-		st, err := checkpoint.WaitNATSStore(ctx, w.cfg.Transport.JetStream(), checkpoint.NATSConfig{Bucket: datastore.Bucket})
-		if err != nil {
-			return err
-		}
-		d.reader = datastore.NewReader(st, 0)
 	}
 	if spec.Data != nil {
 		d.seed = spec.Data.Seed
@@ -80,13 +76,7 @@ func (w *run) prepareData(ctx context.Context, job *api.Job) error {
 		if err != nil {
 			return err
 		}
-		// Read through a reader of their own: the data's counts its
-		// bytes (tmmu_worker_data_fetched_bytes).
-		wd := *d
-		if d.reader != nil {
-			wd.reader = datastore.NewReader(d.reader.Store(), 0)
-		}
-		src, err := wd.sources(ctx, spec.Weights)
+		src, err := d.sources(ctx, spec.Weights, new(atomic.Uint64))
 		if err != nil {
 			return err
 		}
@@ -104,23 +94,21 @@ func (w *run) prepareData(ctx context.Context, job *api.Job) error {
 	return nil
 }
 
-func needStore(spec *api.JobSpec) bool {
-	for _, r := range spec.DataRefs() {
-		if r.Stored() {
-			return true
-		}
-	}
-	return false
-}
-
-// sources opens a reference's files (its label files after them).
-func (d *jobData) sources(ctx context.Context, ref *api.DataRef) ([]data.Source, error) {
+// sources opens a reference's files (its label files after them); the
+// bytes of a stored one's range reads are added to fetched.
+func (d *jobData) sources(ctx context.Context, ref *api.DataRef, fetched *atomic.Uint64) ([]data.Source, error) {
 	if ref.Stored() {
-		m, err := d.reader.Manifest(ctx, ref.Manifest)
+		if d.coord == nil {
+			return nil, fmt.Errorf("worker: %s is stored in the cluster and the worker has no coordinator client to read it", ref)
+		}
+		m, err := d.coord.Manifest(ctx, ref.Manifest)
 		if err != nil {
 			return nil, err
 		}
-		files, labels := d.reader.Sources(ctx, m)
+		read := func(ctx context.Context, i int, off, n uint64) ([]byte, error) {
+			return d.coord.ReadFile(ctx, ref.Manifest, i, off, n)
+		}
+		files, labels := datastore.RemoteSources(ctx, m, read, fetched)
 		return append(files, labels...), nil
 	}
 	files, labels, err := ref.Paths()
@@ -150,7 +138,8 @@ func closeSources(srcs []data.Source) {
 // open opens a dataset the job names. Mounted files are scanned: their
 // digest must be the one the job was submitted with.
 func (d *jobData) open(ctx context.Context, ref *api.DataRef) (*data.Dataset, error) {
-	srcs, err := d.sources(ctx, ref)
+	fetched := new(atomic.Uint64)
+	srcs, err := d.sources(ctx, ref, fetched)
 	if err != nil {
 		return nil, err
 	}
@@ -161,8 +150,8 @@ func (d *jobData) open(ctx context.Context, ref *api.DataRef) (*data.Dataset, er
 		return nil, err
 	}
 	if ref.Stored() {
-		ds.Fetched = d.reader.Fetched.Load
-		return ds, nil // blocks are checked against their digests as they are read
+		ds.Fetched = fetched.Load
+		return ds, nil // the manifest is checked against the job's digest, its blocks by the coordinators
 	}
 	sum, err := ds.Scan(0)
 	if err != nil {
@@ -178,7 +167,10 @@ func (d *jobData) open(ctx context.Context, ref *api.DataRef) (*data.Dataset, er
 }
 
 // setup is the runner.Setup of the job's data, weights and optimizer.
-func (d *jobData) setup(s runner.Setup) runner.Setup {
+// origin returns, for the epoch's global batch of batch rows, its first
+// step (from 1) and the rows the job consumed before it (see
+// api.Job.RowsBefore): the training stream continues from there.
+func (d *jobData) setup(s runner.Setup, origin func(batch uint64) (step, rows uint64, err error)) runner.Setup {
 	if d == nil {
 		return s
 	}
@@ -190,8 +182,20 @@ func (d *jobData) setup(s runner.Setup) runner.Setup {
 	s.ValBatches = spec.ValBatches
 	s.Data = func(seq, batch uint64) (*data.Stream, *data.Stream, error) {
 		train, err := data.NewStream(d.train, data.Order(spec.Order), d.seed, spec.Train.Digest, seq, batch)
-		if err != nil || d.val == nil {
-			return train, nil, err
+		if err != nil {
+			return nil, nil, err
+		}
+		if origin != nil {
+			step, rows, err := origin(batch)
+			if err != nil {
+				return nil, nil, err
+			}
+			if step > 1 {
+				train.SetOrigin(step-1, rows)
+			}
+		}
+		if d.val == nil {
+			return train, nil, nil
 		}
 		val, err := data.NewStream(d.val, data.Sequential, d.seed, spec.Val.Digest, seq, batch)
 		return train, val, err

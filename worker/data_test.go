@@ -131,6 +131,14 @@ func TestWorkersTrainOnData(t *testing.T) {
 	if t.Failed() {
 		return
 	}
+	// Each rank fetched, in range reads from the coordinators, the rows
+	// it fed and no more: S+1 tokens a row of S (the labels are the
+	// tokens shifted by one).
+	for _, r := range results {
+		if r.DataFed == 0 || r.DataFetched*cfg.Seq != r.DataFed*(cfg.Seq+1) {
+			t.Errorf("rank %d fed %d bytes of tokens and fetched %d, want %d", r.Rank, r.DataFed, r.DataFetched, r.DataFed*(cfg.Seq+1)/cfg.Seq)
+		}
+	}
 
 	// The reference: one engine, the whole global batch.
 	ref := cfg
@@ -240,13 +248,43 @@ func TestWorkersTrainOnData(t *testing.T) {
 	if _, err := cl.Job(ctx, "too-small"); !errors.Is(err, api.ErrNotFound) {
 		t.Errorf("a refused submission was committed: %v", err)
 	}
+	// The range reads the workers make: bad ones are refused by name,
+	// and only with a token.
+	md := j.Spec.Data.Train.Manifest
+	if b, err := cl.ReadFile(ctx, md, 1, 10, 6); err != nil || !bytes.Equal(b, trainBytes[4010:4016]) {
+		t.Errorf("a range read of the second file: %v %v", b, err)
+	}
+	for _, c := range []struct {
+		d      ir.Hash
+		i      int
+		off, n uint64
+		want   string
+	}{
+		{md, 2, 0, 1, "has 2 files, no file 2"},
+		{md, 0, 0, datastore.MaxRead + 1, "INVALID_OPTIONS"},
+		{md, 0, 1 << 40, 1, "past the end"},
+		{ir.Hash{1}, 0, 0, 1, "no manifest"},
+	} {
+		if _, err := cl.ReadFile(ctx, c.d, c.i, c.off, c.n); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("read %s file %d [%d,+%d): %v, want %q", c.d.Short(), c.i, c.off, c.n, err, c.want)
+		}
+	}
+	anon := *cl
+	anon.Token = ""
+	if _, err := anon.ReadFile(ctx, md, 0, 0, 1); err == nil || !strings.Contains(err.Error(), "read token") {
+		t.Errorf("a range read without a token: %v", err)
+	}
+	if m, err := cl.Manifest(ctx, md); err != nil || m.Name != "toks" {
+		t.Errorf("manifest: %v %v", m, err)
+	}
+
 	// Removing a dataset a finished job read collects its blocks.
 	rm2, err := cl.RemoveDataset(ctx, "toks", false)
 	if err != nil || rm2.Objects == 0 {
 		t.Errorf("remove: %+v %v", rm2, err)
 	}
 	if transport.DataStream != "OBJ_"+datastore.Bucket {
-		t.Errorf("workers may read %s, the data store is %s", transport.DataStream, datastore.Bucket)
+		t.Errorf("workers may not read %s, the data store is %s", transport.DataStream, datastore.Bucket)
 	}
 }
 

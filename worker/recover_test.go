@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"runtime"
 	"slices"
 	"strings"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/tmmu/tmmu/checkpoint"
 	"github.com/tmmu/tmmu/coord/api"
+	"github.com/tmmu/tmmu/data"
 	"github.com/tmmu/tmmu/engine"
 	"github.com/tmmu/tmmu/ir"
 	"github.com/tmmu/tmmu/localcluster"
@@ -38,13 +40,15 @@ type trainer struct {
 	execs   map[string]runner.Executor // the last executor built per identity
 	onStep  func(worker.Event)
 	losses  map[[2]uint64]float64 // (epoch, step) → rank 0's loss
-	store   checkpoint.Store      // nil: the NATS object store
-	wg      sync.WaitGroup
+	// rankLosses holds every rank's loss by (epoch, step, rank).
+	rankLosses map[[3]uint64]float64
+	store      checkpoint.Store // nil: the NATS object store
+	wg         sync.WaitGroup
 }
 
 func newTrainer(t *testing.T, l *localcluster.Local, job string) *trainer {
 	return &trainer{t: t, l: l, job: job, rec: &recorder{}, results: map[string][]worker.Result{}, errs: map[string][]error{},
-		kills: map[string]func(){}, execs: map[string]runner.Executor{}, losses: map[[2]uint64]float64{}}
+		kills: map[string]func(){}, execs: map[string]runner.Executor{}, losses: map[[2]uint64]float64{}, rankLosses: map[[3]uint64]float64{}}
 }
 
 func (tr *trainer) start(identity string) {
@@ -78,9 +82,12 @@ func (tr *trainer) start(identity string) {
 				}
 			},
 			AfterStep: func(e worker.Event, st runner.StepStats) {
-				if e.Rank == 0 && st.HasLoss {
+				if st.HasLoss {
 					tr.mu.Lock()
-					tr.losses[[2]uint64{e.Epoch, e.Step}] = st.Loss
+					if e.Rank == 0 {
+						tr.losses[[2]uint64{e.Epoch, e.Step}] = st.Loss
+					}
+					tr.rankLosses[[3]uint64{e.Epoch, e.Step, e.Rank}] = st.Loss
 					tr.mu.Unlock()
 				}
 			},
@@ -131,8 +138,12 @@ func (tr *trainer) last(identity string) (worker.Result, error) {
 	return rs[len(rs)-1], es[len(es)-1]
 }
 
+// recoverConfig is the model of the recovery tests: one sample (a row
+// of 16 tokens) a rank.
+var recoverConfig = models.GPT2Config{Layers: 1, Hidden: 32, Heads: 2, Seq: 16, Context: 16, Batch: 1, Vocab: 32, DType: ir.F32, Train: true}
+
 func recoverSubmission(t *testing.T, name string, world, steps uint64, zero int) *api.SubmitRequest {
-	m, err := models.GPT2(models.GPT2Config{Layers: 1, Hidden: 32, Heads: 2, Seq: 16, Context: 16, Batch: 1, Vocab: 32, DType: ir.F32, Train: true})
+	m, err := models.GPT2(recoverConfig)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,20 +153,33 @@ func recoverSubmission(t *testing.T, name string, world, steps uint64, zero int)
 		ArenaConfig: engine.ExecutableArenas(engine.PortableLimits, nil)}
 }
 
+// recoverTokens is the token set the recovery tests that train on data
+// store (the same bytes whatever the test: the same digest).
+func recoverTokens() []byte { return learnable(6000, int(recoverConfig.Vocab), 21) }
+
+// withData makes sub train on the stored dataset name in shuffled order.
+func withData(sub *api.SubmitRequest, name string) *api.SubmitRequest {
+	sub.Data = &api.DataSpec{Train: api.DataRef{Name: name}, Order: "shuffled"}
+	return sub
+}
+
 // TestRestartedWorkerResumesExactly: a 4-rank ZeRO-3 job on the cpu
-// kernels, run twice. In the second run one worker is killed after step
+// kernels, training on a stored dataset in shuffled order, run twice. In the second run one worker is killed after step
 // 12 and a new process with its identity starts 2 s later, holding no
 // model state: the leader rolls the job back to its checkpoint of step
 // 10, every rank restores its shard (verified) and runs the steps after
 // it again. Both runs end in the same final checkpoint, bit for bit (the
 // digests of every rank's shard and their state hashes), and the
 // restarted rank's losses go on from where the job was, not from the
-// initial model.
+// initial model: the restarted rank continues the sample stream exactly
+// (the rows of each step are a function of the seed, the dataset's
+// digest, the step and the global batch, not of a rank's history).
 func TestRestartedWorkerResumesExactly(t *testing.T) {
 	l, ctx := startLocal(t)
 	const world, steps = 4, 24
+	put(t, ctx, l.Client(), "rtoks", "uint16", recoverTokens())
 	run := func(name string, fault bool) *api.Job {
-		if _, err := l.Client().Submit(ctx, recoverSubmission(t, name, world, steps, 3)); err != nil {
+		if _, err := l.Client().Submit(ctx, withData(recoverSubmission(t, name, world, steps, 3), "rtoks")); err != nil {
 			t.Fatal(err)
 		}
 		tr := newTrainer(t, l, name)
@@ -176,6 +200,9 @@ func TestRestartedWorkerResumesExactly(t *testing.T) {
 		for id, errs := range tr.errs {
 			if err := errs[len(errs)-1]; err != nil {
 				t.Errorf("%s: %v", id, err)
+			}
+			if res, _ := tr.last(id); res.DataFed == 0 {
+				t.Errorf("%s fed no data", id)
 			}
 		}
 		if fault {
@@ -226,10 +253,18 @@ func TestRestartedWorkerResumesExactly(t *testing.T) {
 // the checkpoint's gathered state bit for bit, and the loss goes on from
 // the trained model. Then the lost worker comes back: the world grows to
 // 4 at a boundary, from the checkpoint the 3 ranks write just before it,
-// recut for 4 — and the 4 ranks hold exactly that state.
+// recut for 4 — and the 4 ranks hold exactly that state. The job trains
+// on a stored dataset in shuffled order: after the shrink the 3 ranks
+// continue its sample stream exactly (the rows of a step are a function
+// of the seed, the digest and the rows consumed before it: no sample is
+// skipped or seen twice across the change of the global batch), so
+// their mean loss at each step equals one engine's that restores the
+// checkpoint whole and trains the global batch of 3 from stream row 40.
 func TestElasticReshardZeRO3(t *testing.T) {
 	l, ctx := startLocal(t)
-	sub := recoverSubmission(t, "elastic3", 4, 0, 3)
+	tokens := recoverTokens()
+	put(t, ctx, l.Client(), "etoks", "uint16", tokens)
+	sub := withData(recoverSubmission(t, "elastic3", 4, 0, 3), "etoks")
 	sub.Elastic = true
 	if _, err := l.Client().Submit(ctx, sub); err != nil {
 		t.Fatal(err)
@@ -291,9 +326,8 @@ func TestElasticReshardZeRO3(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// same checks that the ranks of epoch e hold, right after their
-	// restore, exactly the gathered state of the checkpoint of step.
-	same := func(j *api.Job, e api.Epoch, step uint64) (int, int) {
+	// gathered is the checkpoint of step whole, and its optimizer step.
+	gathered := func(j *api.Job, step uint64) (map[string][]uint32, uint64) {
 		k := j.Checkpoint(step)
 		if k == nil {
 			t.Fatalf("no checkpoint of step %d: %+v", step, j.Checkpoints)
@@ -314,6 +348,12 @@ func TestElasticReshardZeRO3(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		return want, src[0].OptimizerStep
+	}
+	// same checks that the ranks of epoch e hold, right after their
+	// restore, exactly the gathered state of the checkpoint of step.
+	same := func(j *api.Job, e api.Epoch, step uint64) (int, int) {
+		want, _ := gathered(j, step)
 		gmu.Lock()
 		gs := grabbed[e.Epoch]
 		gmu.Unlock()
@@ -365,6 +405,9 @@ func TestElasticReshardZeRO3(t *testing.T) {
 	}
 	tensors, elems := same(j, shrink, 10)
 	t.Logf("shrink 4 → 3: the 3 ranks hold the checkpoint of step 10 (world 4, %d tensors, %d elements) bit for bit", tensors, elems)
+	whole, optStep := gathered(j, 10)
+	// Steps 1 to 10 read 4 rows each: step 11 starts at stream row 40.
+	streamContinues(t, tr, shrink.Epoch, 3, whole, optStep, tokens, 11, 14, 40)
 	tr.start("r1")
 	j = waitJob(t, l, "the growth to run", 60*time.Second, func(j *api.Job) bool {
 		e := j.Current()
@@ -392,6 +435,68 @@ func TestElasticReshardZeRO3(t *testing.T) {
 	t.Logf("rank 0's loss: step 1 %.4f, step 11 on 4 ranks %.4f, step 11 on 3 ranks after the reshard %.4f", first, was, now)
 	if first == 0 || now == 0 || now > was+(first-was)/4 {
 		t.Errorf("the loss after the reshard (%.4f) did not go on from step 11's on 4 ranks (%.4f; step 1 %.4f)", now, was, first)
+	}
+}
+
+// streamContinues checks that the ranks of epoch trained steps from..to
+// on the rows one engine trains them on: the model on the global batch
+// of world samples, restored whole from a checkpoint (state, optimizer
+// step) and fed the job's stream of tokens (shuffled, seed 11) from
+// stream row row0 on (the rows the steps before from consumed); the
+// ranks' mean loss equals the engine's within 10⁻⁵ at every step.
+func streamContinues(t *testing.T, tr *trainer, epoch, world uint64, state map[string][]uint32, optStep uint64, tokens []byte, from, to, row0 uint64) {
+	t.Helper()
+	cfg := recoverConfig
+	cfg.Batch = world
+	m, _ := models.GPT2(cfg)
+	g, _ := ir.Compile(m)
+	opts := planner.DefaultOptions(g)
+	opts.Arenas = engine.ExecutableArenas(engine.PortableLimits, nil)
+	p, err := planner.PlanMemory(g, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x, err := engine.NewExecutor(g, p, engine.Options{Backend: engine.NewCPU()}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer x.Close()
+	if err := x.Import(runner.State{Tensors: state, OptimizerStep: optStep}); err != nil {
+		t.Fatal(err)
+	}
+	ds, err := data.Open(data.Uint16, []data.Source{memSource(tokens)}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum, _ := ds.Scan(0)
+	stream, err := data.NewStream(ds, data.Shuffled, 11, sum.Digest, cfg.Seq, world)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream.SetOrigin(from-1, row0)
+	if err := x.SetData(engine.Data{Train: stream}); err != nil {
+		t.Fatal(err)
+	}
+	for step := from; step <= to; step++ {
+		st, err := x.Step(context.Background(), step)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr.mu.Lock()
+		mean, n := 0.0, uint64(0)
+		for r := range world {
+			if v, ok := tr.rankLosses[[3]uint64{epoch, step, r}]; ok {
+				mean, n = mean+v/float64(world), n+1
+			}
+		}
+		tr.mu.Unlock()
+		if n != world {
+			t.Fatalf("epoch %d step %d: the losses of %d ranks, want %d", epoch, step, n, world)
+		}
+		if d := math.Abs(mean-st.Loss) / st.Loss; d > 1e-5 {
+			t.Errorf("epoch %d step %d: the ranks' mean loss %.7f, one engine from the checkpoint %.7f", epoch, step, mean, st.Loss)
+		}
+		t.Logf("step %d on %d ranks: mean loss %.6f, one engine from the checkpoint %.6f", step, world, mean, st.Loss)
 	}
 }
 

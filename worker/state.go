@@ -184,7 +184,16 @@ func (w *run) become(p *epochPlan, step uint64, from *epochPlan) error {
 		}
 	}
 	if c, ok := exec.(runner.Configurer); ok {
-		if err := c.Configure(w.data.setup(runner.Setup{DataMode: w.dataMode, Seed: w.seed, Epoch: p.epoch})); err != nil {
+		origin := func(batch uint64) (uint64, uint64, error) {
+			j := w.current()
+			if j == nil || p.epoch >= uint64(len(j.Epochs)) {
+				return 0, 0, fmt.Errorf("worker: the job as last fetched has no epoch %d to start its data stream at", p.epoch)
+			}
+			world := max(j.WorldSize(p.epoch), 1)
+			start := j.Epochs[p.epoch].StartStep
+			return start, j.RowsBefore(p.epoch, start, batch/world), nil
+		}
+		if err := c.Configure(w.data.setup(runner.Setup{DataMode: w.dataMode, Seed: w.seed, Epoch: p.epoch}, origin)); err != nil {
 			closeExecutor(exec)
 			return err
 		}

@@ -224,7 +224,11 @@ func jobVersusOneDevice(t *testing.T, dir, irFile, oneFile, w0 string, pytorchCh
 	a, b := readWeights(t, export), readWeights(t, one)
 	worstW, worstK := compareWeights(t, a, b, 1e-5, 2e-3*steps)
 	for _, r := range results {
-		t.Logf("rank %d fed %d bytes of tokens and fetched %d from the store (%.2f×)", r.Rank, r.DataFed, r.DataFetched, float64(r.DataFetched)/float64(r.DataFed))
+		ratio := float64(r.DataFetched) / float64(r.DataFed)
+		t.Logf("rank %d fed %d bytes of tokens and fetched %d from the coordinators (%.3f×)", r.Rank, r.DataFed, r.DataFetched, ratio)
+		if r.DataFed == 0 || ratio > 1.1 {
+			t.Errorf("rank %d fetched %.3f× the bytes it fed", r.Rank, ratio)
+		}
 	}
 	t.Logf("4 ZeRO-3 ranks vs one device, %d steps: worst loss difference %.2g relative, validation %.6f vs %.6f, worst exported weight difference %.2g (attention key biases: %.2g)",
 		steps, worstLoss, jobVal, *res.Steps[steps-1].ValLoss, worstW, worstK)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/tmmu/tmmu/datastore"
 	"github.com/tmmu/tmmu/failure"
+	"github.com/tmmu/tmmu/ir"
 	"github.com/tmmu/tmmu/shard"
 )
 
@@ -442,4 +443,21 @@ func (c *Client) RemoveDataset(ctx context.Context, name string, force bool) (*D
 func (c *Client) CheckpointShard(ctx context.Context, job string, step, rank uint64) ([]byte, error) {
 	var b []byte
 	return b, c.do(ctx, http.MethodGet, fmt.Sprintf("/v1/jobs/%s/checkpoints/%d/shards/%d", url.PathEscape(job), step, rank), nil, &b)
+}
+
+// Manifest returns the stored manifest of digest, checked against it.
+func (c *Client) Manifest(ctx context.Context, digest ir.Hash) (*datastore.Manifest, error) {
+	var b []byte
+	if err := c.do(ctx, http.MethodGet, "/v1/manifests/"+digest.String(), nil, &b); err != nil {
+		return nil, err
+	}
+	return datastore.DecodeManifest(b, digest)
+}
+
+// ReadFile returns bytes [off, off+n) of file i of the manifest of
+// digest (its files, then its label files), fewer at the file's end; n
+// at most datastore.MaxRead.
+func (c *Client) ReadFile(ctx context.Context, digest ir.Hash, i int, off, n uint64) ([]byte, error) {
+	var b []byte
+	return b, c.do(ctx, http.MethodGet, fmt.Sprintf("/v1/manifests/%s/files/%d?off=%d&len=%d", digest, i, off, n), nil, &b)
 }

@@ -303,6 +303,39 @@ func (j *Job) EpochFor(s uint64) *Epoch {
 	return &j.Epochs[0]
 }
 
+// RowsBefore is how many global rows of its data stream the job
+// consumed before step s (steps from 1) in the lineage that epoch i
+// runs: every step j < s counts batch rows a rank times the world size
+// of the epoch, of those up to i, that ran it last (the latest one whose
+// StartStep is at most j: a rollback's epoch runs its steps again). With
+// one world size throughout it is (s−1)·batch·world.
+func (j *Job) RowsBefore(i, s, batch uint64) uint64 {
+	i = min(i, uint64(len(j.Epochs))-1)
+	starts := make([]uint64, 0, i+1)
+	for k := range i + 1 {
+		starts = append(starts, max(j.Epochs[k].StartStep, 1))
+	}
+	bounds := slices.Clone(starts)
+	slices.Sort(bounds)
+	bounds = slices.Compact(append(bounds, s))
+	rows := uint64(0)
+	for n, a := range bounds {
+		if a >= s || n+1 == len(bounds) {
+			break
+		}
+		b := min(bounds[n+1], s)
+		// The epoch that ran steps [a, b) last.
+		last := uint64(0)
+		for k, st := range starts {
+			if st <= a {
+				last = uint64(k)
+			}
+		}
+		rows += (b - a) * batch * j.WorldSize(last)
+	}
+	return rows
+}
+
 // Incarnation names this incarnation of the job: the leader's clock when
 // it committed the submission. Signed announcements carry it, so those of
 // a deleted job do not apply to one submitted again under its name.

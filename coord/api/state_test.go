@@ -178,3 +178,31 @@ func TestCheckpointsAndRollbacks(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// TestRowsBefore: the rows a job's stream consumed before a step count
+// each step once, at the world size of the epoch that ran it last (a
+// rollback's epoch runs steps again; the steps it undid do not count).
+func TestRowsBefore(t *testing.T) {
+	world := func(n uint64) *shard.Spec { return &shard.Spec{WorldSize: n} }
+	j := &Job{Spec: JobSpec{ShardSpec: *world(4)}, Epochs: []Epoch{
+		{Epoch: 0, StartStep: 1},
+		{Epoch: 1, StartStep: 11, ShardSpec: world(3)}, // epoch 0 ran to 12, then lost a rank: back to step 10
+		{Epoch: 2, StartStep: 22, ShardSpec: world(4)},
+		{Epoch: 3, StartStep: 8, ShardSpec: world(2)}, // back to step 7
+	}}
+	for _, c := range []struct{ i, s, batch, want uint64 }{
+		{0, 1, 1, 0},
+		{0, 11, 1, 40},
+		{0, 13, 2, 96},
+		{1, 11, 1, 40},
+		{1, 15, 1, 40 + 4*3},
+		{2, 22, 1, 40 + 11*3},
+		{2, 25, 2, 2 * (40 + 11*3 + 3*4)},
+		{3, 8, 1, 28},
+		{3, 10, 1, 28 + 2*2},
+	} {
+		if got := j.RowsBefore(c.i, c.s, c.batch); got != c.want {
+			t.Errorf("epoch %d, step %d, batch %d: %d rows, want %d", c.i, c.s, c.batch, got, c.want)
+		}
+	}
+}

@@ -58,7 +58,7 @@ func newMetrics() *metrics {
 	for _, to := range []string{"nats", "etcd", "coordinator"} {
 		m.reconnects.WithLabelValues(to)
 	}
-	m.dataFetched = prometheus.NewGauge(prometheus.GaugeOpts{Name: "tmmu_worker_data_fetched_bytes", Help: "Bytes of training data this worker fetched from where the dataset lives (the store's whole blocks, or exact ranges of mounted files), since it started."})
+	m.dataFetched = prometheus.NewGauge(prometheus.GaugeOpts{Name: "tmmu_worker_data_fetched_bytes", Help: "Bytes of training data this worker fetched from where the dataset lives (range reads from the coordinators for a stored dataset, or from mounted files), since it started."})
 	m.dataFed = prometheus.NewGauge(prometheus.GaugeOpts{Name: "tmmu_worker_data_fed_bytes", Help: "Bytes of training data this worker fed its graph (its rows' tokens), since it started."})
 	m.reg.MustRegister(m.steps, m.duration, m.loss, m.valLoss, m.dataFetched, m.dataFed, m.arena, m.plans, m.ckpts, m.ckptBytes, m.ckptTime, m.restores, m.restoreTime, m.reconnects, collectors.NewGoCollector())
 	return m
