@@ -168,6 +168,49 @@ func byteOut(v *tview) bool { return v.dt == dtU8 }
 
 // forEach runs f for the elements of invocation t: t itself, or the four
 // elements of word t for a byte output y of n elements.
+// elements is the range of the n output elements that invocations
+// [lo, hi) write (forEach's, for a range): the same invocations, so
+// that a range of words of a byte output stays whole.
+func elements(y *tview, n, lo, hi uint32) (uint32, uint32) {
+	a, b := lo, hi
+	if byteOut(y) {
+		a, b = 4*lo, 4*hi
+	}
+	b = min(b, n)
+	return a, max(a, b)
+}
+
+// walker visits a view's storage elements in row-major order: seek to
+// element t, then next, with no division per element.
+type walker struct {
+	v   *tview
+	idx [maxRank]uint32
+	e   uint32 // the storage element of the current one
+}
+
+func (w *walker) seek(v *tview, t uint32) {
+	w.v, w.e = v, v.off
+	for d := v.rank - 1; d >= 0; d-- {
+		s := v.shape[d]
+		w.idx[d] = t % s
+		w.e += w.idx[d] * v.stride[d]
+		t /= s
+	}
+}
+
+func (w *walker) next() {
+	v := w.v
+	for d := v.rank - 1; d >= 0; d-- {
+		w.idx[d]++
+		w.e += v.stride[d]
+		if w.idx[d] < v.shape[d] {
+			return
+		}
+		w.e -= w.idx[d] * v.stride[d]
+		w.idx[d] = 0
+	}
+}
+
 func forEach(y *tview, n, t uint32, f func(i uint32)) {
 	if !byteOut(y) {
 		if t < n {
@@ -335,24 +378,44 @@ var rangeKernels = map[string]rangeKernel{
 		v, w := k.views(2)
 		x, y := &v[0], &v[1]
 		n, code, a, b := w[0], w[1], math.Float32frombits(w[2]), math.Float32frombits(w[3])
-		for t := lo; t < hi; t++ {
-			forEach(y, n, t, func(i uint32) { y.set(y.at(i), unary(code, x.get(x.at(i)), a, b)) })
+		e0, e1 := elements(y, n, lo, hi)
+		var wx, wy walker
+		wx.seek(x, e0)
+		wy.seek(y, e0)
+		for range e1 - e0 {
+			y.set(wy.e, unary(code, x.get(wx.e), a, b))
+			wx.next()
+			wy.next()
 		}
 	},
 	"a_binary": func(k *invocation, lo, hi uint32) {
 		v, w := k.views(3)
 		x, z, y := &v[0], &v[1], &v[2]
 		n, code, a := w[0], w[1], math.Float32frombits(w[2])
-		for t := lo; t < hi; t++ {
-			forEach(y, n, t, func(i uint32) { y.set(y.at(i), binary(code, x.get(x.at(i)), z.get(z.at(i)), a)) })
+		e0, e1 := elements(y, n, lo, hi)
+		var wx, wz, wy walker
+		wx.seek(x, e0)
+		wz.seek(z, e0)
+		wy.seek(y, e0)
+		for range e1 - e0 {
+			y.set(wy.e, binary(code, x.get(wx.e), z.get(wz.e), a))
+			wx.next()
+			wz.next()
+			wy.next()
 		}
 	},
 	"a_div_scalar": func(k *invocation, lo, hi uint32) {
 		v, w := k.views(2)
 		x, y := &v[0], &v[1]
 		n, z := w[0], math.Float32frombits(w[1])
-		for t := lo; t < hi; t++ {
-			forEach(y, n, t, func(i uint32) { y.set(y.at(i), x.get(x.at(i))/z) })
+		e0, e1 := elements(y, n, lo, hi)
+		var wx, wy walker
+		wx.seek(x, e0)
+		wy.seek(y, e0)
+		for range e1 - e0 {
+			y.set(wy.e, x.get(wx.e)/z)
+			wx.next()
+			wy.next()
 		}
 	},
 	"a_bernoulli": func(k *invocation, lo, hi uint32) {
@@ -667,21 +730,33 @@ var rangeKernels = map[string]rangeKernel{
 		cin := c.C / c.G
 		P := c.Ho * c.Wo
 		kc := cin * c.KH * c.KW
-		for t := lo; t < hi && t < kc*nimg*P; t++ {
-			q := t % (nimg * P)
-			row := t / (nimg * P)
-			m, p := q/P, q%P
-			oh, ow := p/c.Wo, p%c.Wo
+		NP := nimg * P
+		hi = min(hi, kc*NP)
+		for t := lo; t < hi; {
+			// One row (ci, i, j) of cols at a time, its positions
+			// (m, oh, ow) counted up rather than divided out.
+			row, q := t/NP, t%NP
 			j := row % c.KW
 			i := (row / c.KW) % c.KH
 			ci := row / (c.KW * c.KH)
-			ih := int64(oh*c.SH+i*c.DH) - int64(c.PH)
-			iw := int64(ow*c.SW+j*c.DW) - int64(c.PW)
-			val := float32(0)
-			if ih >= 0 && ih < int64(c.H) && iw >= 0 && iw < int64(c.W) {
-				val = x.get(x.off + (n0+m)*x.stride[0] + (g*cin+ci)*x.stride[1] + uint32(ih)*x.stride[2] + uint32(iw)*x.stride[3])
+			m, p := q/P, q%P
+			oh, ow := p/c.Wo, p%c.Wo
+			for end := min(hi, (row+1)*NP); t < end; t++ {
+				ih := int64(oh*c.SH+i*c.DH) - int64(c.PH)
+				iw := int64(ow*c.SW+j*c.DW) - int64(c.PW)
+				val := float32(0)
+				if ih >= 0 && ih < int64(c.H) && iw >= 0 && iw < int64(c.W) {
+					val = x.get(x.off + (n0+m)*x.stride[0] + (g*cin+ci)*x.stride[1] + uint32(ih)*x.stride[2] + uint32(iw)*x.stride[3])
+				}
+				cols.set(cols.off+t, val)
+				if ow++; ow == c.Wo {
+					ow = 0
+					if oh++; oh == c.Ho {
+						oh = 0
+						m++
+					}
+				}
 			}
-			cols.set(cols.off+t, val)
 		}
 	},
 	"a_col2im": func(k *invocation, lo, hi uint32) {

@@ -247,19 +247,41 @@ var kernels = map[string]kernel{
 		}
 		k.st(o1, t, s)
 	},
-	"adamw": func(k *invocation, t uint32) {
-		n, poff, goff := k.u(8), k.u(9), k.u(10)
-		lr, b1, b2, eps, wd, c1, c2 := k.f(11), k.f(12), k.f(13), k.f(14), k.f(15), k.f(16), k.f(17)
-		if t >= n {
-			return
-		}
-		g := k.ld(o1, goff+t)
-		m := b1*k.ld(o2, t) + (1-b1)*g
-		v := b2*k.ld(o3, t) + (1-b2)*g*g
-		k.st(o2, t, m)
-		k.st(o3, t, v)
-		p := k.ld(o0, poff+t)
+}
+
+func init() { rangeKernels["adamw"] = adamw }
+
+// adamw updates elements [lo, hi) of a parameter (o0, from word poff),
+// its gradient (o1, from goff) and moments (o2, o3): a range kernel, so
+// that the params are read once a range and the operands are slices
+// (the update is 40 % of a resnet18 step as one call per element). The
+// WGSL twin runs the same operations per element.
+func adamw(k *invocation, lo, hi uint32) {
+	n, poff, goff := k.u(8), k.u(9), k.u(10)
+	lr, b1, b2, eps, wd, c1, c2 := k.f(11), k.f(12), k.f(13), k.f(14), k.f(15), k.f(16), k.f(17)
+	hi = min(hi, n)
+	if lo >= hi {
+		return
+	}
+	span := func(o int, off uint32) []uint32 {
+		b := k.p[o+1] + off
+		return k.mem[k.p[o]][b+lo : b+hi]
+	}
+	P, G, M, V := span(o0, poff), span(o1, goff), span(o2, 0), span(o3, 0)
+	G, M, V = G[:len(P)], M[:len(P)], V[:len(P)]
+	start := 0
+	if nb := len(P) / 8; simd && nb > 0 {
+		kk := [9]float32{b1, 1 - b1, b2, 1 - b2, c1, c2, eps, lr, wd}
+		adamw8(&P[0], &G[0], &M[0], &V[0], uintptr(nb), &kk)
+		start = 8 * nb
+	}
+	for i := start; i < len(P); i++ {
+		g := math.Float32frombits(G[i])
+		m := b1*math.Float32frombits(M[i]) + (1-b1)*g
+		v := b2*math.Float32frombits(V[i]) + (1-b2)*g*g
+		M[i], V[i] = math.Float32bits(m), math.Float32bits(v)
+		p := math.Float32frombits(P[i])
 		p -= lr * (m/c1/(sqrt32(v/c2)+eps) + wd*p)
-		k.st(o0, poff+t, p)
-	},
+		P[i] = math.Float32bits(p)
+	}
 }

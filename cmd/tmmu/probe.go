@@ -20,7 +20,7 @@ var probeCmd = &command{
 	summary: "Attack a running cluster with one worker identity's credentials (and the API token, for the input attacks) and say which attacks it refused: " +
 		"reports in another identity's keys or for ranks the identity does not hold, streams republishing into the coordinators' subjects, " +
 		"unsigned outcomes and grants, raft votes without a coordinator certificate, etcd without credentials, a 100 MB submission, a bogus voter, " +
-		"window 2^64-1 and reads without a token. Exits 1 if the cluster accepted any. Use an identity no running worker holds.",
+		"window 2^64-1, reads without a token and reads of the datasets store around the coordinators. Exits 1 if the cluster accepted any. Use an identity no running worker holds.",
 	usage: "probe --secrets DIR --identity ID --job J --nats URL --etcd URLS --raft ADDRS --coordinators URLS [--worker-metrics URLS] [-o text|json]",
 	run:   runProbe,
 }

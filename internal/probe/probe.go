@@ -5,8 +5,9 @@
 // not hold, streams that republish into the coordinators' subjects,
 // announcements and grants that the coordinators did not sign, a raft
 // peer without a coordinator's certificate, etcd without credentials,
-// oversized and unbounded submissions, a bogus voter and reads without a
-// token. `tmmu probe` runs it against a deployment (the compose e2e
+// oversized and unbounded submissions, a bogus voter, reads without a
+// token and reads of the datasets store around the coordinators. `tmmu
+// probe` runs it against a deployment (the compose e2e
 // does); the security tests run it against an in-process cluster.
 //
 // Every attack leaves the cluster as it was, but for what the attack
@@ -97,6 +98,7 @@ var attacks = []attack{
 	{"add a voter at a bogus address", (*prober).bogusVoter},
 	{"submit a job with window 2^64-1", (*prober).hugeWindow},
 	{"read jobs, IRs, plans and status without a token", (*prober).tokenlessReads},
+	{"read the datasets and weights store directly, around the coordinators", (*prober).dataStore},
 }
 
 // Names lists the attacks in the order Run makes them.
@@ -736,7 +738,8 @@ func (p *prober) tokenlessReads(ctx context.Context) (string, error) {
 	const unauthorized = "tmmu_coordinator_unauthorized_requests_total"
 	before := p.sum(ctx, unauthorized, "")
 	var refused []string
-	for _, path := range []string{"/v1/jobs", "/v1/status", "/v1/jobs/" + p.t.Job, "/v1/jobs/" + p.t.Job + "/ir", "/v1/jobs/" + p.t.Job + "/ranks/0/plan"} {
+	for _, path := range []string{"/v1/jobs", "/v1/status", "/v1/jobs/" + p.t.Job, "/v1/jobs/" + p.t.Job + "/ir", "/v1/jobs/" + p.t.Job + "/ranks/0/plan",
+		"/v1/datasets", "/v1/manifests/" + strings.Repeat("0", 64) + "/files/0?off=0&len=1"} {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, p.t.Coordinators[0]+path, nil)
 		resp, err := p.t.HTTP.Do(req)
 		if err != nil {
@@ -753,4 +756,25 @@ func (p *prober) tokenlessReads(ctx context.Context) (string, error) {
 		return "", fmt.Errorf("%s counted %v → %v for %d refusals", unauthorized, before, after, len(refused))
 	}
 	return fmt.Sprintf("401 for %s (%s %v → %v)", strings.Join(refused, ", "), unauthorized, before, after), nil
+}
+
+// dataStore opens the datasets and weights store (the object store
+// bucket behind transport.DataStream) as the identity, around the
+// coordinators' range reads: JetStream must not answer at all (an
+// answer, even "bucket not found", means the identity may read it).
+func (p *prober) dataStore(ctx context.Context) (string, error) {
+	c, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	bucket := strings.TrimPrefix(transport.DataStream, "OBJ_")
+	o, err := p.js.ObjectStore(c, bucket)
+	switch {
+	case errors.Is(err, jetstream.ErrBucketNotFound):
+		return "", fmt.Errorf("JetStream answered for the %s stream (the bucket does not exist yet): this identity may read it", transport.DataStream)
+	case err != nil:
+		return fmt.Sprintf("opening bucket %s: %v", bucket, err), nil
+	}
+	if _, err := o.List(c); err == nil || errors.Is(err, jetstream.ErrNoObjectsFound) {
+		return "", fmt.Errorf("listed the objects of bucket %s", bucket)
+	}
+	return "", fmt.Errorf("opened bucket %s", bucket)
 }

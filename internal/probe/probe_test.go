@@ -162,7 +162,7 @@ func TestUnsecuredClusterFallsToTheAttacks(t *testing.T) {
 		t.Logf("refused=%v %s: %s", r.Refused, r.Attack, r.Detail)
 		accepted[r.Attack] = !r.Refused
 	}
-	for _, want := range []string{"another identity's", "republishes", "publish an outcome", "unsigned grant", "raft votes", "etcd", "without a token"} {
+	for _, want := range []string{"another identity's", "republishes", "publish an outcome", "unsigned grant", "raft votes", "etcd", "without a token", "datasets and weights store"} {
 		found := false
 		for name, acc := range accepted {
 			found = found || strings.Contains(name, want) && acc
