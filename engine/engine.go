@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/tmmu/tmmu/failure"
 	"github.com/tmmu/tmmu/ir"
@@ -459,15 +460,49 @@ func (e *Engine) StepAt(ctx context.Context, step uint64) (StepResult, error) {
 	return StepResult{Watched: e.watched}, nil
 }
 
-// Evaluate runs the forward nodes only (no backward, no update: the
-// state is left as it was) and returns the watched tensors, as Step
-// does. key tells its collectives apart from a step's; every rank of
-// the group must evaluate with the same key.
+// Evaluate runs the forward nodes only (no backward, no update) and
+// returns the watched tensors, as Step does. The state is left as it
+// was: the persistent tensors forward nodes update in place (an
+// imported batch norm's running statistics) are saved before and
+// written back after. An imported training graph is evaluated as it
+// trains (batch statistics, dropout drawn for step 0), not as PyTorch's
+// eval mode. key tells its collectives apart from a step's; every rank
+// of the group must evaluate with the same key.
 func (e *Engine) Evaluate(ctx context.Context, key string) (StepResult, error) {
+	saved := map[string][]uint32{}
+	for _, id := range e.forwardWrites() {
+		w, err := e.ReadTensor(id)
+		if err != nil {
+			return StepResult{}, err
+		}
+		saved[id] = w
+	}
 	if err := e.run(ctx, 0, key, true); err != nil {
 		return StepResult{}, err
 	}
+	for id, w := range saved {
+		if err := e.WriteTensor(id, w); err != nil {
+			return StepResult{}, err
+		}
+	}
 	return StepResult{Watched: e.watched}, nil
+}
+
+// forwardWrites are the persistent tensors that forward nodes write (in
+// place: they are inputs too), sorted.
+func (e *Engine) forwardWrites() []string {
+	var ids []string
+	for i := range e.actions {
+		if a := &e.actions[i]; a.forward {
+			for _, id := range a.outputs {
+				if ti, ok := e.g.TensorIndex(id); ok && e.g.Tensors[ti].Role.Persistent() && !slices.Contains(ids, id) {
+					ids = append(ids, id)
+				}
+			}
+		}
+	}
+	slices.Sort(ids)
+	return ids
 }
 
 // run runs the actions in order (only the forward ones when forward is

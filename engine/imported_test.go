@@ -199,3 +199,48 @@ func isFloat(g *ir.Graph, id string) bool {
 	ti, ok := g.TensorIndex(id)
 	return !ok || g.Tensors[ti].DType == ir.F32
 }
+
+// TestEvaluateLeavesTheState: evaluating an imported CNN (whose batch
+// norms update their running statistics in place when they run) leaves
+// every persistent tensor as it was, and gives the loss a step's forward
+// pass gives on the same batch.
+func TestEvaluateLeavesTheState(t *testing.T) {
+	g := importedGraph(t, "resnet")
+	x, err := NewExecutor(g, planFor(t, g), Options{Backend: NewCPU()}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer x.Close()
+	stepsOf(t, x, 1)
+	if len(x.e.forwardWrites()) == 0 {
+		t.Fatal("no persistent tensor is written by a forward node: the test needs the batch norms' running statistics")
+	}
+	before, err := x.Export()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var losses []float32
+	for range 2 {
+		if err := x.e.feedSyntheticImages(*x.images, 7, x.classes); err != nil {
+			t.Fatal(err)
+		}
+		res, err := x.e.Evaluate(context.Background(), "val")
+		if err != nil {
+			t.Fatal(err)
+		}
+		losses = append(losses, math.Float32frombits(res.Watched["loss"][0]))
+	}
+	after, err := x.Export()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for id, w := range before.Tensors {
+		if !slices.Equal(w, after.Tensors[id]) {
+			t.Errorf("%s changed in evaluation", id)
+		}
+	}
+	if losses[0] != losses[1] {
+		t.Errorf("evaluating one batch twice: losses %v", losses)
+	}
+	t.Logf("%d tensors the forward pass writes restored; loss %v twice", len(x.e.forwardWrites()), losses[0])
+}
