@@ -161,7 +161,7 @@ func vocabOf(g *ir.Graph) (uint64, error) {
 	if in, ok := data.InputsOf(g); ok && in.Kind == data.Tokens {
 		return in.Limit, nil
 	}
-	return 0, unsupported("the graph has no embedding of an input \"tokens\": the executors train language models (the generators', or imported ones whose token input the importer named tokens) and imported classifiers (images, labels)")
+	return 0, unsupported("the graph has no embedding of an input \"tokens\": the executors train language models (the generators', or imported ones whose token input the importer named tokens) and imported classifiers (images, labels); tmmu train and job submit --bind tokens=NAME,labels=NAME,loss=NAME name another graph's")
 }
 
 // Engine returns the engine.

@@ -184,3 +184,43 @@ func (g *Graph) checkCalls() error {
 	}
 	return nil
 }
+
+// RenameTensor renames tensor old to new everywhere the model names it:
+// the tensor, views of it, nodes' inputs and outputs and their calls'
+// references. It refuses (INVALID_IR_GRAPH) a name the model lacks or
+// one it already has.
+func (m *Model) RenameTensor(old, new string) error {
+	at := -1
+	for i := range m.Tensors {
+		switch m.Tensors[i].ID {
+		case old:
+			at = i
+		case new:
+			return failure.New(failure.InvalidIRGraph, OpValidate, fmt.Sprintf("renaming %s to %s: the graph already has a tensor %s", quote(old), quote(new), quote(new)), "tensor", new)
+		}
+	}
+	if at < 0 {
+		return failure.New(failure.InvalidIRGraph, OpValidate, fmt.Sprintf("renaming %s to %s: the graph has no tensor %s", quote(old), quote(new), quote(old)), "tensor", old)
+	}
+	if old == new {
+		return nil
+	}
+	m.Tensors[at].ID = new
+	for i := range m.Tensors {
+		if v := m.Tensors[i].View; v != nil && v.BaseTensor == old {
+			v.BaseTensor = new
+		}
+	}
+	for i := range m.Nodes {
+		n := &m.Nodes[i]
+		for _, list := range [][]string{n.Inputs, n.Outputs} {
+			for j := range list {
+				if list[j] == old {
+					list[j] = new
+				}
+			}
+		}
+		n.Call = n.Call.Renamed(old, new)
+	}
+	return nil
+}

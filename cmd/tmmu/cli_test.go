@@ -351,3 +351,56 @@ func TestVersion(t *testing.T) {
 		t.Fatalf("version -o json: %+v, %v", v, err)
 	}
 }
+
+// TestBind: a graph whose inputs and loss carry other names trains, with
+// --bind naming them, exactly as the graph named as the generators name
+// it (the same state hashes); without --bind the engine says how to name
+// them; a binding to a tensor the graph lacks, or of an unknown role, is
+// refused by name.
+func TestBind(t *testing.T) {
+	dir := t.TempDir()
+	orig, renamed := filepath.Join(dir, "orig.json"), filepath.Join(dir, "renamed.json")
+	mustRun(t, "", "gen", "gpt2", "--train", "--layers", "1", "--hidden", "32", "--heads", "2", "--seq", "8", "--context", "8", "--batch", "2", "--vocab", "32", "--out", orig)
+	m, err := loadModel(&env{}, orig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range [][2]string{{"tokens", "input_ids"}, {"labels", "target"}, {"loss", "out"}} {
+		if err := m.RenameTensor(r[0], r[1]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, _ := json.Marshal(m)
+	os.WriteFile(renamed, b, 0o644)
+	state := func(args ...string) string {
+		t.Helper()
+		var res trainResult
+		js := mustRun(t, "", append([]string{"train", "--executor", "cpu", "--steps", "3", "-o", "json"}, args...)...)
+		if err := json.Unmarshal([]byte(js), &res); err != nil {
+			t.Fatal(err)
+		}
+		return res.Steps[len(res.Steps)-1].State
+	}
+	if a, b := state(orig), state(renamed, "--bind", "tokens=input_ids,labels=target,loss=out"); a == "" || a != b {
+		t.Errorf("the bound graph ends in state %q, the original in %q", b, a)
+	}
+	for _, c := range []struct{ bind, want string }{
+		{"", "--bind tokens=NAME"},
+		{"tokens=nope", `the graph has no tensor "nope"`},
+		{"tokens=input_ids,labels=input_ids", `the graph has no tensor "input_ids"`},
+		{"weights=input_ids", "ROLE one of tokens, images, labels, loss"},
+		{"tokens=target", `the graph already has a tensor "tokens"`},
+	} {
+		args := []string{"train", renamed, "--executor", "cpu", "--steps", "1"}
+		if c.bind != "" {
+			args = append(args, "--bind", c.bind)
+		}
+		if c.bind == "tokens=target" {
+			args[1] = orig
+		}
+		status, _, stderr := runCLI(t, "", args...)
+		if status == 0 || !strings.Contains(stderr, c.want) {
+			t.Errorf("--bind %q: exit %d, %q; want %q", c.bind, status, stderr, c.want)
+		}
+	}
+}

@@ -248,6 +248,9 @@ func runJob(c *command, e *env, args []string) error {
 	if (len(pos) == 1) == (*source != "") || *specFile == "" || *name == "" {
 		return usagef("job submit takes one IR file or --source, and --shard-spec and --name")
 	}
+	if *source != "" && *sf.bind != "" {
+		return usagef("--bind renames an IR file's tensors: a --source model is generated with its inputs named")
+	}
 	spec, err := loadSpec(e, *specFile)
 	if err != nil {
 		return err
@@ -273,6 +276,9 @@ func runJob(c *command, e *env, args []string) error {
 	} else {
 		m, err := loadModel(e, pos[0])
 		if err != nil {
+			return err
+		}
+		if err := applyBind(m, *sf.bind); err != nil {
 			return err
 		}
 		if req.IR, err = json.Marshal(m); err != nil {

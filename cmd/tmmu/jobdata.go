@@ -20,6 +20,7 @@ import (
 type submitDataFlags struct {
 	fs                             *flag.FlagSet
 	train, val, format, order, wts *string
+	bind                           *string
 	valEvery, valBatches           *uint64
 	lr, beta1, beta2, eps, decay   *string
 }
@@ -38,6 +39,7 @@ func addSubmitDataFlags(fs *flag.FlagSet) *submitDataFlags {
 		beta2:      fs.String("beta2", api.DefaultOptimizer.Beta2, "AdamW β2"),
 		eps:        fs.String("eps", api.DefaultOptimizer.Eps, "AdamW ε"),
 		decay:      fs.String("weight-decay", api.DefaultOptimizer.WeightDecay, "AdamW decoupled weight decay"),
+		bind:       fs.String("bind", "", bindUsage),
 	}
 }
 

@@ -157,6 +157,9 @@ func runTrain(c *command, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
+	if err := applyBind(m, df.bind); err != nil {
+		return err
+	}
 	g, err := ir.Compile(m)
 	if err != nil {
 		return err
@@ -227,7 +230,7 @@ func runTrain(c *command, e *env, args []string) error {
 		// vocabulary, a classifier's labels against its classes.
 		in, ok := data.InputsOf(g)
 		if !ok {
-			return failure.New(failure.UnsupportedExecution, "tmmu.train", "--data feeds a language model's token inputs (tokens, labels) or a classifier's images and labels: this graph has neither", "graph", g.Name)
+			return failure.New(failure.UnsupportedExecution, "tmmu.train", "--data feeds a language model's token inputs (tokens, labels) or a classifier's images and labels: this graph has neither (--bind ROLE=TENSOR names them)", "graph", g.Name)
 		}
 		B, S := in.Batch, in.Seq
 		d, sum, closeData, err := openData(ds.list, ds.labels, df.format, in.Limit)

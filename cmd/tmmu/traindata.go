@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -20,7 +21,7 @@ import (
 // dataFlags are the dataset flags of tmmu train.
 type dataFlags struct {
 	train, val, format, order string
-	labels, valLabels         string
+	labels, valLabels, bind   string
 	valEvery, valBatches      uint64
 }
 
@@ -36,6 +37,7 @@ func (d *dataFlags) register(fs interface {
 	fs.StringVar(&d.order, "order", string(data.Shuffled), "sample order: sequential (row r of step k starts at token ((k·B+r)·S) mod (T−S−1)) or shuffled (a permutation per epoch from --seed and the dataset's digest)")
 	fs.Uint64Var(&d.valEvery, "val-every", 0, "with --val-data: validate every N steps (default: after the last step only)")
 	fs.Uint64Var(&d.valBatches, "val-batches", 4, "with --val-data: batches of the validation set a validation reads (the first N, sequentially)")
+	fs.StringVar(&d.bind, "bind", "", bindUsage)
 }
 
 // datasetInfo describes a dataset a run read (tmmu train -o json).
@@ -187,4 +189,29 @@ func short(f float32) float64 {
 
 func optimizerOf(a engine.AdamW) optimizerInfo {
 	return optimizerInfo{Name: "adamw", LR: short(a.LR), Beta1: short(a.Beta1), Beta2: short(a.Beta2), Eps: short(a.Eps), WeightDecay: short(a.WeightDecay)}
+}
+
+// bindRoles are the tensor names the executors and datasets look for:
+// --bind ROLE=TENSOR renames a graph's TENSOR to ROLE.
+var bindRoles = []string{"tokens", "images", "labels", "loss"}
+
+const bindUsage = "bind the graph's tensors to the data: ROLE=TENSOR[,ROLE=TENSOR] renames TENSOR to ROLE (tokens, images, labels, loss), for graphs whose inputs are not named as the generators and tmmu import torch name them"
+
+// applyBind renames m's tensors as a --bind list says.
+func applyBind(m *ir.Model, list string) error {
+	seen := map[string]bool{}
+	for _, b := range splitList(list) {
+		role, tensor, ok := strings.Cut(b, "=")
+		if !ok || tensor == "" || !slices.Contains(bindRoles, role) {
+			return usagef("--bind %q: want ROLE=TENSOR, ROLE one of %s", b, strings.Join(bindRoles, ", "))
+		}
+		if seen[role] {
+			return usagef("--bind binds %s twice", role)
+		}
+		seen[role] = true
+		if err := m.RenameTensor(tensor, role); err != nil {
+			return err
+		}
+	}
+	return nil
 }
