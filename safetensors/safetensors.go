@@ -133,6 +133,9 @@ func Open(r io.ReaderAt, size int64) (*File, error) {
 	if n > uint64(size)-8 {
 		return nil, bad("header length %d runs past the end of the %d-byte file", n, size)
 	}
+	if n == 0 {
+		return nil, bad("the header is empty, not a JSON object")
+	}
 	hb := make([]byte, n)
 	if _, err := r.ReadAt(hb, 8); err != nil {
 		return nil, failure.New(failure.IOError, Operator, "reading the header: "+err.Error()).Wrap(err)

@@ -100,6 +100,7 @@ func TestRefusesMalformedFiles(t *testing.T) {
 	}{
 		{"short", "shorter than", []byte{1, 2}},
 		{"header past end", "runs past the end", raw(`{}`, 0)[:9]},
+		{"empty header", "is empty", make([]byte, 8)},
 		{"not json", "not a JSON object", raw(`[1,2]`, 0)},
 		{"trailing", "bytes after", raw(`{} x`, 0)},
 		{"unknown dtype", `unknown dtype "F12"`, raw(`{"a":{"dtype":"F12","shape":[1],"data_offsets":[0,4]}}`, 4)},

@@ -12,7 +12,7 @@ import (
 // never panic, fail only with a failure code, and whatever they accept
 // compiles or is refused by Compile with a failure code.
 func FuzzImport(f *testing.F) {
-	for _, name := range []string{"tinycnn.onnx", "tinycnn-noinfo.onnx", "tinyattn.onnx", "tinygpt.onnx"} {
+	for _, name := range []string{"tinycnn.onnx", "tinycnn-noinfo.onnx", "tinyattn.onnx", "tinygpt.onnx", "tinywin-noinfo.onnx"} {
 		f.Add(read(f, name), uint8(2))
 	}
 	f.Add([]byte{}, uint8(0))

@@ -3,6 +3,8 @@ package onnx
 import (
 	"fmt"
 	"slices"
+	"strings"
+	"unicode"
 
 	"github.com/tmmu/tmmu/failure"
 	"github.com/tmmu/tmmu/importer/onnx/onnxpb"
@@ -18,6 +20,7 @@ var unary = map[string]bool{
 	"Reciprocal": true, "Relu": true, "Round": true, "Selu": true, "Shrink": true, "Sigmoid": true, "Sign": true,
 	"Sin": true, "Sinh": true, "Softmax": true, "Softplus": true, "Softsign": true, "Sqrt": true, "Tan": true, "Tanh": true,
 	"ThresholdedRelu": true, "BatchNormalization": true, "LayerNormalization": true, "Trilu": true, "IsNaN": true, "IsInf": true,
+	"ScatterND": true, "ScatterElements": true, "Scatter": true,
 }
 
 // broadcast ops give their output the inputs' broadcast shape; compare
@@ -149,6 +152,7 @@ var shapeRules = map[string]shapeRule{
 	"Range":             ruleRange,
 	"Gather":            ruleGather,
 	"Pad":               rulePad,
+	"Einsum":            ruleEinsum,
 }
 
 // same gives each of outs outputs shape and dtype dt.
@@ -293,6 +297,100 @@ func ruleMatMul(im *importer, n *onnxpb.NodeProto, in []*tensorInfo, op string, 
 	}
 	s, err := matmulShape(in[0].shape, in[1].shape)
 	return wrap(s, in[0].dtype, outs, err)
+}
+
+// ruleEinsum infers Einsum from its equation: each input's subscripts
+// name its axes (an ellipsis stands for the leading axes the letters do
+// not name, broadcast across inputs); the output is the subscripts after
+// "->", or without one the letters used once, in alphabetical order,
+// after the ellipsis.
+func ruleEinsum(im *importer, n *onnxpb.NodeProto, in []*tensorInfo, op string, outs int) ([][]uint64, []ir.DType, error) {
+	if err := known(n, in, len(in)); err != nil {
+		return nil, nil, err
+	}
+	var eq string
+	for _, a := range n.GetAttribute() {
+		if a.GetName() == "equation" && a.GetType() == onnxpb.AttributeProto_STRING {
+			eq = strings.ReplaceAll(string(a.GetS()), " ", "")
+		}
+	}
+	s, err := einsumShape(eq, in)
+	return wrap(s, in[0].dtype, outs, err)
+}
+
+// einsumShape computes the output shape of Einsum equation eq.
+func einsumShape(eq string, in []*tensorInfo) ([]uint64, error) {
+	lhs, rhs, explicit := strings.Cut(eq, "->")
+	terms := strings.Split(lhs, ",")
+	if eq == "" || len(terms) != len(in) {
+		return nil, fmt.Errorf("equation %q names %d inputs, the node has %d", eq, len(terms), len(in))
+	}
+	dim := map[rune]uint64{}
+	count := map[rune]int{}
+	var ell []uint64
+	for i, term := range terms {
+		pre, post, hasEll := strings.Cut(term, "...")
+		letters := []rune(pre + post)
+		shape := in[i].shape
+		if len(letters) > len(shape) || (!hasEll && len(letters) != len(shape)) {
+			return nil, fmt.Errorf("term %q of equation %q does not fit input %d of rank %d", term, eq, i, len(shape))
+		}
+		e := len(shape) - len(letters)
+		if hasEll {
+			var err error
+			if ell, err = broadcastShapes(ell, shape[len([]rune(pre)):len([]rune(pre))+e]); err != nil {
+				return nil, fmt.Errorf("equation %q: ellipsis: %v", eq, err)
+			}
+		}
+		ax := 0
+		for j, c := range letters {
+			if j == len([]rune(pre)) && hasEll {
+				ax += e
+			}
+			if !unicode.IsLetter(c) {
+				return nil, fmt.Errorf("equation %q: %q is not a subscript letter", eq, c)
+			}
+			d := shape[ax]
+			if old, ok := dim[c]; ok && old != d && old != 1 && d != 1 {
+				return nil, fmt.Errorf("equation %q: subscript %c is %d in one input and %d in another", eq, c, old, d)
+			}
+			if old := dim[c]; d > old {
+				dim[c] = d
+			}
+			count[c]++
+			ax++
+		}
+	}
+	if !explicit {
+		var once []rune
+		for c, k := range count {
+			if k == 1 {
+				once = append(once, c)
+			}
+		}
+		slices.Sort(once)
+		rhs = "..." + string(once)
+	}
+	out := []uint64{} // a scalar is a known shape, not a missing one
+	pre, post, hasEll := strings.Cut(rhs, "...")
+	for _, c := range pre {
+		d, ok := dim[c]
+		if !ok {
+			return nil, fmt.Errorf("equation %q: output subscript %c names no input axis", eq, c)
+		}
+		out = append(out, d)
+	}
+	if hasEll {
+		out = append(out, ell...)
+	}
+	for _, c := range post {
+		d, ok := dim[c]
+		if !ok {
+			return nil, fmt.Errorf("equation %q: output subscript %c names no input axis", eq, c)
+		}
+		out = append(out, d)
+	}
+	return out, nil
 }
 
 // ruleGemm infers Gemm.
@@ -883,34 +981,62 @@ func reduce(x []uint64, axes []int64, keep bool) ([]uint64, error) {
 // computations are short vectors.
 const maxFold = 64
 
-// fold computes small integer tensors from shapes once dimensions are
-// bound, as exporters emit them for dynamic axes (Shape, Gather, Concat,
-// Unsqueeze, ... ending in a Reshape's target), so that the shapes after
-// them can be inferred. Ops it does not know, or values it cannot compute,
-// are left alone.
-func (im *importer) fold(n *onnxpb.NodeProto) {
+// foldNode computes a node's small integer output from bound shapes and
+// known values, as exporters emit them for dynamic axes (Shape, Gather,
+// Concat, Unsqueeze, ... ending in a Reshape's target or a Pad's pads):
+// the output becomes a constant tensor holding the value (im.vals) and
+// the node is not imported (it reports true), so the shapes after it
+// can be inferred and the plan holds no shape arithmetic. A value may be
+// empty (the shape of a slice past the end), as long as only other
+// folded nodes read it. Ops it does not know, values it cannot compute
+// and graph outputs are left to import.
+func (im *importer) foldNode(n *onnxpb.NodeProto) bool {
 	if len(n.GetOutput()) != 1 {
-		return
+		return false
 	}
 	out := n.GetOutput()[0]
+	f := folds[n.GetOpType()]
+	if f == nil || im.info[out].role == ir.Output {
+		return false
+	}
 	var args [][]int64
+	var in []*tensorInfo
 	for _, name := range n.GetInput() {
 		v, ok := im.ints(name)
 		if name == "" || !ok {
 			args = append(args, nil)
-			continue
+		} else {
+			args = append(args, v)
 		}
-		args = append(args, v)
-	}
-	f := folds[n.GetOpType()]
-	if f == nil {
-		return
+		if name == "" {
+			in = append(in, nil)
+		} else {
+			in = append(in, im.info[name])
+		}
 	}
 	v := f(im, n, args)
 	if v == nil || len(v) > maxFold {
-		return
+		return false
+	}
+	shape, dt := []uint64{0}, ir.I64
+	if len(v) > 0 {
+		shapes, dtypes, err := im.rule(n, in)
+		if err != nil || len(shapes) == 0 || shapes[0] == nil || prod(shapes[0]) != uint64(len(v)) {
+			return false
+		}
+		shape, dt = shapes[0], dtypes[0]
+	}
+	ti := im.info[out]
+	if ti.known && !slices.Equal(ti.shape, shape) && len(v) > 0 {
+		return false // the model says otherwise: import the node as it is
+	}
+	ti.shape, ti.known, ti.role = shape, true, ir.Constant
+	if ti.dtype == "" {
+		ti.dtype = dt
 	}
 	im.vals[out] = v
+	im.stats.Folded++
+	return true
 }
 
 // folds compute the integer values of nodes whose inputs are known
@@ -932,7 +1058,9 @@ var folds = map[string]func(im *importer, n *onnxpb.NodeProto, args [][]int64) [
 	"Mul":             foldAdd,
 	"Div":             foldAdd,
 	"Equal":           foldAdd,
+	"Mod":             foldAdd,
 	"Slice":           foldSlice,
+	"Transpose":       foldTranspose,
 }
 
 // argAt is args[i], or nil past its end.
@@ -945,7 +1073,7 @@ func argAt(args [][]int64, i int) []int64 {
 
 // foldShape folds Shape.
 func foldShape(im *importer, n *onnxpb.NodeProto, args [][]int64) []int64 {
-	var v []int64
+	v := []int64{} // a scalar's shape is empty
 	if len(n.GetInput()) == 0 {
 		return nil
 	}
@@ -1048,7 +1176,9 @@ func foldWhere(im *importer, n *onnxpb.NodeProto, args [][]int64) []int64 {
 	return v
 }
 
-// foldAdd folds Add, Sub, Mul, Div, Equal.
+// foldAdd folds Add, Sub, Mul, Div, Equal and Mod (fmod 0: the
+// result takes the divisor's sign, as Python's %; fmod 1: the
+// dividend's, as C's).
 func foldAdd(im *importer, n *onnxpb.NodeProto, args [][]int64) []int64 {
 	var v []int64
 	a, b := argAt(args, 0), argAt(args, 1)
@@ -1071,27 +1201,158 @@ func foldAdd(im *importer, n *onnxpb.NodeProto, args [][]int64) []int64 {
 			v = append(v, x/y)
 		case "Equal":
 			v = append(v, int64(boolInt(x == y)))
+		case "Mod":
+			if y == 0 {
+				return nil
+			}
+			r := x % y
+			if attrInt(n, "fmod", 0) == 0 && r != 0 && (r < 0) != (y < 0) {
+				r += y
+			}
+			v = append(v, r)
 		}
 	}
 	return v
 }
 
-// foldSlice folds Slice.
-func foldSlice(im *importer, n *onnxpb.NodeProto, args [][]int64) []int64 {
-	var v []int64
-	data, starts, ends := argAt(args, 0), argAt(args, 1), argAt(args, 2)
-	if data == nil || len(starts) != 1 || len(ends) != 1 || argAt(args, 3) != nil && (len(argAt(args, 3)) != 1 || argAt(args, 3)[0] != 0) || argAt(args, 4) != nil && (len(argAt(args, 4)) != 1 || argAt(args, 4)[0] != 1) {
+// foldShapeOf is the shape of a folded value: its tensor's inferred
+// shape, which must hold len(v) elements (nil when it is not known).
+func (im *importer) foldShapeOf(name string, v []int64) []uint64 {
+	ti := im.info[name]
+	if ti == nil || !ti.known || prod(ti.shape) != uint64(len(v)) {
 		return nil
 	}
-	r := int64(len(data))
-	s, e := clampAxis(starts[0], r), clampAxis(ends[0], r)
-	v = data[s:max(s, e)]
+	return ti.shape
+}
+
+// foldSlice folds Slice over any axes and steps of a value whose
+// shape is known (rank 1 or more).
+func foldSlice(im *importer, n *onnxpb.NodeProto, args [][]int64) []int64 {
+	data := argAt(args, 0)
+	if data == nil || len(n.GetInput()) < 3 {
+		return nil
+	}
+	shape := im.foldShapeOf(n.GetInput()[0], data)
+	if shape == nil {
+		return nil
+	}
+	out, err := im.sliceShape(n, shape, true)
+	if err != nil {
+		return nil
+	}
+	if prod(out) == 0 {
+		return []int64{}
+	}
+	starts, axes, steps := argAt(args, 1), argAt(args, 3), argAt(args, 4)
+	if axes == nil {
+		for i := range starts {
+			axes = append(axes, int64(i))
+		}
+	}
+	// The first index kept along each axis, and the step.
+	first, step := make([]int64, len(shape)), make([]int64, len(shape))
+	for d := range shape {
+		step[d] = 1
+	}
+	for i, a := range axes {
+		ax, err := normAxis(a, len(shape))
+		if err != nil {
+			return nil
+		}
+		dim, st := int64(shape[ax]), int64(1)
+		if steps != nil {
+			st = steps[i]
+		}
+		b := starts[i]
+		if b < 0 {
+			b += dim
+		}
+		if st > 0 {
+			b = min(max(b, 0), dim)
+		} else {
+			b = min(max(b, -1), dim-1)
+		}
+		first[ax], step[ax] = b, st
+	}
+	var v []int64
+	idx := make([]int64, len(shape))
+	for range prod(out) {
+		at := int64(0)
+		for d := range shape {
+			at = at*int64(shape[d]) + first[d] + idx[d]*step[d]
+		}
+		v = append(v, data[at])
+		for d := len(out) - 1; d >= 0; d-- {
+			if idx[d]++; idx[d] < int64(out[d]) {
+				break
+			}
+			idx[d] = 0
+		}
+	}
+	return v
+}
+
+// foldTranspose folds Transpose of a value whose shape is known.
+func foldTranspose(im *importer, n *onnxpb.NodeProto, args [][]int64) []int64 {
+	data := argAt(args, 0)
+	if data == nil {
+		return nil
+	}
+	shape := im.foldShapeOf(n.GetInput()[0], data)
+	if shape == nil {
+		return nil
+	}
+	r := len(shape)
+	perm := attrInts(n, "perm")
+	if perm == nil {
+		for d := range r {
+			perm = append(perm, int64(r-1-d))
+		}
+	}
+	if len(perm) != r {
+		return nil
+	}
+	out := make([]uint64, r)
+	seen := make([]bool, r)
+	for d, p := range perm {
+		if p < 0 || int(p) >= r || seen[p] {
+			return nil // not a permutation: left to the shape rule's message
+		}
+		seen[p] = true
+		out[d] = shape[p]
+	}
+	stride := make([]int64, r)
+	acc := int64(1)
+	for d := r - 1; d >= 0; d-- {
+		stride[d], acc = acc, acc*int64(shape[d])
+	}
+	var v []int64
+	idx := make([]int64, r)
+	for range prod(out) {
+		at := int64(0)
+		for d := range r {
+			at += idx[d] * stride[perm[d]]
+		}
+		v = append(v, data[at])
+		for d := r - 1; d >= 0; d-- {
+			if idx[d]++; idx[d] < int64(out[d]) {
+				break
+			}
+			idx[d] = 0
+		}
+	}
 	return v
 }
 
 // slice is the shape of a Slice whose starts, ends, axes and steps are
 // constants.
 func (im *importer) slice(n *onnxpb.NodeProto, x []uint64) ([]uint64, error) {
+	return im.sliceShape(n, x, false)
+}
+
+// sliceShape is slice; empty says whether an empty result is an answer
+// (a folded value) rather than an error.
+func (im *importer) sliceShape(n *onnxpb.NodeProto, x []uint64, empty bool) ([]uint64, error) {
 	in := n.GetInput()
 	get := func(i int) ([]int64, bool, error) {
 		if i >= len(in) || in[i] == "" {
@@ -1156,7 +1417,7 @@ func (im *importer) slice(n *onnxpb.NodeProto, x []uint64) ([]uint64, error) {
 			b, e := clamp(starts[i], -1, d-1), clamp(ends[i], -1, d-1)
 			cnt = max(0, (b-e-st-1)/(-st))
 		}
-		if cnt == 0 {
+		if cnt == 0 && !empty {
 			return nil, fmt.Errorf("slice of axis %d of %v is empty (zero-size tensors are not planned)", ax, x)
 		}
 		out[ax] = uint64(cnt)

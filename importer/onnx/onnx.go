@@ -71,6 +71,7 @@ type Stats struct {
 	Producer     string         // the program that wrote the file, and its version
 	Opset        int64          // the default domain's opset
 	Nodes        int            // nodes imported (Constant nodes become constant tensors)
+	Folded       int            // nodes computed here from bound shapes (shape arithmetic), which become constant tensors
 	Inferred     int            // tensors whose shapes were inferred here
 	Ops          map[string]int // nodes per op
 	DroppedAttrs int            // float, string and tensor attributes not carried (the IR keeps integers)
@@ -254,10 +255,12 @@ func (im *importer) node(n *onnxpb.NodeProto, k int, defined map[string]string) 
 			return nil, im.fail(failure.InvalidIRGraph, "node %s (%s) writes %q, a graph input or initializer", name, op, out)
 		}
 	}
+	if im.foldNode(n) {
+		return nil, nil
+	}
 	if err := im.infer(n, k); err != nil {
 		return nil, err
 	}
-	im.fold(n)
 	return &ir.Node{ID: name, Op: ir.Op(op), Inputs: nonEmpty(n.GetInput()), Outputs: nonEmpty(n.GetOutput()), Attrs: im.attrs(n)}, nil
 }
 

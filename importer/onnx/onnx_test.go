@@ -89,6 +89,31 @@ func TestInferenceMatchesONNX(t *testing.T) {
 	}
 }
 
+// TestWindowAttentionMatchesONNX checks the shape arithmetic swin and
+// maxvit export against onnx's own inference: pads computed with Mod,
+// masks written by slice assignment (ScatterND on Range, Expand, Where),
+// and Einsum with spaced, upper-case subscripts. The shape arithmetic
+// folds to constants, so the planned model holds only tensors that hold
+// data.
+func TestWindowAttentionMatchesONNX(t *testing.T) {
+	want, _ := mustImport(t, "tinywin.onnx", onnx.Options{})
+	got, st := mustImport(t, "tinywin-noinfo.onnx", onnx.Options{})
+	if st.Inferred == 0 || st.Folded == 0 || st.Ops["Einsum"] != 2 || st.Ops["Pad"] != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Fatalf("inferred shapes differ from onnx's (-onnx +tmmu):\n%s", d)
+	}
+	// onnx 1.12 infers no shape for an equation with spaces: PyTorch's
+	// shapes are the oracle there (36 positions, 2 heads of 4).
+	for id, shape := range map[string][]uint64{"/Einsum_output_0": {1, 1, 2, 36, 36}, "/Einsum_1_output_0": {1, 1, 2, 36, 4}} {
+		if x := tensor(got, id); x == nil || !slices.Equal(x.Shape, shape) {
+			t.Fatalf("%s: %+v, want shape %v", id, x, shape)
+		}
+	}
+	plan(t, got)
+}
+
 // TestDynamicReshape imports a transformer block whose reshapes take
 // their targets from Shape, Gather and Concat on the dynamic axes: with
 // the axes bound the targets fold to constants.

@@ -14,6 +14,13 @@ small; what the tests read is the graph.
                       at 1 layer, width 16, vocabulary 64: embedding
                       gathers, arange (Range), a causal mask (Trilu,
                       Where); dynamic batch, with value_info
+  tinywin.onnx        torchvision's shifted-window attention (swin: pads
+                      computed from the shape with Mod, a mask written by
+                      slice assignment, ScatterND, rolls) and an Einsum
+                      attention as maxvit writes it; with value_info
+  tinywin-noinfo.onnx the same graph with no value_info
+
+With file names as arguments it writes only those files.
 """
 import os
 import sys
@@ -21,6 +28,7 @@ import sys
 import onnx
 import torch
 from torch import nn
+from torchvision.models.swin_transformer import shifted_window_attention
 
 torch.manual_seed(0)
 
@@ -62,6 +70,25 @@ class TinyAttn(nn.Module):
         return x + self.mlp(x)
 
 
+class TinyWin(nn.Module):
+    def __init__(self, d=8, heads=2):
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(d, 3 * d)
+        self.proj = nn.Linear(d, d)
+        self.bias = nn.Parameter(torch.randn(heads, 16, 16) * 0.02)
+        self.q = nn.Linear(d, d)
+
+    def forward(self, x):
+        y = shifted_window_attention(x, self.qkv.weight, self.proj.weight, self.bias, [4, 4], self.heads, [2, 2],
+                                     qkv_bias=self.qkv.bias, proj_bias=self.proj.bias)
+        b, h, w, d = y.shape
+        t = self.q(y).reshape(b, 1, self.heads, h * w, d // self.heads)
+        a = torch.softmax(torch.einsum("B G H I D, B G H J D -> B G H I J", t, t), dim=-1)
+        o = torch.einsum("B G H I J, B G H J D -> B G H I D", a, t)
+        return o.reshape(b, h, w, d) + x
+
+
 def export(model, args, path, names, dynamic, infer):
     model.eval()
     torch.onnx.export(model, args, path, input_names=names, output_names=["y"],
@@ -75,16 +102,33 @@ def export(model, args, path, names, dynamic, infer):
     onnx.save(m, path)
 
 
-export(TinyCNN(), torch.randn(2, 3, 32, 32), "tinycnn.onnx", ["x"], {"x": {0: "batch"}, "y": {0: "batch"}}, True)
-export(TinyCNN(), torch.randn(2, 3, 32, 32), "tinycnn-noinfo.onnx", ["x"], {"x": {0: "batch"}, "y": {0: "batch"}}, False)
-export(TinyAttn(), torch.randn(2, 8, 16), "tinyattn.onnx", ["x"], {"x": {0: "batch", 1: "seq"}, "y": {0: "batch", 1: "seq"}}, False)
+def tiny():
+    export(TinyCNN(), torch.randn(2, 3, 32, 32), "tinycnn.onnx", ["x"], {"x": {0: "batch"}, "y": {0: "batch"}}, True)
+    export(TinyCNN(), torch.randn(2, 3, 32, 32), "tinycnn-noinfo.onnx", ["x"], {"x": {0: "batch"}, "y": {0: "batch"}}, False)
+    export(TinyAttn(), torch.randn(2, 8, 16), "tinyattn.onnx", ["x"], {"x": {0: "batch", 1: "seq"}, "y": {0: "batch", 1: "seq"}}, False)
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "torch"))
-from tmmu_export import GPT2  # noqa: E402
 
-torch.manual_seed(0)
-gpt = GPT2(layers=1, d=16, heads=2, vocab=64, context=16)
-gpt.eval()
-torch.onnx.export(gpt, (torch.randint(0, 64, (2, 16)),), "tinygpt.onnx", input_names=["idx"], output_names=["logits"],
-                  dynamic_axes={"idx": {0: "batch"}, "logits": {0: "batch"}}, opset_version=14)
-onnx.save(onnx.shape_inference.infer_shapes(onnx.load("tinygpt.onnx")), "tinygpt.onnx")
+def tinygpt():
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "torch"))
+    from tmmu_export import GPT2
+
+    torch.manual_seed(0)
+    gpt = GPT2(layers=1, d=16, heads=2, vocab=64, context=16)
+    gpt.eval()
+    torch.onnx.export(gpt, (torch.randint(0, 64, (2, 16)),), "tinygpt.onnx", input_names=["idx"], output_names=["logits"],
+                      dynamic_axes={"idx": {0: "batch"}, "logits": {0: "batch"}}, opset_version=14)
+    onnx.save(onnx.shape_inference.infer_shapes(onnx.load("tinygpt.onnx")), "tinygpt.onnx")
+
+
+def tinywin():
+    # Static shapes, as the torchvision tests export: 6x6 is padded to two
+    # 4x4 windows a side.
+    torch.manual_seed(0)
+    for name, infer in (("tinywin.onnx", True), ("tinywin-noinfo.onnx", False)):
+        export(TinyWin(), torch.randn(1, 6, 6, 8), name, ["x"], None, infer)
+
+
+writers = {"tinycnn.onnx": tiny, "tinycnn-noinfo.onnx": tiny, "tinyattn.onnx": tiny, "tinygpt.onnx": tinygpt,
+           "tinywin.onnx": tinywin, "tinywin-noinfo.onnx": tinywin}
+for w in dict.fromkeys(writers[f] for f in (sys.argv[1:] or writers)):
+    w()
