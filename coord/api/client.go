@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -109,29 +110,54 @@ func (c *Client) do(ctx context.Context, method, path string, body []byte, out a
 	return err
 }
 
-// doStatus is do, with the status of the answer that ended it.
+// doStatus is do, with the status of the answer that ended it. A node
+// that answers 503 with Retry-After (busy, not down: the submission
+// queue is full) is asked again after that wait for as long as ctx's
+// deadline allows; those rounds do not count against Backoff.Rounds
+// (without a deadline they do).
 func (c *Client) doStatus(ctx context.Context, method, path string, body []byte, out any) (int, error) {
-	var err error
-	var status int
 	b := c.backoff()
-	for round := 0; round < b.Rounds; round++ {
-		var retry bool
-		if retry, status, err = c.once(ctx, method, path, body, out); !retry || round == b.Rounds-1 {
+	_, deadline := ctx.Deadline()
+	for counted := 0; ; {
+		retry, status, after, err := c.once(ctx, method, path, body, out)
+		if !retry {
 			return status, err
+		}
+		var wait time.Duration
+		if after > 0 && deadline {
+			wait = max(b.wait(counted), after)
+		} else {
+			if counted++; counted >= b.Rounds {
+				return status, err
+			}
+			wait = b.wait(counted - 1)
 		}
 		select {
 		case <-ctx.Done():
 			return status, err
-		case <-time.After(b.wait(round)):
+		case <-time.After(wait):
 		}
 	}
-	return status, err
+}
+
+// maxRetryAfter bounds the wait a Retry-After header asks for.
+const maxRetryAfter = 30 * time.Second
+
+// retryAfter reads a Retry-After header in seconds (0 when absent or
+// not a number of seconds), at most maxRetryAfter.
+func retryAfter(h http.Header) time.Duration {
+	n, err := strconv.Atoi(h.Get("Retry-After"))
+	if err != nil || n < 0 {
+		return 0
+	}
+	return min(time.Duration(n)*time.Second, maxRetryAfter)
 }
 
 // once tries every URL once; retry says the failure may pass (a stale
 // not-found included: the next round may reach a node that knows).
-// status is the status of the answer it returns.
-func (c *Client) once(ctx context.Context, method, path string, body []byte, out any) (retry bool, status int, err error) {
+// status is the status of the answer it returns; after is the longest
+// Retry-After a busy node asked for.
+func (c *Client) once(ctx context.Context, method, path string, body []byte, out any) (retry bool, status int, after time.Duration, err error) {
 	var last error
 	for _, base := range c.URLs {
 		var rd io.Reader
@@ -140,7 +166,7 @@ func (c *Client) once(ctx context.Context, method, path string, body []byte, out
 		}
 		req, err := http.NewRequestWithContext(ctx, method, base+path, rd)
 		if err != nil {
-			return false, 0, err
+			return false, 0, 0, err
 		}
 		if body != nil {
 			req.Header.Set("Content-Type", "application/json")
@@ -151,7 +177,7 @@ func (c *Client) once(ctx context.Context, method, path string, body []byte, out
 		resp, err := c.HTTP.Do(req)
 		if err != nil {
 			if ctx.Err() != nil {
-				return false, 0, ctx.Err()
+				return false, 0, 0, ctx.Err()
 			}
 			last = err
 			continue
@@ -165,38 +191,39 @@ func (c *Client) once(ctx context.Context, method, path string, body []byte, out
 		}
 		switch {
 		case resp.StatusCode == http.StatusGone:
-			return false, status, fmt.Errorf("%w: %s", ErrGone, apiMessage(data))
+			return false, status, 0, fmt.Errorf("%w: %s", ErrGone, apiMessage(data))
 		case resp.StatusCode == http.StatusNotFound && resp.Header.Get("X-Tmmu-Stale") != "":
 			// A node that does not know the leader yet (it restarted)
 			// answered from its own state: ask another.
 			last = fmt.Errorf("%w: %s (a node without a leader answered)", ErrNotFound, apiMessage(data))
 			continue
 		case resp.StatusCode == http.StatusNotFound:
-			return false, status, fmt.Errorf("%w: %s", ErrNotFound, apiMessage(data))
+			return false, status, 0, fmt.Errorf("%w: %s", ErrNotFound, apiMessage(data))
 		case resp.StatusCode == http.StatusServiceUnavailable || resp.StatusCode >= 500:
+			after = max(after, retryAfter(resp.Header))
 			last = fmt.Errorf("coord: %s %s: %s: %s", method, base+path, resp.Status, apiMessage(data))
 			continue
 		case resp.StatusCode >= 400:
 			if fe := apiFailure(data); fe != nil {
-				return false, status, fe
+				return false, status, 0, fe
 			}
-			return false, status, fmt.Errorf("coord: %s: %s", resp.Status, apiMessage(data))
+			return false, status, 0, fmt.Errorf("coord: %s: %s", resp.Status, apiMessage(data))
 		case resp.StatusCode == http.StatusAccepted:
-			return false, status, nil // not done yet: the caller polls
+			return false, status, 0, nil // not done yet: the caller polls
 		}
 		if raw, ok := out.(*[]byte); ok {
 			*raw = data
-			return false, status, nil
+			return false, status, 0, nil
 		}
 		if out != nil {
-			return false, status, json.Unmarshal(data, out)
+			return false, status, 0, json.Unmarshal(data, out)
 		}
-		return false, status, nil
+		return false, status, 0, nil
 	}
 	if last == nil {
-		return false, 0, errors.New("coord: no coordinator URL")
+		return false, 0, 0, errors.New("coord: no coordinator URL")
 	}
-	return true, 0, last
+	return true, 0, after, last
 }
 
 // apiFailure rebuilds the typed failure a coordinator answered with, so
@@ -284,7 +311,7 @@ func (c *Client) Status(ctx context.Context) (*Status, error) {
 	if s.Leader != "" && s.Leader != s.ID && s.LeaderHTTP != "" {
 		var ls Status
 		lc := &Client{URLs: []string{c.scheme() + s.LeaderHTTP}, HTTP: c.HTTP, Token: c.Token}
-		if _, _, err := lc.once(ctx, http.MethodGet, "/v1/status", nil, &ls); err == nil && ls.ID == s.Leader {
+		if _, _, _, err := lc.once(ctx, http.MethodGet, "/v1/status", nil, &ls); err == nil && ls.ID == s.Leader {
 			s.Jobs, s.JobsFrom = ls.Jobs, ls.JobsFrom
 		}
 	}

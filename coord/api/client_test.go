@@ -80,3 +80,54 @@ func TestClientWaitsAsItsBackoffSays(t *testing.T) {
 		}
 	})
 }
+
+// busyTrip answers its first busy requests 503 with Retry-After: 1 (a
+// full submission queue), then 200 with an empty job.
+type busyTrip struct {
+	n    *atomic.Int32
+	busy int32
+}
+
+func (r busyTrip) RoundTrip(req *http.Request) (*http.Response, error) {
+	if r.n.Add(1) <= r.busy {
+		return &http.Response{StatusCode: http.StatusServiceUnavailable, Status: "503 Service Unavailable",
+			Body: io.NopCloser(strings.NewReader("4 submissions are being planned; retry")), Header: http.Header{"Retry-After": {"1"}}, Request: req}, nil
+	}
+	return &http.Response{StatusCode: http.StatusOK, Status: "200 OK", Body: io.NopCloser(strings.NewReader(`{"reason":"j"}`)), Header: http.Header{}, Request: req}, nil
+}
+
+// TestClientRetriesBusyWithinItsDeadline: a node busy for 10 rounds
+// (503 with Retry-After: 1) is asked again a second later each time,
+// past Backoff.Rounds, while the context's deadline leaves time; without
+// a deadline the rounds are counted as any other failure's.
+func TestClientRetriesBusyWithinItsDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var n atomic.Int32
+		c := &Client{URLs: []string{"http://a"}, HTTP: &http.Client{Transport: busyTrip{&n, 10}},
+			Backoff: Backoff{Rounds: 3, Wait: 10 * time.Millisecond}}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		start := time.Now()
+		j, err := c.Job(ctx, "j")
+		if err != nil || j.Reason != "j" {
+			t.Fatalf("job %+v, %v after %d requests", j, err, n.Load())
+		}
+		if waited := time.Since(start); n.Load() != 11 || waited < 10*time.Second || waited > 11*time.Second {
+			t.Fatalf("%d requests in %s, want 11 in about 10 s (Retry-After: 1, 10 times)", n.Load(), waited)
+		}
+
+		n.Store(0)
+		if _, err := c.Job(context.Background(), "j"); err == nil || n.Load() != 3 {
+			t.Fatalf("without a deadline: %v after %d requests, want an error after 3 rounds", err, n.Load())
+		}
+
+		// A deadline shorter than the wait ends the retries at the deadline.
+		n.Store(0)
+		ctx, cancel = context.WithTimeout(context.Background(), 2500*time.Millisecond)
+		defer cancel()
+		start = time.Now()
+		if _, err := c.Job(ctx, "j"); err == nil || time.Since(start) > 3*time.Second {
+			t.Fatalf("short deadline: %v after %s", err, time.Since(start))
+		}
+	})
+}
