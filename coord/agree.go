@@ -50,6 +50,9 @@ func (n *Node) RunAgreement(ctx context.Context, l Leading) {
 	if a.shrinkAfter == 0 {
 		a.shrinkAfter = DefaultShrinkAfter
 	}
+	if l.Rendezvous != nil {
+		n.rv.Store(l.Rendezvous)
+	}
 	switch {
 	case l.Claims != nil:
 		a.claims = &claimCache{c: l.Claims, m: map[claimKey]bool{}}

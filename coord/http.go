@@ -17,6 +17,7 @@ import (
 
 	"github.com/tmmu/tmmu/coord/api"
 	"github.com/tmmu/tmmu/failure"
+	"github.com/tmmu/tmmu/rendezvous"
 )
 
 func (n *Node) summarize(j *api.Job) api.JobSummary {
@@ -31,6 +32,7 @@ func (n *Node) summarize(j *api.Job) api.JobSummary {
 		s.LastCheckpoint = k.Step
 	}
 	s.Absent = n.absentOf(j.Spec.Name)
+	s.RankProblems = n.problemsOf(j.Spec.Name)
 	s.Loss = j.Loss
 	if v := j.Validations; len(v) > 0 {
 		s.Val = &v[len(v)-1]
@@ -122,7 +124,9 @@ func newMetrics(n *Node) *metrics {
 //	POST /v1/jobs/{name}/replan an operator's replan request
 //	POST /v1/voters             add a voter {id, raft_addr, http_addr} (its node runs without bootstrap)
 //	POST /v1/jobs/{name}/cancel cancel a job {reason}: its workers stop, its checkpoints stay
-//	DELETE /v1/jobs/{name}      delete a job: its workers stop; its checkpoints and reports are removed
+//	DELETE /v1/jobs/{name}      delete a job: its workers stop; its checkpoints, reports and rank reservations are removed
+//	DELETE /v1/jobs/{name}/ranks/{identity}
+//	                            release an identity's rank reservation in etcd (nodes given etcd)
 //	DELETE /v1/voters/{id}      remove a voter
 //	GET  /livez, /readyz        liveness; readiness (a leader is known)
 //	GET  /metrics               Prometheus metrics
@@ -251,6 +255,24 @@ func (n *Node) Handler() http.Handler {
 			return
 		}
 		n.mutate(w, r.PathValue("name"), &api.Command{Kind: api.CmdDelete, Job: r.PathValue("name"), At: time.Now().UnixNano()})
+	}))
+	mux.HandleFunc("DELETE /v1/jobs/{name}/ranks/{identity}", n.authorized(func(w http.ResponseWriter, r *http.Request) {
+		rv := n.rv.Load()
+		if rv == nil {
+			writeError(w, http.StatusServiceUnavailable, failure.New(failure.InvalidOptions, api.OpCoordinator, "this coordinator runs without etcd (--etcd): it holds no rank reservations to release"))
+			return
+		}
+		job, id := r.PathValue("name"), r.PathValue("identity")
+		if err := rv.Forget(r.Context(), job, id); err != nil {
+			if errors.Is(err, rendezvous.ErrInvalidArgument) {
+				writeError(w, http.StatusBadRequest, failure.New(failure.InvalidOptions, api.OpCoordinator, err.Error()))
+				return
+			}
+			writeError(w, http.StatusServiceUnavailable, fmt.Errorf("coord: etcd: %w", err))
+			return
+		}
+		n.log.Info("released a rank reservation", "job", job, "identity", id)
+		writeJSON(w, http.StatusOK, api.Release{Job: job, Identity: id})
 	}))
 	mux.HandleFunc("POST /v1/voters", n.authorized(func(w http.ResponseWriter, r *http.Request) {
 		if n.redirect(w, r) {

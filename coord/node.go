@@ -25,6 +25,7 @@ import (
 	"github.com/tmmu/tmmu/failure"
 	"github.com/tmmu/tmmu/internal/logbridge"
 	"github.com/tmmu/tmmu/ir"
+	"github.com/tmmu/tmmu/rendezvous"
 	"github.com/tmmu/tmmu/transport"
 )
 
@@ -221,6 +222,10 @@ type Node struct {
 	// absent is, on the leader, each live job's ranks without a lease.
 	absentMu sync.Mutex
 	absent   map[string][]api.Absent
+	problems map[string][]string // the malformed rendezvous keys per job
+	// rv is the leader loop's rendezvous client (nil without etcd), for
+	// DELETE /v1/jobs/{name}/ranks/{identity}.
+	rv atomic.Pointer[rendezvous.Client]
 	// token is the bearer token every call needs, readToken a token
 	// reads accept too ("" for none).
 	token, readToken atomic.Pointer[string]

@@ -235,6 +235,7 @@ func (a *agreement) announceChanges(ctx context.Context, s *api.State) {
 			if err := a.t.ForgetJob(cctx, name); err != nil {
 				a.n.log.Warn("forgetting a deleted job", "job", name, "err", err)
 			}
+			a.forgetRanks(cctx, name)
 			objs, err := a.store.List(cctx, checkpoint.JobPrefix(name))
 			if err != nil {
 				a.n.log.Warn("listing a deleted job's checkpoints", "job", name, "err", err)
@@ -255,6 +256,25 @@ func (a *agreement) announceChanges(ctx context.Context, s *api.State) {
 	}
 }
 
+// forgetRanks removes a deleted job's rank reservations from etcd, so a
+// job submitted again under the name does not inherit them (an old
+// identity reserving a rank outside a smaller world), unless the name
+// was submitted again meanwhile.
+func (a *agreement) forgetRanks(ctx context.Context, name string) {
+	if a.rv == nil {
+		return
+	}
+	if s, _ := a.n.applied(); s == nil || s.Jobs[name] != nil {
+		return
+	}
+	n, err := a.rv.ForgetJob(ctx, name)
+	if err != nil {
+		a.n.log.Warn("removing a deleted job's rank reservations", "job", name, "err", err)
+		return
+	}
+	a.n.log.Info("removed a deleted job's rank reservations", "job", name, "keys", n)
+}
+
 // trackAbsent reads, at most every second, which ranks of each live job
 // hold no lease in etcd, and since when (for tmmu status, on every node,
 // and the leader's elastic shrinking).
@@ -265,23 +285,38 @@ func (a *agreement) trackAbsent(ctx context.Context, s *api.State) {
 	a.lastAbsent = time.Now()
 	now := time.Now()
 	out := map[string][]api.Absent{}
+	problems := map[string][]string{}
 	for _, name := range s.Names() {
 		j := s.Jobs[name]
 		if j.Final() {
 			continue
 		}
 		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		ms, err := a.rv.Members(cctx, name, j.Spec.ShardSpec.WorldSize)
+		ms, probs, err := a.rv.Survey(cctx, name, j.Spec.ShardSpec.WorldSize)
 		cancel()
 		if err != nil {
-			out[name] = a.n.absentOf(name) // keep what was seen
+			out[name], problems[name] = a.n.absentOf(name), a.n.problemsOf(name) // keep what was seen
 			continue
 		}
 		out[name] = absentNow(a.n.absentOf(name), ms, now)
+		if len(probs) > 0 {
+			problems[name] = probs
+			if !slices.Equal(probs, a.n.problemsOf(name)) {
+				a.n.log.Warn("malformed rank keys in etcd: their identities cannot claim until released (tmmu rank release)", "job", name, "problems", probs)
+			}
+		}
 	}
 	a.n.absentMu.Lock()
-	a.n.absent = out
+	a.n.absent, a.n.problems = out, problems
 	a.n.absentMu.Unlock()
+}
+
+// problemsOf returns the malformed rendezvous keys of job as this node
+// last saw them.
+func (n *Node) problemsOf(job string) []string {
+	n.absentMu.Lock()
+	defer n.absentMu.Unlock()
+	return n.problems[job]
 }
 
 // absentOf returns the missing ranks of job as this node last saw them.

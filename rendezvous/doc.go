@@ -74,7 +74,13 @@
 //
 // If an identity's reservation points at a rank whose rank key is held by a
 // different identity, the state in etcd is inconsistent (it cannot arise from
-// this package alone); Claim refuses with an error naming both identities.
+// this package alone); Claim refuses with [ErrBadReservation] naming both
+// identities. A key that is not what this package writes (a rank key that
+// is not a number, an identity key that holds no rank number or a rank
+// another identity reserved first) is skipped by every reader and listed
+// by [Client.Problems]: it blocks no one but the identity whose key it is,
+// whose Claim fails with [ErrBadReservation] until the key is removed
+// ([Client.Forget]).
 //
 // # Lease lifetime
 //

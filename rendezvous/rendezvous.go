@@ -41,6 +41,13 @@ var (
 	// (world 0 or above 1<<24, empty job or identity, '/' in a job or
 	// identity).
 	ErrInvalidArgument = errors.New("invalid argument")
+	// ErrBadReservation is returned by Claim when the identity's own
+	// reservation cannot be used: its identity key holds no rank number,
+	// names a rank another identity also reserves or one outside the
+	// world, or its rank key is held by another identity. Other identities
+	// of the job claim as usual; an operator removes the key (Forget,
+	// tmmu rank release).
+	ErrBadReservation = errors.New("rendezvous: the identity's reservation cannot be used")
 )
 
 // Client claims ranks for jobs in etcd.
@@ -163,6 +170,11 @@ type jobState struct {
 	ranks      map[uint64]*mvccKV // rank -> rank key
 	identities map[string]*mvccKV // identity -> identity key
 	reserved   map[uint64]string  // rank -> identity reserving it
+	// bad holds the identities whose reservation is unusable (a
+	// malformed value, or a rank another identity reserved first), with
+	// why; problems describes every key read skipped.
+	bad      map[string]string
+	problems []string
 }
 
 type mvccKV struct {
@@ -182,6 +194,7 @@ func (c *Client) read(ctx context.Context, job string) (*jobState, error) {
 		ranks:      map[uint64]*mvccKV{},
 		identities: map[string]*mvccKV{},
 		reserved:   map[uint64]string{},
+		bad:        map[string]string{},
 	}
 	for _, kv := range resp.Kvs {
 		k := strings.TrimPrefix(string(kv.Key), p)
@@ -189,21 +202,30 @@ func (c *Client) read(ctx context.Context, job string) (*jobState, error) {
 		switch {
 		case strings.HasPrefix(k, "ranks/"):
 			r, err := strconv.ParseUint(strings.TrimPrefix(k, "ranks/"), 10, 64)
-			if err != nil {
-				return nil, fmt.Errorf("rendezvous: job %q: malformed rank key %q: %w", job, kv.Key, err)
+			if err != nil || r >= maxWorld {
+				st.problems = append(st.problems, fmt.Sprintf("rank key %q is not a rank number: skipped", kv.Key))
+				continue
 			}
 			st.ranks[r] = v
 		case strings.HasPrefix(k, "identities/"):
 			id := strings.TrimPrefix(k, "identities/")
 			r, err := strconv.ParseUint(v.value, 10, 64)
-			if err != nil {
-				return nil, fmt.Errorf("rendezvous: job %q: identity %q has malformed rank %q: %w", job, id, v.value, err)
+			var why string
+			switch other, dup := st.reserved[r]; {
+			case err != nil || r >= maxWorld:
+				why = fmt.Sprintf("identity key %q holds %q, not a rank number", kv.Key, truncate(v.value))
+			case dup:
+				why = fmt.Sprintf("identity key %q reserves rank %d, which identity %q reserves too", kv.Key, r, other)
 			}
-			if other, dup := st.reserved[r]; dup {
-				return nil, fmt.Errorf("rendezvous: job %q: rank %d reserved by both %q and %q", job, r, other, id)
+			if why != "" {
+				st.bad[id] = why
+				st.problems = append(st.problems, why+": skipped")
+				continue
 			}
 			st.identities[id] = v
 			st.reserved[r] = id
+		default:
+			st.problems = append(st.problems, fmt.Sprintf("key %q is not a rank or identity key: skipped", kv.Key))
 		}
 	}
 	return st, nil
@@ -270,17 +292,20 @@ func (c *Client) claim(ctx context.Context, job string, world uint64, identity s
 			rank  uint64
 			conds []clientv3.Cmp
 		)
+		if why, ok := st.bad[identity]; ok {
+			return 0, 0, fmt.Errorf("%w: job %q: %s (remove it: tmmu rank release %s %s)", ErrBadReservation, job, why, job, identity)
+		}
 		if idKV, ok := st.identities[identity]; ok {
 			// Resume the reserved rank.
 			rank, _ = strconv.ParseUint(idKV.value, 10, 64) // validated by read
 			if rank >= world {
-				return 0, 0, fmt.Errorf("rendezvous: identity %q of job %q reserves rank %d, outside world size %d", identity, job, rank, world)
+				return 0, 0, fmt.Errorf("%w: identity %q of job %q reserves rank %d, outside world size %d (tmmu rank release %s %s)", ErrBadReservation, identity, job, rank, world, job, identity)
 			}
 			rk := c.rankKey(job, rank)
 			conds = append(conds, clientv3.Compare(clientv3.ModRevision(idKey), "=", idKV.modRevision))
 			if rkv, ok := st.ranks[rank]; ok {
 				if rkv.value != identity {
-					return 0, 0, fmt.Errorf("rendezvous: job %q: rank %d is reserved by identity %q but held by identity %q", job, rank, identity, rkv.value)
+					return 0, 0, fmt.Errorf("%w: job %q: rank %d is reserved by identity %q but held by identity %q", ErrBadReservation, job, rank, identity, rkv.value)
 				}
 				conds = append(conds, clientv3.Compare(clientv3.ModRevision(rk), "=", rkv.modRevision))
 			} else {
@@ -322,6 +347,28 @@ func (c *Client) claim(ctx context.Context, job string, world uint64, identity s
 	}
 }
 
+// truncate shortens a value read from etcd for a message.
+func truncate(s string) string {
+	if len(s) > 32 {
+		return s[:32] + "..."
+	}
+	return s
+}
+
+// Problems lists the keys of job that Claim, Members and Missing skip
+// because they are malformed (not a rank key, not a rank number, a rank
+// two identities reserve), each with why; empty when there are none.
+func (c *Client) Problems(ctx context.Context, job string) ([]string, error) {
+	if err := validName("job", job); err != nil {
+		return nil, err
+	}
+	st, err := c.read(ctx, job)
+	if err != nil {
+		return nil, err
+	}
+	return st.problems, nil
+}
+
 // Forget removes identity's reservation (identity key) so its rank can go to
 // another identity; used by operators replacing a worker for good. It does
 // not touch the rank key: if the forgotten worker is still live, its rank
@@ -340,17 +387,38 @@ func (c *Client) Forget(ctx context.Context, job, identity string) error {
 	return nil
 }
 
+// ForgetJob removes every key of job: its reservations and its rank
+// keys (a live worker's lease stays, carrying nothing). For a deleted
+// job, whose workers stop: a job submitted again under the name starts
+// with no reservations. It returns how many keys it removed.
+func (c *Client) ForgetJob(ctx context.Context, job string) (int64, error) {
+	if err := validName("job", job); err != nil {
+		return 0, err
+	}
+	resp, err := c.cli.Delete(ctx, c.jobPrefix(job), clientv3.WithPrefix())
+	if err != nil {
+		return 0, fmt.Errorf("rendezvous: forget job %q: %w", job, err)
+	}
+	return resp.Deleted, nil
+}
+
 // Members lists ranks 0..world-1 with the identity that reserved each one and
 // whether it is present (its rank key exists). A rank still held by an
 // identity that was forgotten is present with an empty Identity.
 // Reservations of ranks outside 0..world-1 are not listed.
 func (c *Client) Members(ctx context.Context, job string, world uint64) ([]Member, error) {
+	ms, _, err := c.Survey(ctx, job, world)
+	return ms, err
+}
+
+// Survey is Members and Problems from one read.
+func (c *Client) Survey(ctx context.Context, job string, world uint64) ([]Member, []string, error) {
 	if err := validate(job, world, nil); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	st, err := c.read(ctx, job)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	ms := make([]Member, world)
 	for r := range ms {
@@ -358,7 +426,7 @@ func (c *Client) Members(ctx context.Context, job string, world uint64) ([]Membe
 		_, present := st.ranks[rank]
 		ms[r] = Member{Rank: rank, Identity: st.reserved[rank], Present: present}
 	}
-	return ms, nil
+	return ms, st.problems, nil
 }
 
 // Missing returns, sorted, the ranks of 0..world-1 that are not present:

@@ -635,3 +635,81 @@ func TestHeldAt(t *testing.T) {
 		t.Fatalf("after forgetting a: c has rank %d; a's claim holds %v", cc.Rank, held(a.Rank, "a", again.Revision))
 	}
 }
+
+// TestMalformedKeysBlockOnlyTheirOwner: keys this package does not write
+// (a rank key that is not a number, an identity key holding no rank, two
+// identities reserving one rank) are skipped and listed by Problems;
+// every other identity claims as usual, the owner of a bad key is
+// refused with ErrBadReservation naming the key, and once the key is
+// forgotten it claims a free rank.
+func TestMalformedKeysBlockOnlyTheirOwner(t *testing.T) {
+	cli, c := setup(t, 0)
+	ctx := testCtx(t)
+	for k, v := range map[string]string{
+		"/test/jobs/job/identities/zz":  "x",
+		"/test/jobs/job/ranks/abc":      "y",
+		"/test/jobs/job/identities/amy": "1",
+		"/test/jobs/job/identities/bob": "1",
+		"/test/jobs/job/stray":          "z",
+	} {
+		if _, err := cli.Put(ctx, k, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	probs, err := c.Problems(ctx, "job")
+	if err != nil || len(probs) != 4 {
+		t.Fatalf("problems %q, %v; want 4", probs, err)
+	}
+	for _, want := range []string{`"/test/jobs/job/identities/zz" holds "x"`, `"/test/jobs/job/ranks/abc"`, `"/test/jobs/job/identities/bob" reserves rank 1, which identity "amy" reserves too`, `"/test/jobs/job/stray"`} {
+		if !strings.Contains(strings.Join(probs, "\n"), want) {
+			t.Fatalf("problems %q do not mention %s", probs, want)
+		}
+	}
+	if cl := mustClaim(t, ctx, c, "job", 3, "amy"); cl.Rank != 1 {
+		t.Fatalf("amy got rank %d, want her reserved 1", cl.Rank)
+	}
+	if cl := mustClaim(t, ctx, c, "job", 3, "new"); cl.Rank != 0 {
+		t.Fatalf("new got rank %d, want 0", cl.Rank)
+	}
+	for _, id := range []string{"zz", "bob"} {
+		_, err := c.Claim(ctx, "job", 3, id)
+		if !errors.Is(err, ErrBadReservation) || !strings.Contains(err.Error(), "identities/"+id) || !strings.Contains(err.Error(), "tmmu rank release job "+id) {
+			t.Fatalf("%s: err = %v, want ErrBadReservation naming its key and the fix", id, err)
+		}
+	}
+	if ms, err := c.Members(ctx, "job", 3); err != nil || len(ms) != 3 || !ms[0].Present || ms[1].Identity != "amy" {
+		t.Fatalf("members %+v, %v", ms, err)
+	}
+	if err := c.Forget(ctx, "job", "zz"); err != nil {
+		t.Fatal(err)
+	}
+	if cl := mustClaim(t, ctx, c, "job", 3, "zz"); cl.Rank != 2 {
+		t.Fatalf("zz got rank %d after its key was forgotten, want 2", cl.Rank)
+	}
+}
+
+// TestForgetJob: a deleted job's reservations go, so a job submitted
+// again under its name with a smaller world gives its ranks to whoever
+// claims, not to identities reserving ranks outside it; other jobs keep
+// theirs.
+func TestForgetJob(t *testing.T) {
+	_, c := setup(t, 0)
+	ctx := testCtx(t)
+	for _, id := range []string{"a", "b", "c"} {
+		mustClaim(t, ctx, c, "job", 3, id).Release(ctx)
+	}
+	mustClaim(t, ctx, c, "jobx", 1, "a")
+	if _, err := c.Claim(ctx, "job", 2, "c"); !errors.Is(err, ErrBadReservation) {
+		t.Fatalf("c before ForgetJob: %v, want its rank 2 outside world 2 refused", err)
+	}
+	n, err := c.ForgetJob(ctx, "job")
+	if err != nil || n != 3 {
+		t.Fatalf("ForgetJob removed %d keys, %v; want 3 reservations", n, err)
+	}
+	if cl := mustClaim(t, ctx, c, "job", 2, "c"); cl.Rank != 0 {
+		t.Fatalf("c got rank %d in the new job, want 0", cl.Rank)
+	}
+	if ms, err := c.Members(ctx, "jobx", 1); err != nil || !ms[0].Present || ms[0].Identity != "a" {
+		t.Fatalf("another job lost its keys: %+v %v", ms, err)
+	}
+}

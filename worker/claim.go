@@ -3,25 +3,28 @@ package worker
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/tmmu/tmmu/rendezvous"
 )
 
 // claimRank claims this identity's rank, retrying while etcd is
-// unreachable. A job with no free rank for this identity is final.
+// unreachable or this identity's reservation cannot be used (an operator
+// fixes that with tmmu rank release; the wait says so). A job with no
+// free rank for this identity is final.
 func (w *run) claimRank(ctx context.Context) (*rendezvous.Claim, error) {
+	var since time.Time
 	for try := 0; ; try++ {
 		// ctx holds the lease's keepalive: it must outlive the claim.
 		c, err := w.cfg.Rendezvous.Claim(ctx, w.cfg.Job, w.world, w.cfg.Identity)
 		if err == nil {
+			w.waited("claiming a rank", try)
 			return c, nil
 		}
 		if errors.Is(err, rendezvous.ErrJobFull) || errors.Is(err, rendezvous.ErrInvalidArgument) || ctx.Err() != nil {
 			return nil, err
 		}
-		if try == 0 {
-			w.log.Warn("claiming a rank", "err", err)
-		}
+		w.waiting("claiming a rank", err, try, &since)
 		if err := backoff(ctx, try); err != nil {
 			return nil, err
 		}

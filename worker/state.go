@@ -315,20 +315,21 @@ func (w *run) write(ctx context.Context, j shardJob) error {
 		return err
 	}
 	name := checkpoint.ObjectName(w.cfg.Job, step, j.rank, digest)
+	var since time.Time
 	for try := 0; ; try++ {
 		actx, cancel := context.WithTimeout(ctx, 30*time.Second+time.Duration(len(data)/10e6)*time.Second)
 		err = w.store.Put(actx, name, data)
 		cancel()
 		if err == nil {
+			w.waited("storing a checkpoint", try)
 			break
 		}
 		if errors.Is(err, checkpoint.ErrStoreFull) {
 			w.askFor(j.epoch, j.rank, recovery.StoreFull, step, err.Error())
 		} else if errors.Is(err, nats.ErrConnectionClosed) {
 			return err
-		} else if try == 0 {
-			w.log.Warn("storing a checkpoint", "step", step, "err", err)
 		}
+		w.waiting("storing a checkpoint", fmt.Errorf("step %d: %w", step, err), try, &since)
 		if err := backoff(ctx, try); err != nil {
 			return err
 		}

@@ -139,6 +139,16 @@ type Stats interface {
 	Reconnected(what string)
 }
 
+// WaitStats is what a Stats may also implement to be told what the
+// worker is waiting on: Waiting after each failed try of something it
+// retries (what, the last error, when the run of failures began, the
+// tries so far), Waited when it succeeded. The daemon shows it in
+// /readyz and its metrics.
+type WaitStats interface {
+	Waiting(what string, err error, since time.Time, tries int)
+	Waited(what string)
+}
+
 // Event describes a step about to run.
 type Event struct {
 	Job      string
@@ -460,14 +470,13 @@ func (w *run) retry(ctx context.Context, what string, f func(context.Context) er
 
 // retryFor is retry with each try bounded by attempt.
 func (w *run) retryFor(ctx context.Context, what string, attempt time.Duration, f func(context.Context) error) error {
+	var since time.Time
 	for try := 0; ; try++ {
 		actx, cancel := context.WithTimeout(ctx, attempt)
 		err := f(actx)
 		cancel()
 		if err == nil {
-			if try > 0 {
-				w.log.Info("recovered", "what", what, "tries", try+1)
-			}
+			w.waited(what, try)
 			return nil
 		}
 		if ctx.Err() != nil {
@@ -476,11 +485,36 @@ func (w *run) retryFor(ctx context.Context, what string, attempt time.Duration, 
 		if errors.Is(err, nats.ErrConnectionClosed) {
 			return err // closed for good: nothing to wait for
 		}
-		if try == 0 {
-			w.log.Warn("retrying", "what", what, "err", err)
-		}
+		w.waiting(what, err, try, &since)
 		if err := backoff(ctx, try); err != nil {
 			return err
+		}
+	}
+}
+
+// waiting records a failed try (try counts from 0) of what: it logs the
+// first one and then ever more rarely (tries 2, 4, 8, ...: with the
+// backoff's 2 s cap, about every doubling of the time spent), and tells
+// Stats (WaitStats) what the worker waits on and why. since is when the
+// run of failures began; waiting sets it on the first try.
+func (w *run) waiting(what string, err error, try int, since *time.Time) {
+	if try == 0 {
+		*since = time.Now()
+	}
+	if try&(try+1) == 0 { // 0, 1, 3, 7, ...: the first and each doubling
+		w.log.Warn("retrying", "what", what, "err", err, "tries", try+1, "since", since.Format(time.RFC3339))
+	}
+	if ws, ok := w.cfg.Stats.(WaitStats); ok {
+		ws.Waiting(what, err, *since, try+1)
+	}
+}
+
+// waited says a wait on what ended (after tries failures).
+func (w *run) waited(what string, tries int) {
+	if tries > 0 {
+		w.log.Info("recovered", "what", what, "tries", tries+1)
+		if ws, ok := w.cfg.Stats.(WaitStats); ok {
+			ws.Waited(what)
 		}
 	}
 }
@@ -834,11 +868,22 @@ func (w *run) await(ctx context.Context, step uint64) (*epochPlan, error) {
 		fresh = true
 	default:
 	}
+	// Failures that may pass are retried here; a run of them is logged
+	// with backoff and shown as what the worker waits on.
+	var since time.Time
+	fails := 0
+	failed := func(err error) {
+		w.waiting("getting ready for a step", err, fails, &since)
+		fails++
+	}
 	for {
 		if fresh {
 			j, err := w.fetch(ctx)
 			if err != nil && !isRetryable(err) {
 				return nil, err
+			}
+			if err != nil {
+				failed(err)
 			}
 			if err == nil {
 				job = j
@@ -858,10 +903,11 @@ func (w *run) await(ctx context.Context, step uint64) (*epochPlan, error) {
 				return nil, err
 			}
 			if ready {
+				w.waited("getting ready for a step", fails)
 				return p, nil
 			}
 			if err != nil {
-				w.log.Debug("waiting", "step", step, "err", err)
+				failed(fmt.Errorf("step %d: %w", step, err))
 			}
 			if p != nil && p.barrier != nil {
 				changed = p.barrier.changed

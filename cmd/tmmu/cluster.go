@@ -200,7 +200,7 @@ func runJob(c *command, e *env, args []string) error {
 			if err := cl.Delete(ctx, pos[0]); err != nil {
 				return err
 			}
-			fmt.Fprintf(e.stdout, "job %s deleted: its workers stop; its checkpoints and reports are removed\n", pos[0])
+			fmt.Fprintf(e.stdout, "job %s deleted: its workers stop; its checkpoints, reports and rank reservations are removed\n", pos[0])
 			return nil
 		}
 		j, err := cl.Cancel(ctx, pos[0], *reason)
@@ -362,6 +362,9 @@ func printJobs(w io.Writer, jobs []api.JobSummary) {
 		if j.Paused != "" {
 			fmt.Fprintf(w, "%s: paused: %s\n", j.Name, j.Paused)
 		}
+		for _, p := range j.RankProblems {
+			fmt.Fprintf(w, "%s: etcd: %s\n", j.Name, p)
+		}
 	}
 }
 
@@ -403,6 +406,39 @@ func printStatus(w io.Writer, st *api.Status) {
 	t.write(w)
 	fmt.Fprintln(w)
 	printJobs(w, st.Jobs)
+}
+
+var rankCmd = &command{
+	name:    "rank",
+	summary: "Release an identity's rank reservation in etcd: a dead worker's rank goes to the next identity that claims, a malformed reservation is cleared.",
+	usage:   "rank release JOB IDENTITY [cluster flags] [-o text|json]",
+	run:     runRank,
+}
+
+func runRank(c *command, e *env, args []string) error {
+	sub, err := subcommand(c, e, args, "release")
+	if err != nil {
+		return err
+	}
+	fs := newFlags(e, &command{name: "rank " + sub, usage: c.usage, summary: c.summary})
+	cf := addClusterFlags(fs)
+	out := fs.String("o", "text", "output: text or json")
+	pos, cl, err := cf.parse(e, fs, out, args[1:])
+	if err != nil {
+		return err
+	}
+	if len(pos) != 2 {
+		return usagef("usage: tmmu %s", c.usage)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), *cf.timeout)
+	defer cancel()
+	r, err := cl.ReleaseRank(ctx, pos[0], pos[1])
+	if err != nil {
+		return err
+	}
+	return emit(e, *out, r, func(w io.Writer) {
+		fmt.Fprintf(w, "released %s's rank reservation in job %s: its rank goes to the next identity that claims once no live worker holds it\n", r.Identity, r.Job)
+	})
 }
 
 var voterCmd = &command{

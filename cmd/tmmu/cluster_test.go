@@ -19,6 +19,7 @@ import (
 	"github.com/tmmu/tmmu/planner"
 	"github.com/tmmu/tmmu/runner"
 	"github.com/tmmu/tmmu/worker"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // TestDemo runs tmmu demo small: the whole cluster in process, a job
@@ -259,4 +260,90 @@ func (pause) Name() string { return "pause" }
 func (pause) Step(context.Context, uint64) (runner.StepStats, error) {
 	time.Sleep(10 * time.Millisecond)
 	return runner.StepStats{}, nil
+}
+
+// TestRankCommands: a malformed reservation in etcd shows in tmmu status
+// (text and JSON) within seconds, tmmu rank release clears it, and tmmu
+// job delete removes the job's reservations, so a job submitted again
+// under the name with a smaller world inherits none.
+func TestRankCommands(t *testing.T) {
+	l, err := localcluster.Start(localcluster.Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	t.Setenv("TMMU_CA_FILE", l.CAFile())
+	t.Setenv("TMMU_TOKEN", l.APIToken())
+	t.Setenv("TMMU_COORDINATORS", strings.Join(l.Coord.URLs(), ","))
+	ec, err := l.EtcdClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ec.Close()
+	dir := t.TempDir()
+	irFile, specFile := filepath.Join(dir, "gpt2.json"), filepath.Join(dir, "spec.json")
+	mustRun(t, "", "gen", "gpt2", "--layers", "1", "--hidden", "32", "--heads", "2", "--seq", "8", "--vocab", "64", "--train", "--out", irFile)
+	os.WriteFile(specFile, []byte(`{"world_size": 2, "data_parallel": {"zero_stage": 1}}`), 0o644)
+	mustRun(t, "", "job", "submit", irFile, "--shard-spec", specFile, "--name", "lm", "--steps", "5")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for k, v := range map[string]string{"/tmmu/jobs/lm/identities/zz": "x", "/tmmu/jobs/lm/identities/w1": "1"} {
+		if _, err := ec.Put(ctx, k, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// What the operator sees, within 10 s.
+	var st api.Status
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if err := json.Unmarshal([]byte(mustRun(t, "", "status", "-o", "json")), &st); err != nil {
+			t.Fatal(err)
+		}
+		if len(st.Jobs) == 1 && len(st.Jobs[0].RankProblems) == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no rank problem in status after 10 s: %+v", st.Jobs)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if p := st.Jobs[0].RankProblems[0]; !strings.Contains(p, `identity key "/tmmu/jobs/lm/identities/zz" holds "x"`) {
+		t.Fatalf("problem %q", p)
+	}
+	if text := mustRun(t, "", "status"); !strings.Contains(text, `lm: etcd: identity key "/tmmu/jobs/lm/identities/zz" holds "x", not a rank number: skipped`) {
+		t.Fatalf("status text:\n%s", text)
+	}
+	if out := mustRun(t, "", "rank", "release", "lm", "zz"); !strings.Contains(out, "released zz's rank reservation in job lm") {
+		t.Fatalf("rank release: %s", out)
+	}
+	for deadline = time.Now().Add(10 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		st = api.Status{} // Unmarshal keeps fields the JSON leaves out
+		if err := json.Unmarshal([]byte(mustRun(t, "", "status", "-o", "json")), &st); err != nil {
+			t.Fatal(err)
+		}
+		if len(st.Jobs[0].RankProblems) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the released key still shows after 10 s: %q", st.Jobs[0].RankProblems)
+		}
+	}
+	if code, _, stderr := runCLI(t, "", "rank", "release", "lm"); code != 2 || !strings.Contains(stderr, "rank release JOB IDENTITY") {
+		t.Fatalf("rank release with one argument: exit %d, %s", code, stderr)
+	}
+
+	// Delete: the reservations go.
+	mustRun(t, "", "job", "delete", "lm")
+	for deadline = time.Now().Add(10 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		resp, err := ec.Get(ctx, "/tmmu/jobs/lm/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.Count == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d etcd keys of the deleted job left after 10 s", resp.Count)
+		}
+	}
 }

@@ -51,7 +51,7 @@ type command struct {
 var commands []*command
 
 func init() {
-	commands = []*command{genCmd, importCmd, planCmd, shardCmd, verifyCmd, benchCmd, vizCmd, trainCmd, demoCmd, jobCmd, dataCmd, replanCmd, statusCmd, voterCmd, secretsCmd, probeCmd, versionCmd, completionCmd, healthcheckCmd}
+	commands = []*command{genCmd, importCmd, planCmd, shardCmd, verifyCmd, benchCmd, vizCmd, trainCmd, demoCmd, jobCmd, rankCmd, dataCmd, replanCmd, statusCmd, voterCmd, secretsCmd, probeCmd, versionCmd, completionCmd, healthcheckCmd}
 }
 
 // env carries the process's streams so tests can run commands in-process.

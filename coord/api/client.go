@@ -364,6 +364,14 @@ func (c *Client) Delete(ctx context.Context, job string) error {
 	return c.do(ctx, http.MethodDelete, "/v1/jobs/"+url.PathEscape(job), nil, nil)
 }
 
+// ReleaseRank removes identity's rank reservation in job (tmmu rank
+// release): the operator's way to give a dead worker's rank to another
+// identity, or to clear a malformed reservation.
+func (c *Client) ReleaseRank(ctx context.Context, job, identity string) (*Release, error) {
+	var r Release
+	return &r, c.do(ctx, http.MethodDelete, "/v1/jobs/"+url.PathEscape(job)+"/ranks/"+url.PathEscape(identity), nil, &r)
+}
+
 // Replan sends an operator's replan request; token is the operator token
 // ("" when the cluster needs none).
 func (c *Client) Replan(ctx context.Context, job, token string, req *ReplanRequest) (*ReplanReply, error) {

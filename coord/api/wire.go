@@ -136,6 +136,11 @@ type JobSummary struct {
 	// Absent are the ranks without an etcd lease, and since when this
 	// node has seen them so (nodes given etcd only).
 	Absent []Absent `json:"absent_ranks,omitempty"`
+	// RankProblems are the job's etcd keys that claims skip because they
+	// are malformed, each with why (rendezvous.Client.Problems): the
+	// identity whose key it is cannot claim until an operator releases
+	// it (tmmu rank release).
+	RankProblems []string `json:"rank_problems,omitempty"`
 	// Paused says why the job waits (a full checkpoint store).
 	Paused string `json:"paused,omitempty"`
 	// LastCheckpoint is the step of the newest committed checkpoint (0:
@@ -147,6 +152,15 @@ type JobSummary struct {
 	// data).
 	Loss *StepLoss `json:"loss,omitempty"`
 	Val  *StepLoss `json:"val_loss,omitempty"`
+}
+
+// Release is the answer of DELETE /v1/jobs/{name}/ranks/{identity}: the
+// identity's rank reservation in etcd is gone (or there was none), so
+// the rank goes to the next identity that claims once no live worker
+// holds it.
+type Release struct {
+	Job      string `json:"job"`
+	Identity string `json:"identity"`
 }
 
 // CancelRequest is the body of POST /v1/jobs/{name}/cancel.

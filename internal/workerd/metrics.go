@@ -2,8 +2,12 @@ package workerd
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
+	"slices"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -35,7 +39,20 @@ type metrics struct {
 	restores    prometheus.Counter
 	restoreTime prometheus.Histogram
 	reconnects  *prometheus.CounterVec
+	retries     *prometheus.CounterVec
+	waitingG    *prometheus.GaugeVec
 	running     atomic.Bool
+
+	waitMu sync.Mutex
+	waits  map[string]wait // what the worker retries now, by what
+}
+
+// wait is one thing the worker retries: the last error, since when, and
+// how many tries have failed.
+type wait struct {
+	err   string
+	since time.Time
+	tries int
 }
 
 func newMetrics() *metrics {
@@ -60,6 +77,10 @@ func newMetrics() *metrics {
 	}
 	m.dataFetched = prometheus.NewGauge(prometheus.GaugeOpts{Name: "tmmu_worker_data_fetched_bytes", Help: "Bytes of training data this worker fetched from where the dataset lives (range reads from the coordinators for a stored dataset, or from mounted files), since it started."})
 	m.dataFed = prometheus.NewGauge(prometheus.GaugeOpts{Name: "tmmu_worker_data_fed_bytes", Help: "Bytes of training data this worker fed its graph (its rows' tokens), since it started."})
+	m.retries = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tmmu_worker_retries_total", Help: "Failed tries of something the worker retries (what: claiming a rank, getting ready for a step, storing or reading a checkpoint, ...)."}, []string{"what"})
+	m.waitingG = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "tmmu_worker_waiting_seconds", Help: "How long the worker has been retrying what (0: it is not); /readyz says why."}, []string{"what"})
+	m.waits = map[string]wait{}
+	m.reg.MustRegister(m.retries, m.waitingG)
 	m.reg.MustRegister(m.steps, m.duration, m.loss, m.valLoss, m.dataFetched, m.dataFed, m.arena, m.plans, m.ckpts, m.ckptBytes, m.ckptTime, m.restores, m.restoreTime, m.reconnects, collectors.NewGoCollector())
 	return m
 }
@@ -92,6 +113,35 @@ func (m *metrics) Restored(step, bytes uint64, took time.Duration) {
 // Reconnected counts a recovered dependency (worker.Stats).
 func (m *metrics) Reconnected(what string) { m.reconnects.WithLabelValues(what).Inc() }
 
+// Waiting records a failed try of what (worker.WaitStats).
+func (m *metrics) Waiting(what string, err error, since time.Time, tries int) {
+	m.retries.WithLabelValues(what).Inc()
+	m.waitingG.WithLabelValues(what).Set(time.Since(since).Seconds())
+	m.waitMu.Lock()
+	m.waits[what] = wait{err: err.Error(), since: since, tries: tries}
+	m.waitMu.Unlock()
+}
+
+// Waited records that what succeeded (worker.WaitStats).
+func (m *metrics) Waited(what string) {
+	m.waitingG.WithLabelValues(what).Set(0)
+	m.waitMu.Lock()
+	delete(m.waits, what)
+	m.waitMu.Unlock()
+}
+
+// waiting describes what the worker retries now, one line each, sorted.
+func (m *metrics) waiting() []string {
+	m.waitMu.Lock()
+	defer m.waitMu.Unlock()
+	var out []string
+	for what, w := range m.waits {
+		out = append(out, fmt.Sprintf("waiting: %s, %d tries since %s: %s", what, w.tries, w.since.UTC().Format(time.RFC3339), w.err))
+	}
+	slices.Sort(out)
+	return out
+}
+
 // wrap counts every executor built and measures its steps. The wrapper
 // passes the optional interfaces through: an executor that holds state
 // is wrapped as one that does, one that does not as one that does not.
@@ -116,8 +166,13 @@ func (m *metrics) handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /livez", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		if !m.running.Load() {
-			http.Error(w, "not running steps yet", http.StatusServiceUnavailable)
+		waits := m.waiting()
+		if !m.running.Load() || len(waits) > 0 {
+			msg := "running steps"
+			if !m.running.Load() {
+				msg = "not running steps yet"
+			}
+			http.Error(w, strings.Join(append([]string{msg}, waits...), "\n"), http.StatusServiceUnavailable)
 			return
 		}
 		io.WriteString(w, "ok\n")

@@ -2,15 +2,22 @@ package workerd
 
 import (
 	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/tmmu/tmmu/engine"
 	"github.com/tmmu/tmmu/ir"
 	"github.com/tmmu/tmmu/planner"
 	"github.com/tmmu/tmmu/runner"
+	"github.com/tmmu/tmmu/worker"
 )
 
 // The metrics wrapper keeps what the worker asks of an engine executor:
@@ -79,4 +86,54 @@ func stepsCounted(t *testing.T, m *metrics) float64 {
 	}
 	t.Fatal("no tmmu_worker_steps_total")
 	return 0
+}
+
+// TestReadyzSaysWhatTheWorkerWaitsOn: a retried failure makes /readyz
+// answer 503 with what is retried, since when, how often and the last
+// error, and counts in the metrics; once it succeeds the worker is
+// ready again.
+func TestReadyzSaysWhatTheWorkerWaitsOn(t *testing.T) {
+	mt := newMetrics()
+	mt.running.Store(true)
+	get := func() (int, string) {
+		rec := httptest.NewRecorder()
+		mt.handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
+		return rec.Code, rec.Body.String()
+	}
+	if code, body := get(); code != http.StatusOK {
+		t.Fatalf("readyz %d %q before any wait", code, body)
+	}
+	var _ worker.WaitStats = mt
+	since := time.Now().Add(-time.Minute)
+	mt.Waiting("claiming a rank", errors.New(`identity key "/tmmu/jobs/j/identities/w0" holds "x"`), since, 7)
+	code, body := get()
+	if code != http.StatusServiceUnavailable || !strings.Contains(body, "waiting: claiming a rank, 7 tries since") || !strings.Contains(body, `holds "x"`) {
+		t.Fatalf("readyz %d %q while claiming fails", code, body)
+	}
+	if v := value(t, mt.retries.WithLabelValues("claiming a rank")); v != 1 {
+		t.Fatalf("retries %v", v)
+	}
+	if v := value(t, mt.waitingG.WithLabelValues("claiming a rank")); v < 59 {
+		t.Fatalf("waiting %v s, want about 60", v)
+	}
+	mt.Waited("claiming a rank")
+	if code, body := get(); code != http.StatusOK {
+		t.Fatalf("readyz %d %q after the wait ended", code, body)
+	}
+	if v := value(t, mt.waitingG.WithLabelValues("claiming a rank")); v != 0 {
+		t.Fatalf("waiting %v s after the wait ended", v)
+	}
+}
+
+// value reads a counter's or a gauge's value.
+func value(t *testing.T, m interface{ Write(*dto.Metric) error }) float64 {
+	t.Helper()
+	var d dto.Metric
+	if err := m.Write(&d); err != nil {
+		t.Fatal(err)
+	}
+	if c := d.GetCounter(); c != nil {
+		return c.GetValue()
+	}
+	return d.GetGauge().GetValue()
 }
