@@ -250,14 +250,20 @@ func checkMountedWeights(ref *api.DataRef, g *ir.Graph) error {
 	if err != nil {
 		return err
 	}
-	f, err := os.Open(paths[0])
+	return checkWeightsFile(paths[0], g)
+}
+
+// checkWeightsFile checks a local safetensors file against g's
+// parameters (weights.Check), naming the file in the error.
+func checkWeightsFile(path string, g *ir.Graph) error {
+	f, err := os.Open(path)
 	if err != nil {
-		return ioError(err, paths[0])
+		return ioError(err, path)
 	}
 	defer f.Close()
 	st, err := f.Stat()
 	if err != nil {
-		return ioError(err, paths[0])
+		return ioError(err, path)
 	}
 	sf, err := safetensors.Open(f, st.Size())
 	if err != nil {
@@ -265,7 +271,7 @@ func checkMountedWeights(ref *api.DataRef, g *ir.Graph) error {
 	}
 	if err := weights.Check(sf, g); err != nil {
 		if fe, ok := err.(*failure.Error); ok {
-			fe.With("file", paths[0])
+			fe.With("file", path)
 		}
 		return err
 	}

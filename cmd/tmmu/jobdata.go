@@ -86,6 +86,10 @@ func (f *submitDataFlags) apply(ctx context.Context, cl *api.Client, req *api.Su
 	if w := *f.wts; w != "" {
 		if !strings.HasPrefix(w, "file://") {
 			if _, err := os.Stat(w); err == nil {
+				// Checked here first: weights that do not fit are not stored.
+				if err := checkWeightsFile(w, g); err != nil {
+					return err
+				}
 				name := req.Name + "-weights"
 				if _, err := putDataset(ctx, cl, name, []string{w}, nil, "safetensors"); err != nil {
 					return err

@@ -303,3 +303,104 @@ func compareWeights(t *testing.T, a, b map[string][]float32, tol, keyTol float64
 	}
 	return worst, worstKey
 }
+
+// TestJobSubmitRefusesBadData: tmmu job submit with a stored dataset that
+// does not fit the graph (a token id past the vocabulary, fewer tokens
+// than one sample, an image set for a token model), a dataset that does
+// not exist, or weights that do not fit is refused before anything is
+// committed, with the failure code and a message naming the culprit;
+// the cluster then holds no job.
+func TestJobSubmitRefusesBadData(t *testing.T) {
+	l, err := localcluster.Start(localcluster.Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	t.Setenv("TMMU_CA_FILE", l.CAFile())
+	t.Setenv("TMMU_TOKEN", l.APIToken())
+	t.Setenv("TMMU_COORDINATORS", strings.Join(l.Coord.URLs(), ","))
+	dir := t.TempDir()
+	irFile, specFile := filepath.Join(dir, "gpt2.json"), filepath.Join(dir, "spec.json")
+	mustRun(t, "", "gen", "gpt2", "--layers", "1", "--hidden", "32", "--heads", "2", "--seq", "8", "--vocab", "64", "--train", "--out", irFile)
+	os.WriteFile(specFile, []byte(`{"world_size": 2, "data_parallel": {"zero_stage": 3}}`), 0o644)
+	tokens := func(name string, ids ...uint16) string {
+		var b bytes.Buffer
+		for _, id := range ids {
+			b.WriteByte(byte(id))
+			b.WriteByte(byte(id >> 8))
+		}
+		p := filepath.Join(dir, name)
+		os.WriteFile(p, b.Bytes(), 0o644)
+		return p
+	}
+	long := make([]uint16, 200)
+	for i := range long {
+		long[i] = uint16(i % 64)
+	}
+	past := append(append([]uint16{}, long...), 64)
+	mustRun(t, "", "data", "put", "past", tokens("past.bin", past...))
+	mustRun(t, "", "data", "put", "short", tokens("short.bin", 1, 2, 3))
+	var img bytes.Buffer
+	writeNPY(&img, "<f4", []int{2, 3, 4, 4}, make([]byte, 2*3*4*4*4))
+	os.WriteFile(filepath.Join(dir, "img.npy"), img.Bytes(), 0o644)
+	var lbl bytes.Buffer
+	writeNPY(&lbl, "<i8", []int{2}, make([]byte, 16))
+	os.WriteFile(filepath.Join(dir, "lbl.npy"), lbl.Bytes(), 0o644)
+	mustRun(t, "", "data", "put", "images", filepath.Join(dir, "img.npy"), "--labels", filepath.Join(dir, "lbl.npy"))
+	mustRun(t, "", "data", "put", "ok", tokens("ok.bin", long...))
+	badW := filepath.Join(dir, "w.safetensors")
+	var wb bytes.Buffer
+	if err := safetensors.Write(&wb, []safetensors.Tensor{safetensors.F32Tensor("transformer.wte.weight", []uint64{32, 32}, make([]float32, 32*32))}, nil); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(badW, wb.Bytes(), 0o644)
+	mustRun(t, "", "data", "put", "badw", badW)
+	submit := []string{"job", "submit", irFile, "--shard-spec", specFile, "--name", "lm", "--steps", "3"}
+	for _, c := range []struct {
+		args        []string
+		code, quote string
+	}{
+		{[]string{"--data", "past"}, "INVALID_DATASET", "holds token id 64, not below the model's vocabulary (64)"},
+		{[]string{"--data", "short"}, "INVALID_DATASET", "holds 3 tokens: shorter than one sample of 8 tokens"},
+		{[]string{"--data", "images"}, "INVALID_DATASET", "the graph takes tokens"},
+		{[]string{"--data", "nope"}, "INVALID_DATASET", `no dataset named "nope"`},
+		{[]string{"--data", "ok", "--val-data", "past"}, "INVALID_DATASET", "not below the model's vocabulary"},
+		{[]string{"--data", "ok", "--weights", badW}, "INVALID_WEIGHTS", "transformer.wte.weight is [32 32], the graph's wte is [64 32]"},
+		{[]string{"--data", "ok", "--weights", "badw"}, "INVALID_WEIGHTS", "transformer.wte.weight is [32 32], the graph's wte is [64 32]"},
+	} {
+		code, _, stderr := runCLI(t, "", append(submit, c.args...)...)
+		if code != 1 || !strings.Contains(stderr, c.code) || !strings.Contains(stderr, c.quote) {
+			t.Errorf("job submit %s: exit %d, %s\nwant %s: ...%s", strings.Join(c.args, " "), code, stderr, c.code, c.quote)
+		}
+		t.Logf("job submit ... %s\n  %s", strings.Join(c.args, " "), strings.TrimSpace(stderr))
+	}
+	if out := mustRun(t, "", "job", "list", "-o", "json"); strings.TrimSpace(out) != "[]" {
+		t.Fatalf("a refused submission left a job: %s", out)
+	}
+	if out := mustRun(t, "", "data", "ls"); strings.Contains(out, "lm-weights") {
+		t.Fatalf("weights that do not fit were stored:\n%s", out)
+	}
+}
+
+// writeNPY writes a NumPy .npy (format 1.0) of dtype descr and shape
+// holding raw.
+func writeNPY(w *bytes.Buffer, descr string, shape []int, raw []byte) {
+	dims := make([]string, len(shape))
+	for i, d := range shape {
+		dims[i] = fmt.Sprint(d)
+	}
+	tuple := strings.Join(dims, ", ")
+	if len(shape) == 1 {
+		tuple += ","
+	}
+	h := fmt.Sprintf("{'descr': '%s', 'fortran_order': False, 'shape': (%s), }", descr, tuple)
+	for (10+len(h)+1)%64 != 0 {
+		h += " "
+	}
+	h += "\n"
+	w.WriteString("\x93NUMPY\x01\x00")
+	w.WriteByte(byte(len(h)))
+	w.WriteByte(byte(len(h) >> 8))
+	w.WriteString(h)
+	w.Write(raw)
+}
