@@ -60,6 +60,7 @@ type metrics struct {
 	recoveries      *prometheus.CounterVec
 	forged          *prometheus.CounterVec
 	raftRefused     prometheus.Counter
+	raftHandshake   *prometheus.CounterVec
 	answers         *prometheus.CounterVec
 	// data: range reads served, blocks fetched for them
 	dataServed  prometheus.Counter
@@ -95,7 +96,8 @@ func newMetrics(n *Node) *metrics {
 	for _, k := range []string{ForgedPlan, ForgedProgress, ForgedCheckpoint, ForgedRecovery, ForgedReplan} {
 		m.forged.WithLabelValues(k)
 	}
-	m.raftRefused = prometheus.NewCounter(prometheus.CounterOpts{Name: "tmmu_coordinator_raft_refused_connections_total", Help: "Raft connections refused because the peer's TLS handshake failed (no certificate of a coordinator of this cluster's CA)."})
+	m.raftRefused = prometheus.NewCounter(prometheus.CounterOpts{Name: "tmmu_coordinator_raft_refused_connections_total", Help: "Raft connections refused because the peer showed no certificate of a coordinator of this cluster's CA, or spoke no TLS (handshakes that timed out or that the peer closed are not counted: see tmmu_coordinator_raft_handshake_failures_total)."})
+	m.raftHandshake = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tmmu_coordinator_raft_handshake_failures_total", Help: "Raft TLS handshakes that failed, by cause: timeout and closed (a slow or gone peer, not refused), no_certificate, wrong_ca, wrong_role, not_tls, other (refused)."}, []string{"cause"})
 	m.answers = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tmmu_coordinator_http_responses_total", Help: "API answers by status code."}, []string{"code"})
 	m.dataServed = prometheus.NewCounter(prometheus.CounterOpts{Name: "tmmu_coordinator_data_served_bytes_total", Help: "Bytes of stored datasets and weights this node served to workers' range reads."})
 	m.dataFetched = prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tmmu_coordinator_data_fetched_bytes_total", Help: "Bytes of dataset blocks this node fetched from the object store to serve range reads (the rest came from its cache)."},
@@ -105,7 +107,7 @@ func newMetrics(n *Node) *metrics {
 			}
 			return 0
 		})
-	m.reg.MustRegister(m.leader, m.term, m.applied, m.submits, m.outcomes, m.agreement, m.refused, m.replans, m.checkpoints, m.checkpointBytes, m.checkpointWrite, m.collected, m.recoveries, m.forged, m.raftRefused, m.answers, m.dataServed, m.dataFetched)
+	m.reg.MustRegister(m.leader, m.term, m.applied, m.submits, m.outcomes, m.agreement, m.refused, m.replans, m.checkpoints, m.checkpointBytes, m.checkpointWrite, m.collected, m.recoveries, m.forged, m.raftRefused, m.raftHandshake, m.answers, m.dataServed, m.dataFetched)
 	return m
 }
 

@@ -305,10 +305,18 @@ func Open(cfg Config) (*Node, error) {
 	if cfg.RaftTLS != nil {
 		var stream *tlsStream
 		refused := func(from net.Addr, err error) {
+			cause, refused := handshakeCause(err)
 			if m := n.metrics; m != nil {
-				m.raftRefused.Inc()
+				m.raftHandshake.WithLabelValues(cause).Inc()
+				if refused {
+					m.raftRefused.Inc()
+				}
 			}
-			n.log.Warn("refused a raft connection: no valid coordinator certificate", "from", from, "err", err)
+			if refused {
+				n.log.Warn("refused a raft connection: no valid coordinator certificate", "from", from, "cause", cause, "err", err)
+			} else {
+				n.log.Info("a raft connection's handshake did not complete", "from", from, "cause", cause, "err", err)
+			}
 		}
 		if stream, err = newTLSStream(cfg.RaftAddr, addr, cfg.RaftTLS, refused); err == nil {
 			trans = raft.NewNetworkTransportWithLogger(stream, 3, 2*time.Second, logbridge.Hclog(n.log, "raft-net", hclog.Warn))

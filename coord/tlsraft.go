@@ -4,8 +4,12 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"os"
+	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -87,6 +91,42 @@ func (c *handshakeConn) Read(b []byte) (int, error) {
 		return 0, c.err
 	}
 	return c.Conn.Read(b)
+}
+
+// Causes of a failed raft handshake (handshakeCause).
+const (
+	causeTimeout       = "timeout"        // no handshake within handshakeTimeout: a slow or starved peer
+	causeClosed        = "closed"         // the peer hung up mid-handshake (its own dial timed out)
+	causeNoCertificate = "no_certificate" // refused: the peer showed no certificate
+	causeWrongCA       = "wrong_ca"       // refused: a certificate this cluster's CA did not sign
+	causeWrongRole     = "wrong_role"     // refused: a certificate of this CA, but not a coordinator's
+	causeNotTLS        = "not_tls"        // refused: the peer does not speak TLS
+	causeOther         = "other"          // refused: any other handshake failure
+)
+
+// handshakeCause classifies a failed server-side handshake; refused says
+// whether the peer was turned away (a certificate or protocol problem)
+// rather than too slow or gone, which genuine peers are under load.
+func handshakeCause(err error) (cause string, refused bool) {
+	var ne net.Error
+	var rh tls.RecordHeaderError
+	var cv *tls.CertificateVerificationError
+	msg := err.Error()
+	switch {
+	case errors.Is(err, os.ErrDeadlineExceeded) || errors.As(err, &ne) && ne.Timeout():
+		return causeTimeout, false
+	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, net.ErrClosed):
+		return causeClosed, false
+	case strings.Contains(msg, "didn't provide a certificate"):
+		return causeNoCertificate, true
+	case errors.As(err, &cv):
+		return causeWrongCA, true
+	case strings.Contains(msg, "trust: client"):
+		return causeWrongRole, true
+	case errors.As(err, &rh):
+		return causeNotTLS, true
+	}
+	return causeOther, true
 }
 
 // Dial connects to a peer over TLS, checking its certificate.
