@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"os/signal"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -69,6 +70,7 @@ func run(args []string, stderr io.Writer) error {
 	sec := cli.SecurityFlags(fs)
 	natsAuth := cli.NATSFlags(fs)
 	logFormat := fs.String("log-format", "text", "log format: text or json")
+	stopTimeout := fs.Duration("stop-timeout", 10*time.Second, "after SIGTERM, exit within this long whatever the peers do (raft's log is on disk; what is left undone is logged)")
 	fast := fs.Bool("fast-failover", false, "raft heartbeat and election timeouts of 300 ms instead of 1 s, for clusters on one LAN")
 	verbose := fs.Bool("v", false, "debug logging")
 	if err := fs.Parse(args); err != nil {
@@ -214,13 +216,30 @@ func run(args []string, stderr io.Writer) error {
 	case err = <-errc:
 	}
 	log.Info("stopping: handing leadership over")
-	stop()
-	<-agreeDone
-	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	srv.Shutdown(sctx)
-	if serr := node.TransferAndShutdown(); serr != nil {
-		log.Warn("shutdown", "err", serr)
+	// Each phase may wait on peers, NATS or etcd that are stopping too:
+	// the whole shutdown is bounded, and a phase that overruns is named.
+	var phase atomic.Value
+	phase.Store("the leader's loops")
+	stopped := make(chan struct{})
+	began := time.Now()
+	go func() {
+		defer close(stopped)
+		stop()
+		<-agreeDone
+		phase.Store("the HTTP server")
+		sctx, cancel := context.WithTimeout(context.Background(), min(5*time.Second, *stopTimeout/2))
+		defer cancel()
+		srv.Shutdown(sctx)
+		phase.Store("raft (leadership transfer, shutdown)")
+		if serr := node.TransferAndShutdown(); serr != nil {
+			log.Warn("shutdown", "err", serr)
+		}
+	}()
+	select {
+	case <-stopped:
+		log.Info("stopped", "took", time.Since(began).Round(time.Millisecond))
+	case <-time.After(*stopTimeout):
+		log.Error("shutdown overran its bound: exiting anyway (raft's log and snapshots are on disk)", "bound", *stopTimeout, "stuck_in", phase.Load())
 	}
 	if errors.Is(err, http.ErrServerClosed) {
 		err = nil
