@@ -48,6 +48,12 @@ var (
 	// of the job claim as usual; an operator removes the key (Forget,
 	// tmmu rank release).
 	ErrBadReservation = errors.New("rendezvous: the identity's reservation cannot be used")
+	// ErrTakenOver is returned by Reclaim when the identity's reservation
+	// was written after the claim being renewed: another process with
+	// the same identity (a replacement) claimed the rank since, or an
+	// operator released it. The older process must stop, not take the
+	// rank back.
+	ErrTakenOver = errors.New("rendezvous: the rank was claimed again by a newer holder of the identity")
 )
 
 // Client claims ranks for jobs in etcd.
@@ -258,7 +264,32 @@ func (c *Client) Claim(ctx context.Context, job string, world uint64, identity s
 		return nil, fmt.Errorf("rendezvous: lease for %q in job %q: %w", identity, job, err)
 	}
 	cl := &Claim{Job: job, Identity: identity, Lease: s.Lease(), cli: c.cli, session: s}
-	rank, rev, err := c.claim(ctx, job, world, identity, s.Lease())
+	rank, rev, err := c.claim(ctx, job, world, identity, s.Lease(), 0)
+	if err != nil {
+		s.Orphan()
+		c.cleanup(ctx, s.Lease())
+		return nil, err
+	}
+	cl.Rank, cl.Revision = rank, rev
+	return cl, nil
+}
+
+// Reclaim claims prev's rank again under a new lease, after prev's lease
+// was lost (Lost closed), only if nothing wrote the identity's
+// reservation since prev's claim: otherwise a newer process of the same
+// identity holds the rank now (or an operator released it), and Reclaim
+// fails with ErrTakenOver without touching any key. The check and the
+// claim are one transaction, fenced on the reservation's revision.
+func (c *Client) Reclaim(ctx context.Context, prev *Claim, world uint64) (*Claim, error) {
+	if err := validate(prev.Job, world, &prev.Identity); err != nil {
+		return nil, err
+	}
+	s, err := concurrency.NewSession(c.cli, concurrency.WithTTL(int(c.ttl)), concurrency.WithContext(ctx))
+	if err != nil {
+		return nil, fmt.Errorf("rendezvous: lease for %q in job %q: %w", prev.Identity, prev.Job, err)
+	}
+	cl := &Claim{Job: prev.Job, Identity: prev.Identity, Lease: s.Lease(), cli: c.cli, session: s}
+	rank, rev, err := c.claim(ctx, prev.Job, world, prev.Identity, s.Lease(), prev.Revision)
 	if err != nil {
 		s.Orphan()
 		c.cleanup(ctx, s.Lease())
@@ -276,8 +307,10 @@ func (c *Client) cleanup(ctx context.Context, id clientv3.LeaseID) {
 }
 
 // claim runs the read/transaction loop of Claim and returns the rank and the
-// revision of the successful transaction.
-func (c *Client) claim(ctx context.Context, job string, world uint64, identity string, lease clientv3.LeaseID) (uint64, int64, error) {
+// revision of the successful transaction. A fence above 0 is the revision
+// of the claim being renewed (Reclaim): the identity's reservation must
+// still be the one it wrote.
+func (c *Client) claim(ctx context.Context, job string, world uint64, identity string, lease clientv3.LeaseID, fence int64) (uint64, int64, error) {
 	idKey := c.identityKey(job, identity)
 	for {
 		if err := ctx.Err(); err != nil {
@@ -294,6 +327,15 @@ func (c *Client) claim(ctx context.Context, job string, world uint64, identity s
 		)
 		if why, ok := st.bad[identity]; ok {
 			return 0, 0, fmt.Errorf("%w: job %q: %s (remove it: tmmu rank release %s %s)", ErrBadReservation, job, why, job, identity)
+		}
+		if fence > 0 {
+			idKV, ok := st.identities[identity]
+			switch {
+			case !ok:
+				return 0, 0, fmt.Errorf("%w: job %q: identity %q no longer reserves a rank (released since its claim at revision %d)", ErrTakenOver, job, identity, fence)
+			case idKV.modRevision != fence:
+				return 0, 0, fmt.Errorf("%w: job %q: identity %q claimed its rank again at revision %d, after this claim at %d", ErrTakenOver, job, identity, idKV.modRevision, fence)
+			}
 		}
 		if idKV, ok := st.identities[identity]; ok {
 			// Resume the reserved rank.

@@ -713,3 +713,48 @@ func TestForgetJob(t *testing.T) {
 		t.Fatalf("another job lost its keys: %+v %v", ms, err)
 	}
 }
+
+// TestReclaimIsFenced: a claim whose lease lapsed (a paused worker) gets
+// its rank back with Reclaim when nobody claimed since; once a
+// replacement with the same identity claimed the rank, Reclaim fails
+// with ErrTakenOver and leaves the replacement's keys alone; so it does
+// after an operator released the reservation.
+func TestReclaimIsFenced(t *testing.T) {
+	cli, c := setup(t, 2)
+	ctx := testCtx(t)
+	a := mustClaim(t, ctx, c, "job", 2, "w0")
+	a.stopKeepAlive()
+	waitClosed(t, a.Lost(), "Lost after the keepalive stopped")
+	a2, err := c.Reclaim(ctx, a, 2)
+	if err != nil || a2.Rank != a.Rank || a2.Revision <= a.Revision {
+		t.Fatalf("reclaim with nobody in between: %+v, %v", a2, err)
+	}
+
+	a2.stopKeepAlive()
+	waitClosed(t, a2.Lost(), "Lost after the keepalive stopped")
+	b := mustClaim(t, ctx, c, "job", 2, "w0") // the replacement
+	_, err = c.Reclaim(ctx, a2, 2)
+	if !errors.Is(err, ErrTakenOver) || !strings.Contains(err.Error(), "claimed its rank again") {
+		t.Fatalf("reclaim after a replacement claimed: %v, want ErrTakenOver", err)
+	}
+	resp, err := cli.Get(ctx, c.rankKey("job", b.Rank))
+	if err != nil || len(resp.Kvs) != 1 || clientv3.LeaseID(resp.Kvs[0].Lease) != b.Lease {
+		t.Fatalf("the replacement's rank key changed: %+v %v", resp, err)
+	}
+
+	if err := c.Forget(ctx, "job", "w0"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Reclaim(ctx, b, 2); !errors.Is(err, ErrTakenOver) || !strings.Contains(err.Error(), "no longer reserves") {
+		t.Fatalf("reclaim after a release: %v, want ErrTakenOver", err)
+	}
+	leases, err := cli.Leases(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range leases.Leases {
+		if l.ID != a.Lease && l.ID != a2.Lease && l.ID != b.Lease {
+			t.Fatalf("lease %x is none of the claims' (a %x, a2 %x, b %x): a failed reclaim must revoke its own", l.ID, a.Lease, a2.Lease, b.Lease)
+		}
+	}
+}

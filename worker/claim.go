@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/tmmu/tmmu/rendezvous"
@@ -25,6 +26,30 @@ func (w *run) claimRank(ctx context.Context) (*rendezvous.Claim, error) {
 			return nil, err
 		}
 		w.waiting("claiming a rank", err, try, &since)
+		if err := backoff(ctx, try); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// reclaimRank claims the rank of the lost claim again, fenced on its
+// revision (rendezvous.Reclaim), retrying while etcd is unreachable; a
+// newer holder of the identity ends it with rendezvous.ErrTakenOver.
+func (w *run) reclaimRank(ctx context.Context) (*rendezvous.Claim, error) {
+	w.claimMu.Lock()
+	prev := w.claim
+	w.claimMu.Unlock()
+	var since time.Time
+	for try := 0; ; try++ {
+		c, err := w.cfg.Rendezvous.Reclaim(ctx, prev, w.world)
+		if err == nil {
+			w.waited("claiming the rank again", try)
+			return c, nil
+		}
+		if errors.Is(err, rendezvous.ErrTakenOver) || errors.Is(err, rendezvous.ErrInvalidArgument) || ctx.Err() != nil {
+			return nil, err
+		}
+		w.waiting("claiming the rank again", err, try, &since)
 		if err := backoff(ctx, try); err != nil {
 			return nil, err
 		}
@@ -60,7 +85,14 @@ func (w *run) keepClaim(ctx context.Context) {
 			return
 		}
 		w.log.Warn("the rank lease was lost; claiming the rank again")
-		c, err := w.claimRank(ctx)
+		c, err := w.reclaimRank(ctx)
+		if errors.Is(err, rendezvous.ErrTakenOver) {
+			// A replacement holds the rank now: stop without a request
+			// that could disturb it.
+			w.log.Error("another worker with this identity holds the rank now: stopping", "err", err)
+			w.replaced(fmt.Errorf("%w: %v", ErrReplaced, err))
+			return
+		}
 		if err != nil {
 			if ctx.Err() == nil {
 				w.log.Error("claiming the rank again", "err", err)

@@ -259,6 +259,11 @@ var ErrAborted = errors.New("worker: the job was aborted")
 // ErrCancelled is returned when an operator cancelled the job.
 var ErrCancelled = errors.New("worker: the job was cancelled")
 
+// ErrReplaced is returned when this worker's lease lapsed (it was paused
+// or cut off) and another process with its identity claimed the rank
+// since: the newer one runs the rank, this one stops without a request.
+var ErrReplaced = errors.New("worker: replaced by a newer worker of this identity")
+
 // ErrDeleted is returned when the job was deleted.
 var ErrDeleted = errors.New("worker: the job was deleted")
 
@@ -287,13 +292,15 @@ type shardWritten struct {
 }
 
 type run struct {
-	cfg    Config
-	log    *slog.Logger
-	store  checkpoint.Store
-	rank   uint64
-	world  uint64
-	models map[ir.Hash]*ir.Model
-	plans  map[uint64]*epochPlan
+	// replaced ends the run with ErrReplaced as its cause (keepClaim).
+	replaced context.CancelCauseFunc
+	cfg      Config
+	log      *slog.Logger
+	store    checkpoint.Store
+	rank     uint64
+	world    uint64
+	models   map[ir.Hash]*ir.Model
+	plans    map[uint64]*epochPlan
 	// view is the last rank view planned, for viewKey: a replan that
 	// keeps the graph, spec and rank plans it again without a new view.
 	view    *shard.View
@@ -418,7 +425,13 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		queue: make(chan shardJob, 1), store: cfg.Store}
 	wctx, stop := context.WithCancel(ctx)
 	w.watchCtx = wctx
-	err := w.run(ctx)
+	rctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	w.replaced = cancel
+	err := w.run(rctx)
+	if cause := context.Cause(rctx); errors.Is(cause, ErrReplaced) {
+		err = cause
+	}
 	// Executors seal their state when asked, not every step: once here,
 	// in the executor that holds it (none after a step that failed half
 	// way: its state is no step's).
