@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tmmu/tmmu/data/datatest"
 	"github.com/tmmu/tmmu/failure"
 )
 
@@ -33,25 +34,7 @@ func u16(vals ...int) []byte {
 }
 
 // npy writes a version-1 .npy file as NumPy does.
-func npy(descr string, shape []uint64, body []byte) []byte {
-	dims := make([]string, len(shape))
-	for i, d := range shape {
-		dims[i] = fmt.Sprint(d)
-	}
-	tuple := strings.Join(dims, ", ")
-	if len(shape) == 1 {
-		tuple += ","
-	}
-	h := fmt.Sprintf("{'descr': '%s', 'fortran_order': False, 'shape': (%s), }", descr, tuple)
-	for (10+len(h)+1)%64 != 0 {
-		h += " "
-	}
-	h += "\n"
-	out := []byte("\x93NUMPY\x01\x00")
-	out = binary.LittleEndian.AppendUint16(out, uint16(len(h)))
-	out = append(out, h...)
-	return append(out, body...)
-}
+func npy(descr string, shape []uint64, body []byte) []byte { return datatest.NPY(descr, shape, body) }
 
 func TestSequentialOrderIsTheFormula(t *testing.T) {
 	toks := make([]int, 1000)

@@ -242,7 +242,14 @@ func (tc *testCluster) waitStep(t *testing.T, pr *progress, what string, step ui
 
 // runJob submits job, starts its workers and returns them.
 func (tc *testCluster) runJob(t *testing.T, name string) []*proc {
-	if _, err := tc.client.Submit(context.Background(), submission(t, name)); err != nil {
+	return tc.runJobSteps(t, name, jobSteps)
+}
+
+// runJobSteps is runJob for a job of steps steps.
+func (tc *testCluster) runJobSteps(t *testing.T, name string, steps uint64) []*proc {
+	req := submission(t, name)
+	req.Steps = steps
+	if _, err := tc.client.Submit(context.Background(), req); err != nil {
 		t.Fatal(err)
 	}
 	var ws []*proc

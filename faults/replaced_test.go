@@ -2,7 +2,6 @@ package faults
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"strings"
 	"syscall"
@@ -28,26 +27,12 @@ func TestPausedWorkerYieldsToItsReplacement(t *testing.T) {
 			}
 		}
 	}()
-	run := func(name string) []*proc {
-		req := submission(t, name)
-		req.Steps = steps
-		if _, err := tc.client.Submit(context.Background(), req); err != nil {
-			t.Fatal(err)
-		}
-		var ws []*proc
-		for i := range world {
-			p := tc.worker(name, fmt.Sprintf("%s-%d", name, i))
-			tc.start(p)
-			ws = append(ws, p)
-		}
-		return ws
-	}
-	refJob := tc.finish(t, "reference", run("reference"), 5*time.Minute)
+	refJob := tc.finish(t, "reference", tc.runJobSteps(t, "reference", steps), 5*time.Minute)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	pr := tc.watch(ctx, "faults")
-	ws := run("faults")
+	ws := tc.runJobSteps(t, "faults", steps)
 	tc.waitStep(t, pr, "before the pause", 10, 3*time.Minute)
 	old := ws[1]
 	old.cmd.Process.Signal(syscall.SIGSTOP)

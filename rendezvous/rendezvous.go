@@ -257,6 +257,13 @@ func (c *Client) Claim(ctx context.Context, job string, world uint64, identity s
 	if err := validate(job, world, &identity); err != nil {
 		return nil, err
 	}
+	return c.leased(ctx, job, world, identity, 0)
+}
+
+// leased grants a lease, kept alive until ctx ends or the claim is
+// released, and claims under it (claim, with fence); a failed claim
+// revokes its lease.
+func (c *Client) leased(ctx context.Context, job string, world uint64, identity string, fence int64) (*Claim, error) {
 	// An etcd session grants the lease and keeps it alive until ctx
 	// ends or the session is orphaned (Release).
 	s, err := concurrency.NewSession(c.cli, concurrency.WithTTL(int(c.ttl)), concurrency.WithContext(ctx))
@@ -264,7 +271,7 @@ func (c *Client) Claim(ctx context.Context, job string, world uint64, identity s
 		return nil, fmt.Errorf("rendezvous: lease for %q in job %q: %w", identity, job, err)
 	}
 	cl := &Claim{Job: job, Identity: identity, Lease: s.Lease(), cli: c.cli, session: s}
-	rank, rev, err := c.claim(ctx, job, world, identity, s.Lease(), 0)
+	rank, rev, err := c.claim(ctx, job, world, identity, s.Lease(), fence)
 	if err != nil {
 		s.Orphan()
 		c.cleanup(ctx, s.Lease())
@@ -284,19 +291,7 @@ func (c *Client) Reclaim(ctx context.Context, prev *Claim, world uint64) (*Claim
 	if err := validate(prev.Job, world, &prev.Identity); err != nil {
 		return nil, err
 	}
-	s, err := concurrency.NewSession(c.cli, concurrency.WithTTL(int(c.ttl)), concurrency.WithContext(ctx))
-	if err != nil {
-		return nil, fmt.Errorf("rendezvous: lease for %q in job %q: %w", prev.Identity, prev.Job, err)
-	}
-	cl := &Claim{Job: prev.Job, Identity: prev.Identity, Lease: s.Lease(), cli: c.cli, session: s}
-	rank, rev, err := c.claim(ctx, prev.Job, world, prev.Identity, s.Lease(), prev.Revision)
-	if err != nil {
-		s.Orphan()
-		c.cleanup(ctx, s.Lease())
-		return nil, err
-	}
-	cl.Rank, cl.Revision = rank, rev
-	return cl, nil
+	return c.leased(ctx, prev.Job, world, prev.Identity, prev.Revision)
 }
 
 // cleanup revokes a lease granted by a failed Claim, even if ctx is done.

@@ -54,6 +54,7 @@ type Group struct {
 	stop    context.CancelFunc
 	done    chan struct{}
 	retries atomic.Uint64
+	onRetry atomic.Pointer[RetryHook]
 
 	mu      sync.Mutex
 	changed chan struct{}
@@ -112,6 +113,20 @@ func (t *Transport) NewGroup(job string, rank, size int, timeout time.Duration) 
 		}
 	}()
 	return g, nil
+}
+
+// RetryHook is told of each failed try to store a contribution: the
+// exchange's key, the tries of that part so far (from 1) and the error
+// (a NATS outage, a bucket that is full or gone).
+type RetryHook func(key string, tries int, err error)
+
+// OnRetry sets the hook told of failed stores (nil: none).
+func (g *Group) OnRetry(h RetryHook) {
+	if h == nil {
+		g.onRetry.Store(nil)
+		return
+	}
+	g.onRetry.Store(&h)
 }
 
 // Retries returns how many times storing a contribution was retried.
@@ -223,7 +238,7 @@ func (g *Group) Exchange(ctx context.Context, key string, data []byte) ([][]byte
 		binary.LittleEndian.PutUint32(v, uint32(parts))
 		copy(v[4:], chunk)
 		k := fmt.Sprintf("%s.%s.%d.%d.%s", g.job, h, g.rank, i, g.token)
-		for wait := 20 * time.Millisecond; ; wait = min(2*wait, time.Second) {
+		for try, wait := 1, 20*time.Millisecond; ; try, wait = try+1, min(2*wait, time.Second) {
 			// Each attempt is bounded: a request sent while the
 			// connection was down may never be answered.
 			actx, cancel := context.WithTimeout(ctx, AttemptTimeout)
@@ -236,6 +251,9 @@ func (g *Group) Exchange(ctx context.Context, key string, data []byte) ([][]byte
 				return nil, fmt.Errorf("transport: collective %q: %w", key, err)
 			}
 			g.retries.Add(1)
+			if h := g.onRetry.Load(); h != nil {
+				(*h)(key, try, err)
+			}
 			select {
 			case <-ctx.Done():
 				return nil, fmt.Errorf("transport: collective %q: %w (storing: %v)", key, ctx.Err(), err)

@@ -136,3 +136,39 @@ func TestGroupCountsTheRosterHolder(t *testing.T) {
 		t.Fatalf("rank 1's contribution: %q, want the holder's", out[1])
 	}
 }
+
+// TestGroupTellsItsRetries: with the collectives bucket gone (NATS came
+// back with an empty store) a contribution cannot be stored: the hook
+// hears of each failed try, with the bucket's error, until the context
+// ends.
+func TestGroupTellsItsRetries(t *testing.T) {
+	s := startServer(t)
+	tr, _ := newTransport(t, s)
+	g, err := tr.NewGroup("j", 0, 2, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	if err := tr.JetStream().DeleteKeyValue(context.Background(), CollectiveBucket); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var tries []int
+	var last error
+	g.OnRetry(func(key string, n int, err error) {
+		mu.Lock()
+		tries, last = append(tries, n), err
+		mu.Unlock()
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+	defer cancel()
+	if _, err := g.Exchange(ctx, "k", []byte("x")); err == nil {
+		t.Fatal("an exchange with no bucket succeeded")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(tries) < 3 || tries[0] != 1 || tries[1] != 2 || last == nil || uint64(len(tries)) != g.Retries() {
+		t.Fatalf("hook heard tries %v (last error %v); the group counted %d retries", tries, last, g.Retries())
+	}
+	t.Logf("%d failed tries in 1.5 s, the last: %v", len(tries), last)
+}

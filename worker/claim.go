@@ -14,18 +14,26 @@ import (
 // fixes that with tmmu rank release; the wait says so). A job with no
 // free rank for this identity is final.
 func (w *run) claimRank(ctx context.Context) (*rendezvous.Claim, error) {
+	return w.claimRetrying(ctx, "claiming a rank", func() (*rendezvous.Claim, error) {
+		return w.cfg.Rendezvous.Claim(ctx, w.cfg.Job, w.world, w.cfg.Identity)
+	})
+}
+
+// claimRetrying runs claim until it succeeds, retrying with backoff
+// (what says what waits) but for the final errors: no free rank, bad
+// arguments, a newer holder of the identity, ctx ended.
+func (w *run) claimRetrying(ctx context.Context, what string, claim func() (*rendezvous.Claim, error)) (*rendezvous.Claim, error) {
 	var since time.Time
 	for try := 0; ; try++ {
-		// ctx holds the lease's keepalive: it must outlive the claim.
-		c, err := w.cfg.Rendezvous.Claim(ctx, w.cfg.Job, w.world, w.cfg.Identity)
+		c, err := claim()
 		if err == nil {
-			w.waited("claiming a rank", try)
+			w.waited(what, try)
 			return c, nil
 		}
-		if errors.Is(err, rendezvous.ErrJobFull) || errors.Is(err, rendezvous.ErrInvalidArgument) || ctx.Err() != nil {
+		if errors.Is(err, rendezvous.ErrJobFull) || errors.Is(err, rendezvous.ErrInvalidArgument) || errors.Is(err, rendezvous.ErrTakenOver) || ctx.Err() != nil {
 			return nil, err
 		}
-		w.waiting("claiming a rank", err, try, &since)
+		w.waiting(what, err, try, &since)
 		if err := backoff(ctx, try); err != nil {
 			return nil, err
 		}
@@ -39,21 +47,9 @@ func (w *run) reclaimRank(ctx context.Context) (*rendezvous.Claim, error) {
 	w.claimMu.Lock()
 	prev := w.claim
 	w.claimMu.Unlock()
-	var since time.Time
-	for try := 0; ; try++ {
-		c, err := w.cfg.Rendezvous.Reclaim(ctx, prev, w.world)
-		if err == nil {
-			w.waited("claiming the rank again", try)
-			return c, nil
-		}
-		if errors.Is(err, rendezvous.ErrTakenOver) || errors.Is(err, rendezvous.ErrInvalidArgument) || ctx.Err() != nil {
-			return nil, err
-		}
-		w.waiting("claiming the rank again", err, try, &since)
-		if err := backoff(ctx, try); err != nil {
-			return nil, err
-		}
-	}
+	return w.claimRetrying(ctx, "claiming the rank again", func() (*rendezvous.Claim, error) {
+		return w.cfg.Rendezvous.Reclaim(ctx, prev, w.world)
+	})
 }
 
 // claimRevision returns the etcd revision of the rank's current claim,

@@ -43,6 +43,13 @@ func Executors(name string, tr *transport.Transport, job string, log *slog.Logge
 			if err != nil {
 				return nil, nil, err
 			}
+			// A contribution NATS does not take (down, its bucket full
+			// or gone) is retried until it does: logged at each doubling.
+			g.OnRetry(func(key string, tries int, err error) {
+				if tries&(tries-1) == 0 {
+					log.Warn("retrying", "what", "storing a collective contribution", "key", key, "tries", tries, "err", err)
+				}
+			})
 			return g, g.Close, nil
 		}}
 	if name == "auto" {

@@ -267,14 +267,7 @@ func (pause) Step(context.Context, uint64) (runner.StepStats, error) {
 // job delete removes the job's reservations, so a job submitted again
 // under the name with a smaller world inherits none.
 func TestRankCommands(t *testing.T) {
-	l, err := localcluster.Start(localcluster.Options{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	t.Setenv("TMMU_CA_FILE", l.CAFile())
-	t.Setenv("TMMU_TOKEN", l.APIToken())
-	t.Setenv("TMMU_COORDINATORS", strings.Join(l.Coord.URLs(), ","))
+	l := startCLICluster(t)
 	ec, err := l.EtcdClient()
 	if err != nil {
 		t.Fatal(err)
@@ -346,4 +339,20 @@ func TestRankCommands(t *testing.T) {
 			t.Fatalf("%d etcd keys of the deleted job left after 10 s", resp.Count)
 		}
 	}
+}
+
+// startCLICluster starts an in-process cluster for the CLI (closed when
+// the test ends): TMMU_CA_FILE, TMMU_TOKEN and TMMU_COORDINATORS point
+// the commands at it.
+func startCLICluster(t *testing.T) *localcluster.Local {
+	t.Helper()
+	l, err := localcluster.Start(localcluster.Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	t.Setenv("TMMU_CA_FILE", l.CAFile())
+	t.Setenv("TMMU_TOKEN", l.APIToken())
+	t.Setenv("TMMU_COORDINATORS", strings.Join(l.Coord.URLs(), ","))
+	return l
 }

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tmmu/tmmu/data/datatest"
 	"github.com/tmmu/tmmu/engine"
 	"github.com/tmmu/tmmu/ir"
 	"github.com/tmmu/tmmu/localcluster"
@@ -311,14 +312,7 @@ func compareWeights(t *testing.T, a, b map[string][]float32, tol, keyTol float64
 // committed, with the failure code and a message naming the culprit;
 // the cluster then holds no job.
 func TestJobSubmitRefusesBadData(t *testing.T) {
-	l, err := localcluster.Start(localcluster.Options{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	t.Setenv("TMMU_CA_FILE", l.CAFile())
-	t.Setenv("TMMU_TOKEN", l.APIToken())
-	t.Setenv("TMMU_COORDINATORS", strings.Join(l.Coord.URLs(), ","))
+	startCLICluster(t)
 	dir := t.TempDir()
 	irFile, specFile := filepath.Join(dir, "gpt2.json"), filepath.Join(dir, "spec.json")
 	mustRun(t, "", "gen", "gpt2", "--layers", "1", "--hidden", "32", "--heads", "2", "--seq", "8", "--vocab", "64", "--train", "--out", irFile)
@@ -340,12 +334,8 @@ func TestJobSubmitRefusesBadData(t *testing.T) {
 	past := append(append([]uint16{}, long...), 64)
 	mustRun(t, "", "data", "put", "past", tokens("past.bin", past...))
 	mustRun(t, "", "data", "put", "short", tokens("short.bin", 1, 2, 3))
-	var img bytes.Buffer
-	writeNPY(&img, "<f4", []int{2, 3, 4, 4}, make([]byte, 2*3*4*4*4))
-	os.WriteFile(filepath.Join(dir, "img.npy"), img.Bytes(), 0o644)
-	var lbl bytes.Buffer
-	writeNPY(&lbl, "<i8", []int{2}, make([]byte, 16))
-	os.WriteFile(filepath.Join(dir, "lbl.npy"), lbl.Bytes(), 0o644)
+	os.WriteFile(filepath.Join(dir, "img.npy"), datatest.NPY("<f4", []uint64{2, 3, 4, 4}, make([]byte, 2*3*4*4*4)), 0o644)
+	os.WriteFile(filepath.Join(dir, "lbl.npy"), datatest.NPY("<i8", []uint64{2}, make([]byte, 16)), 0o644)
 	mustRun(t, "", "data", "put", "images", filepath.Join(dir, "img.npy"), "--labels", filepath.Join(dir, "lbl.npy"))
 	mustRun(t, "", "data", "put", "ok", tokens("ok.bin", long...))
 	badW := filepath.Join(dir, "w.safetensors")
@@ -380,27 +370,4 @@ func TestJobSubmitRefusesBadData(t *testing.T) {
 	if out := mustRun(t, "", "data", "ls"); strings.Contains(out, "lm-weights") {
 		t.Fatalf("weights that do not fit were stored:\n%s", out)
 	}
-}
-
-// writeNPY writes a NumPy .npy (format 1.0) of dtype descr and shape
-// holding raw.
-func writeNPY(w *bytes.Buffer, descr string, shape []int, raw []byte) {
-	dims := make([]string, len(shape))
-	for i, d := range shape {
-		dims[i] = fmt.Sprint(d)
-	}
-	tuple := strings.Join(dims, ", ")
-	if len(shape) == 1 {
-		tuple += ","
-	}
-	h := fmt.Sprintf("{'descr': '%s', 'fortran_order': False, 'shape': (%s), }", descr, tuple)
-	for (10+len(h)+1)%64 != 0 {
-		h += " "
-	}
-	h += "\n"
-	w.WriteString("\x93NUMPY\x01\x00")
-	w.WriteByte(byte(len(h)))
-	w.WriteByte(byte(len(h) >> 8))
-	w.WriteString(h)
-	w.Write(raw)
 }
