@@ -78,7 +78,7 @@
 // identities. A key that is not what this package writes (a rank key that
 // is not a number, an identity key that holds no rank number or a rank
 // another identity reserved first) is skipped by every reader and listed
-// by [Client.Problems]: it blocks no one but the identity whose key it is,
+// by [Client.Survey]: it blocks no one but the identity whose key it is,
 // whose Claim fails with [ErrBadReservation] until the key is removed
 // ([Client.Forget]).
 //

@@ -392,20 +392,6 @@ func truncate(s string) string {
 	return s
 }
 
-// Problems lists the keys of job that Claim, Members and Missing skip
-// because they are malformed (not a rank key, not a rank number, a rank
-// two identities reserve), each with why; empty when there are none.
-func (c *Client) Problems(ctx context.Context, job string) ([]string, error) {
-	if err := validName("job", job); err != nil {
-		return nil, err
-	}
-	st, err := c.read(ctx, job)
-	if err != nil {
-		return nil, err
-	}
-	return st.problems, nil
-}
-
 // Forget removes identity's reservation (identity key) so its rank can go to
 // another identity; used by operators replacing a worker for good. It does
 // not touch the rank key: if the forgotten worker is still live, its rank
@@ -448,7 +434,9 @@ func (c *Client) Members(ctx context.Context, job string, world uint64) ([]Membe
 	return ms, err
 }
 
-// Survey is Members and Problems from one read.
+// Survey is Members, with the keys of job that Claim, Members and
+// Missing skip because they are malformed (not a rank key, not a rank
+// number, a rank two identities reserve), each with why; from one read.
 func (c *Client) Survey(ctx context.Context, job string, world uint64) ([]Member, []string, error) {
 	if err := validate(job, world, nil); err != nil {
 		return nil, nil, err

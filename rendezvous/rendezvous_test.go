@@ -638,7 +638,7 @@ func TestHeldAt(t *testing.T) {
 
 // TestMalformedKeysBlockOnlyTheirOwner: keys this package does not write
 // (a rank key that is not a number, an identity key holding no rank, two
-// identities reserving one rank) are skipped and listed by Problems;
+// identities reserving one rank) are skipped and listed by Survey;
 // every other identity claims as usual, the owner of a bad key is
 // refused with ErrBadReservation naming the key, and once the key is
 // forgotten it claims a free rank.
@@ -656,7 +656,7 @@ func TestMalformedKeysBlockOnlyTheirOwner(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	probs, err := c.Problems(ctx, "job")
+	_, probs, err := c.Survey(ctx, "job", 3)
 	if err != nil || len(probs) != 4 {
 		t.Fatalf("problems %q, %v; want 4", probs, err)
 	}

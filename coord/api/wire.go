@@ -137,7 +137,7 @@ type JobSummary struct {
 	// node has seen them so (nodes given etcd only).
 	Absent []Absent `json:"absent_ranks,omitempty"`
 	// RankProblems are the job's etcd keys that claims skip because they
-	// are malformed, each with why (rendezvous.Client.Problems): the
+	// are malformed, each with why (rendezvous.Client.Survey): the
 	// identity whose key it is cannot claim until an operator releases
 	// it (tmmu rank release).
 	RankProblems []string `json:"rank_problems,omitempty"`
