@@ -155,21 +155,8 @@ func TestParityGPT2WithPyTorch(t *testing.T) {
 		if err := json.Unmarshal([]byte(js), &got); err != nil {
 			t.Fatal(err)
 		}
-		if len(got.Steps) != len(want.Losses) {
-			t.Fatalf("%s: %d steps, PyTorch %d", ex, len(got.Steps), len(want.Losses))
-		}
-		worstLoss := 0.0
-		for i, s := range got.Steps {
-			d := math.Abs(float64(s.Loss)-want.Losses[i]) / math.Abs(want.Losses[i])
-			worstLoss = max(worstLoss, d)
-			if d > 1e-4 {
-				t.Errorf("%s step %d: loss %.7f, PyTorch %.7f (relative %.2g)", ex, i+1, s.Loss, want.Losses[i], d)
-			}
-		}
+		worstLoss := lossesMatch(t, ex, got, want.Losses, &want.ValLoss, 1e-4)
 		last := got.Steps[len(got.Steps)-1]
-		if last.ValLoss == nil || math.Abs(*last.ValLoss-want.ValLoss)/want.ValLoss > 1e-4 {
-			t.Errorf("%s: validation loss %v, PyTorch %.7f", ex, last.ValLoss, want.ValLoss)
-		}
 		gotW := readWeights(t, out)
 		worstW, worstK := compareWeights(t, gotW, refW, 1e-4, 1e-4)
 		t.Logf("| gpt2 (generator, 2 layers, hidden 64, vocab 512, batch 4×32) | %s | %s steps | loss %.5f → %.5f | worst loss rel. diff %.2g | val %.5f vs %.5f | worst weight diff %.2g (attention key biases %.2g) |",
@@ -232,21 +219,8 @@ func TestParityImportedGPT2WithPyTorch(t *testing.T) {
 		if err := json.Unmarshal([]byte(js), &got); err != nil {
 			t.Fatal(err)
 		}
-		if len(got.Steps) != len(want.Losses) {
-			t.Fatalf("%s: %d steps, PyTorch %d", ex, len(got.Steps), len(want.Losses))
-		}
-		worst := 0.0
-		for i, s := range got.Steps {
-			d := math.Abs(float64(s.Loss)-want.Losses[i]) / math.Abs(want.Losses[i])
-			worst = max(worst, d)
-			if d > 1e-4 {
-				t.Errorf("%s step %d: loss %.7f, PyTorch %.7f", ex, i+1, s.Loss, want.Losses[i])
-			}
-		}
+		worst := lossesMatch(t, ex, got, want.Losses, &want.ValLoss, 1e-4)
 		last := got.Steps[len(got.Steps)-1]
-		if last.ValLoss == nil || math.Abs(*last.ValLoss-want.ValLoss)/want.ValLoss > 1e-4 {
-			t.Errorf("%s: validation loss %v, PyTorch %.7f", ex, last.ValLoss, want.ValLoss)
-		}
 		worstW, worstK := compareWeights(t, readWeights(t, out), refW, 1e-4, 1e-4)
 		t.Logf("| gpt2 (bench/parity/gpt2.py, imported) | %s | %s steps | loss %.5f → %.5f | worst loss rel. diff %.2g | val %.5f vs %.5f | worst weight diff %.2g (attention key biases %.2g) |",
 			ex, steps, got.Steps[0].Loss, last.Loss, worst, *last.ValLoss, want.ValLoss, worstW, worstK)
@@ -314,17 +288,7 @@ np.save(sys.argv[1], x); np.save(sys.argv[2], y)`, images, labels)
 		if err := json.Unmarshal([]byte(js), &got); err != nil {
 			t.Fatal(err)
 		}
-		if len(got.Steps) != len(want.Losses) {
-			t.Fatalf("%s: %d steps, PyTorch %d", ex, len(got.Steps), len(want.Losses))
-		}
-		worst := 0.0
-		for i, s := range got.Steps {
-			d := math.Abs(float64(s.Loss)-want.Losses[i]) / math.Abs(want.Losses[i])
-			worst = max(worst, d)
-			if d > 1e-3 {
-				t.Errorf("%s step %d: loss %.7f, PyTorch %.7f", ex, i+1, s.Loss, want.Losses[i])
-			}
-		}
+		worst := lossesMatch(t, ex, got, want.Losses, nil, 1e-3)
 		a := readWeights(t, out)
 		if len(a) != len(b) {
 			t.Errorf("%s: %d tensors exported, PyTorch's state_dict has %d", ex, len(a), len(b))
@@ -423,4 +387,30 @@ np.save(sys.argv[2], rng.integers(0, 10, size=8))`, images, labels)
 			}
 		})
 	}
+}
+
+// lossesMatch checks a tmmu train -o json run on executor ex against
+// PyTorch's losses, step by step, and its last validation loss against
+// PyTorch's (val, when not nil), each within tol relative; it returns the
+// worst relative step-loss difference.
+func lossesMatch(t *testing.T, ex string, got trainResult, want []float64, val *float64, tol float64) float64 {
+	t.Helper()
+	if len(got.Steps) != len(want) {
+		t.Fatalf("%s: %d steps, PyTorch %d", ex, len(got.Steps), len(want))
+	}
+	worst := 0.0
+	for i, s := range got.Steps {
+		d := math.Abs(float64(s.Loss)-want[i]) / math.Abs(want[i])
+		worst = max(worst, d)
+		if d > tol {
+			t.Errorf("%s step %d: loss %.7f, PyTorch %.7f (relative %.2g)", ex, i+1, s.Loss, want[i], d)
+		}
+	}
+	if val != nil {
+		last := got.Steps[len(got.Steps)-1]
+		if last.ValLoss == nil || math.Abs(*last.ValLoss-*val) / *val > tol {
+			t.Errorf("%s: validation loss %v, PyTorch %.7f", ex, last.ValLoss, *val)
+		}
+	}
+	return worst
 }
