@@ -234,6 +234,9 @@ func (c *Client) read(ctx context.Context, job string) (*jobState, error) {
 			st.problems = append(st.problems, fmt.Sprintf("key %q is not a rank or identity key: skipped", kv.Key))
 		}
 	}
+	if n := len(st.problems); n > maxProblems {
+		st.problems = append(st.problems[:maxProblems], fmt.Sprintf("and %d more skipped keys", n-maxProblems))
+	}
 	return st, nil
 }
 
@@ -383,6 +386,10 @@ func (c *Client) claim(ctx context.Context, job string, world uint64, identity s
 		// Lost a race with another claimer or a Forget: read again.
 	}
 }
+
+// maxProblems bounds the skipped keys Survey describes one by one (what
+// tmmu status shows per job); the rest are counted.
+const maxProblems = 16
 
 // truncate shortens a value read from etcd for a message.
 func truncate(s string) string {

@@ -686,6 +686,15 @@ func TestMalformedKeysBlockOnlyTheirOwner(t *testing.T) {
 	if cl := mustClaim(t, ctx, c, "job", 3, "zz"); cl.Rank != 2 {
 		t.Fatalf("zz got rank %d after its key was forgotten, want 2", cl.Rank)
 	}
+	// Many bad keys are described up to maxProblems, the rest counted.
+	for i := range 40 {
+		if _, err := cli.Put(ctx, fmt.Sprintf("/test/jobs/many/identities/x%d", i), "x"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, probs, err := c.Survey(ctx, "many", 1); err != nil || len(probs) != maxProblems+1 || probs[maxProblems] != "and 24 more skipped keys" {
+		t.Fatalf("40 bad keys: %d problems (last %q), %v", len(probs), probs[len(probs)-1], err)
+	}
 }
 
 // TestForgetJob: a deleted job's reservations go, so a job submitted
